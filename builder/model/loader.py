@@ -1,0 +1,181 @@
+"""Load an HF Llama 3 checkpoint from a local directory, strictly.
+
+Layouts: `model.safetensors`, or shards listed in `model.safetensors.index.json`. Pickled
+`pytorch_model.bin` checkpoints are refused unless the caller passes `allow_pickle=True` (then loaded
+with `torch.load(weights_only=True)`). Key sets and shapes are checked against the config, as
+nanoGPT's `from_pretrained` does: a missing key, an unexpected key, a wrong shape, a truncated or
+corrupt file or a broken index is a `UserError` that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from builder.errors import UserError
+from builder.model.config import LlamaConfig
+from builder.model.llama import Llama
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE = "pytorch_model.bin"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Sources = dict[str, tuple[torch.Tensor, str]]  # checkpoint key -> (tensor, file it came from)
+
+
+def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every key an HF LlamaForCausalLM checkpoint with this config holds, with its shape."""
+    C, D, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, C)}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (C,)
+        shapes[p + "self_attn.q_proj.weight"] = (cfg.num_attention_heads * D, C)
+        shapes[p + "self_attn.k_proj.weight"] = (cfg.num_key_value_heads * D, C)
+        shapes[p + "self_attn.v_proj.weight"] = (cfg.num_key_value_heads * D, C)
+        shapes[p + "self_attn.o_proj.weight"] = (C, cfg.num_attention_heads * D)
+        shapes[p + "post_attention_layernorm.weight"] = (C,)
+        shapes[p + "mlp.gate_proj.weight"] = (I, C)
+        shapes[p + "mlp.up_proj.weight"] = (I, C)
+        shapes[p + "mlp.down_proj.weight"] = (C, I)
+    shapes["model.norm.weight"] = (C,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, C)
+    return shapes
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """torch dtype from a dtype or its name; only fp32, bf16 and fp16 are accepted."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise UserError(f"unsupported dtype {dtype!r}", field="dtype", allowed=", ".join(DTYPES))
+        return DTYPES[dtype]
+    if dtype not in DTYPES.values():
+        raise UserError(f"unsupported dtype {dtype}", field="dtype", allowed=", ".join(DTYPES))
+    return dtype
+
+
+def load_state_dict(
+    path: str | Path, cfg: LlamaConfig, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False
+) -> dict[str, torch.Tensor]:
+    """Checked tensors of the checkpoint in `path`, keyed as in `Llama` (no `model.` prefix)."""
+    dtype = resolve_dtype(dtype)
+    sources, weights_file = _read_tensors(Path(path), allow_pickle)
+    _check_tied_head(sources, cfg)
+    expected = expected_shapes(cfg)
+    missing = sorted(expected.keys() - sources.keys())
+    if missing:
+        raise UserError(f"missing key(s) in checkpoint: {', '.join(missing[:8])}"
+                        + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""),
+                        location=weights_file, field=missing[0])
+    for key, (tensor, file) in sorted(sources.items()):
+        if key not in expected:
+            raise UserError(f"unexpected key {key!r} in checkpoint", location=file, field=key,
+                            allowed="the keys of LlamaForCausalLM for this config.json")
+        if tuple(tensor.shape) != expected[key]:
+            raise UserError(f"wrong shape for {key!r}: {tuple(tensor.shape)}, config.json implies {expected[key]}",
+                            location=file, field=key)
+        if not tensor.is_floating_point():
+            raise UserError(f"{key!r} has dtype {tensor.dtype}, expected a floating-point tensor",
+                            location=file, field=key)
+    return {key.removeprefix("model."): tensor.to(dtype) for key, (tensor, _) in sources.items()}
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False
+) -> Llama:
+    """Config and checked weights from `path` as an eval-mode `Llama` on the CPU."""
+    cfg = LlamaConfig.from_json(Path(path) / "config.json")
+    state = load_state_dict(path, cfg, dtype, allow_pickle)
+    if cfg.tie_word_embeddings:
+        state["lm_head.weight"] = state["embed_tokens.weight"]
+    with torch.device("meta"):  # no random init of weights that are overwritten anyway
+        model = Llama(cfg)
+    model.load_state_dict(state, strict=True, assign=True)
+    if cfg.tie_word_embeddings:  # `assign` replaced the shared Parameter; share it again
+        model.lm_head.weight = model.embed_tokens.weight
+    return model.eval()
+
+
+def _check_tied_head(sources: Sources, cfg: LlamaConfig) -> None:
+    """Tied checkpoints may still carry `lm_head.weight`; accept it only if it equals the embeddings."""
+    if not cfg.tie_word_embeddings or "lm_head.weight" not in sources:
+        return
+    head, file = sources.pop("lm_head.weight")
+    embed = sources.get("model.embed_tokens.weight")
+    if embed is not None and (head.shape != embed[0].shape or not torch.equal(head, embed[0])):
+        raise UserError("tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight",
+                        location=file, field="lm_head.weight")
+
+
+def _read_tensors(path: Path, allow_pickle: bool) -> tuple[Sources, str]:
+    """All tensors of the checkpoint, and the file that lists them (the index or the single file)."""
+    if not path.is_dir():
+        raise UserError("checkpoint directory not found", location=str(path))
+    if (path / SAFETENSORS_INDEX).is_file():
+        return _read_sharded(path / SAFETENSORS_INDEX, _read_safetensors), str(path / SAFETENSORS_INDEX)
+    if (path / SAFETENSORS).is_file():
+        return _read_safetensors(path / SAFETENSORS), str(path / SAFETENSORS)
+    pickled = [name for name in (PICKLE_INDEX, PICKLE) if (path / name).is_file()]
+    if pickled and not allow_pickle:
+        raise UserError(f"{pickled[0]} is a pickle checkpoint; refusing to unpickle it. Convert it to "
+                        "safetensors, or pass allow_pickle=True to load it with torch.load(weights_only=True)",
+                        location=str(path / pickled[0]))
+    if (path / PICKLE_INDEX).is_file():
+        return _read_sharded(path / PICKLE_INDEX, _read_pickle), str(path / PICKLE_INDEX)
+    if (path / PICKLE).is_file():
+        return _read_pickle(path / PICKLE), str(path / PICKLE)
+    raise UserError(f"no weights found; looked for {SAFETENSORS_INDEX}, {SAFETENSORS}"
+                    + (f", {PICKLE_INDEX}, {PICKLE}" if allow_pickle else ""), location=str(path))
+
+
+def _read_sharded(index_path: Path, read_one) -> Sources:  # type: ignore[no-untyped-def]
+    """Read every shard an index names; each key must sit in the shard the index says."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"index is not valid JSON: {exc}", location=str(index_path)) from exc
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise UserError("index has no weight_map object of key -> shard file", location=str(index_path),
+                        field="weight_map")
+    sources: Sources = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = index_path.parent / shard
+        if Path(shard).name != shard or not shard_path.is_file():
+            raise UserError(f"shard {shard!r} named in the index is missing", location=str(index_path),
+                            field=f"weight_map.{next(k for k, v in weight_map.items() if v == shard)}")
+        for key, entry in read_one(shard_path).items():
+            if weight_map.get(key) != shard:
+                raise UserError(f"key {key!r} is in {shard} but the index places it in "
+                                f"{weight_map.get(key, 'no shard')}", location=str(shard_path), field=key)
+            sources[key] = entry
+    absent = sorted(weight_map.keys() - sources.keys())
+    if absent:
+        raise UserError(f"key {absent[0]!r} is listed in the index but absent from {weight_map[absent[0]]}",
+                        location=str(index_path.parent / weight_map[absent[0]]), field=absent[0])
+    return sources
+
+
+def _read_safetensors(file: Path) -> Sources:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            return {key: (f.get_tensor(key), str(file)) for key in f.keys()}
+    except SafetensorError as exc:
+        raise UserError(f"corrupt or truncated safetensors file: {exc}", location=str(file)) from exc
+
+
+def _read_pickle(file: Path) -> Sources:
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many types (UnpicklingError, RuntimeError, EOFError)
+        raise UserError(f"cannot read pickle checkpoint: {exc}", location=str(file)) from exc
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise UserError("pickle checkpoint is not a flat dict of tensors", location=str(file))
+    return {key: (tensor, str(file)) for key, tensor in state.items()}
