@@ -1,0 +1,69 @@
+"""The `trtspec` command: a thin click shell over the builder package.
+
+Subcommands are imported lazily (click's LazyGroup pattern) so `trtspec validate` never imports
+torch or GPU modules. Every `UserError` is printed as one line per problem and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from builder import __version__
+from builder.errors import UserError
+
+# name -> (module, attribute, short help). Help text lives here so `--help` imports nothing heavy.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "validate": ("builder.commands.recipe_cmds", "validate", "Check recipes; exit 2 with precise errors."),
+    "plan": ("builder.commands.recipe_cmds", "plan", "Show build stages, cache keys and the memory plan."),
+    "schema": ("builder.commands.recipe_cmds", "schema", "Print the recipe JSON schema."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports each subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, _, help_) in sorted(COMMANDS.items())]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            for line in str(exc).splitlines():
+                click.echo(f"error: {line}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trtspec")
+def cli() -> None:
+    """trtspec: Llama 3 + speculative decoding (Medusa, EAGLE, Lookahead) from one YAML recipe to
+    FP8 engines and a Triton model repository.
+
+    \b
+    Typical flow:
+      trtspec validate recipes/tiny-llama3.yaml
+      trtspec plan recipes/llama3-8b-h100-fp8-eagle.yaml --set build.max_batch_size=16
+    """
+
+
+def main() -> None:
+    cli(prog_name="trtspec")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

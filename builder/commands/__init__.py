@@ -1,0 +1,1 @@
+"""CLI subcommands, imported lazily by builder.cli."""

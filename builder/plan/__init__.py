@@ -1,0 +1,1 @@
+"""`trtspec plan`: the stages a build runs (with cache keys) and the memory plan per GPU rank."""

@@ -1,0 +1,168 @@
+"""Memory plan per tensor-parallel rank (see DESIGN.md, "Memory plan").
+
+weights   Σ params × bytes(dtype) / tp for sharded matrices (decoder linears, vocab-parallel embedding
+          and lm_head, draft heads); norms and FP8 scales are replicated on every rank.
+kv/token  2 × layers × ceil(kv_heads / tp) × head_dim × bytes(kv dtype)   (+ the EAGLE layer's own)
+free      device memory − weights − runtime reserve − activations
+kv budget free × kv_cache_free_gpu_mem_fraction, in paged blocks of tokens_per_block tokens
+sequences blocks ÷ ceil((max_seq_len + max_draft_len) / tokens_per_block)
+With pp > 1 each pipeline stage holds ceil(layers / pp) layers; the first adds the embedding, the last
+the lm_head and draft weights. The plan reports the most loaded stage.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+from builder.recipe.gpus import GPUS
+from builder.recipe.schema import Architecture, Recipe
+
+DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
+FP8_SCALE_BYTES = 8  # one fp32 weight scale + one fp32 input scale per quantized linear
+GIB = 2**30
+
+
+@dataclass
+class Component:
+    name: str  # decoder, embed_tokens, lm_head, medusa_heads, eagle_draft, norms
+    params: int  # per rank
+    dtype: str
+    bytes: int
+
+
+@dataclass
+class MemoryPlan:
+    device: str
+    device_bytes: int
+    tp: int
+    pp: int
+    components: list[Component] = field(default_factory=list)
+    weight_bytes: int = 0
+    weight_bytes_by_dtype: dict[str, int] = field(default_factory=dict)
+    runtime_reserve_bytes: int = 0
+    activation_bytes: int = 0
+    kv_bytes_per_token: int = 0
+    free_bytes: int = 0
+    kv_cache_fraction: float = 0.9
+    kv_budget_bytes: int = 0
+    tokens_per_block: int = 32
+    kv_blocks: int = 0
+    kv_tokens: int = 0
+    tokens_per_sequence: int = 0
+    concurrent_sequences: int = 0
+    headroom_bytes: int = 0
+    fits: bool = True
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _layer_linear_params(a: Architecture) -> int:
+    hd = a.dim_per_head
+    attn = a.hidden_size * hd * (a.num_attention_heads * 2 + a.num_kv_heads * 2)  # q, o + k, v
+    return attn + 3 * a.hidden_size * a.intermediate_size
+
+
+def _draft_components(recipe: Recipe, a: Architecture) -> list[tuple[str, int, int]]:
+    """(name, sharded params, replicated params) of the drafter's own weights."""
+    spec, h = recipe.speculative, a.hidden_size
+    if spec.method == "medusa":
+        per_head = spec.num_layers * (h * h + h) + h * a.vocab_size
+        return [("medusa_heads", spec.num_heads * per_head, 0)]
+    if spec.method == "eagle":
+        return [("eagle_draft", 2 * h * h + h + _layer_linear_params(a), 2 * h)]
+    return []
+
+
+def _dtype_of(recipe: Recipe, name: str) -> str:
+    q = recipe.quantization
+    if q.mode == "fp8" and name not in q.exclude_modules and name != "norms":
+        return "fp8"
+    return recipe.model.dtype
+
+
+def weight_components(recipe: Recipe, a: Architecture) -> list[Component]:
+    tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
+    layers = math.ceil(a.num_layers / pp)
+    vh = a.vocab_size * a.hidden_size
+    parts: list[tuple[str, int, int]] = [
+        ("decoder", layers * _layer_linear_params(a), 0),
+        ("norms", 0, (2 * layers + 1) * a.hidden_size),
+    ]
+    first_stage = [("embed_tokens", vh, 0)]
+    last_stage = [] if a.tie_word_embeddings and pp == 1 else [("lm_head", vh, 0)]
+    last_stage += _draft_components(recipe, a)
+    stages = first_stage + last_stage if pp == 1 else max(first_stage, last_stage, key=lambda s: sum(p for _, p, _ in s))
+    out = []
+    for name, sharded, replicated in parts + list(stages):
+        params = math.ceil(sharded / tp) + replicated
+        dtype = _dtype_of(recipe, name)
+        nbytes = params * DTYPE_BYTES[dtype]
+        if dtype == "fp8":
+            linears = 7 * layers if name == "decoder" else 1
+            nbytes += linears * FP8_SCALE_BYTES
+        out.append(Component(name, params, dtype, nbytes))
+    return out
+
+
+def kv_bytes_per_token(recipe: Recipe, a: Architecture) -> int:
+    tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
+    kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
+    per_layer = 2 * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * DTYPE_BYTES[kv_dtype]
+    draft_layers = 1 if recipe.speculative.method == "eagle" else 0
+    return per_layer * (math.ceil(a.num_layers / pp) + draft_layers)
+
+
+def activation_bytes(recipe: Recipe, a: Architecture, draft_len: int) -> int:
+    """Estimate of the largest live tensors of one engine pass plus fp32 logits for every node."""
+    tp, b = recipe.parallelism.tp, recipe.build
+    act = DTYPE_BYTES["fp32" if recipe.model.dtype == "fp32" else "bf16"]
+    qkv = (a.num_attention_heads + 2 * a.num_kv_heads) * a.dim_per_head
+    per_token = (a.hidden_size + (2 * a.intermediate_size + qkv) // tp) * act
+    logits = b.max_batch_size * (draft_len + 1) * math.ceil(a.vocab_size / tp) * 4
+    return b.max_num_tokens * per_token + logits
+
+
+def device_memory(recipe: Recipe) -> tuple[str, int]:
+    device = recipe.target.device
+    if device == "cpu":
+        return "host RAM", os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    gpu = GPUS[device]
+    return gpu.name, gpu.memory_bytes
+
+
+def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
+    name, total = device_memory(recipe)
+    b, t = recipe.build, recipe.target
+    plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
+                      kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
+    plan.components = weight_components(recipe, a)
+    plan.weight_bytes = sum(c.bytes for c in plan.components)
+    for c in plan.components:
+        plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
+    plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
+    plan.activation_bytes = activation_bytes(recipe, a, draft_len)
+    plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a)
+    plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
+    plan.kv_budget_bytes = max(0, int(plan.free_bytes * plan.kv_cache_fraction))
+    block_bytes = plan.kv_bytes_per_token * b.tokens_per_block
+    plan.kv_blocks = plan.kv_budget_bytes // block_bytes
+    plan.kv_tokens = plan.kv_blocks * b.tokens_per_block
+    plan.tokens_per_sequence = b.max_seq_len + draft_len
+    blocks_per_seq = math.ceil(plan.tokens_per_sequence / b.tokens_per_block)
+    plan.concurrent_sequences = plan.kv_blocks // blocks_per_seq
+    plan.headroom_bytes = max(0, plan.free_bytes) - plan.kv_budget_bytes
+    one_seq = blocks_per_seq * block_bytes
+    fixed = plan.weight_bytes + plan.runtime_reserve_bytes + plan.activation_bytes
+    if fixed + one_seq > total or plan.concurrent_sequences < 1:
+        plan.fits = False
+        plan.problems.append(
+            f"weights {plan.weight_bytes / GIB:.2f} GiB + reserve {plan.runtime_reserve_bytes / GIB:.2f} GiB + "
+            f"activations {plan.activation_bytes / GIB:.2f} GiB + one {plan.tokens_per_sequence}-token sequence "
+            f"{one_seq / GIB:.2f} GiB (at kv fraction {plan.kv_cache_fraction}) do not fit in "
+            f"{total / GIB:.2f} GiB per rank ({name}); raise parallelism.tp, quantize to fp8, or lower build limits"
+        )
+    return plan

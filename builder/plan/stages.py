@@ -1,0 +1,94 @@
+"""Build stages, their inputs and content-addressed cache keys.
+
+A stage's key hashes the recipe fields it reads, the identity of the files it reads (local
+checkpoints: config.json contents plus every file's name, size and mtime; hub checkpoints: repo and
+revision), its upstream stage's key, and the trtspec version. Same key ⇒ same output ⇒ cache hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import builder
+from builder.recipe.loader import LoadedRecipe
+from builder.recipe.resolve import parse_checkpoint, tree_choices_spec, tree_field
+from builder.spec.choices import load_choices
+
+
+@dataclass
+class Stage:
+    name: str
+    description: str
+    reads: list[str]  # recipe field paths
+    upstream: str | None
+    key: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    def output_dir(self, cache_dir: Path) -> Path:
+        return cache_dir / self.name / self.key
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def checkpoint_identity(text: str, recipe_dir: Path) -> dict[str, Any]:
+    ref = parse_checkpoint(text, recipe_dir)
+    if ref.local is None:
+        return {"repo": ref.repo, "revision": ref.revision}
+    if not ref.local.is_dir():
+        return {"path": str(ref.local), "missing": True}
+    files = sorted(p for p in ref.local.rglob("*") if p.is_file())
+    cfg = ref.local / "config.json"
+    return {
+        "config": hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.is_file() else None,
+        "files": [(str(p.relative_to(ref.local)), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
+    }
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+STAGES = [
+    ("load", "HF checkpoint + draft → torch reference", ["model", "speculative.method", "speculative.checkpoint"]),
+    ("quantize", "modelopt FP8 PTQ (weights, activations, KV)", ["quantization"]),
+    ("export", "ONNX step + draft graphs, FP8 Q/DQ", ["speculative", "build"]),
+    ("engine", "ORT sessions (cpu) | TensorRT + tree_verify (GPU)", ["target", "parallelism", "build"]),
+    ("repo", "Triton repository (pre → spec_decoder → post)", ["triton"]),
+]
+
+
+def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
+    recipe, data = loaded.recipe, loaded.recipe.model_dump(mode="json")
+    quantized = recipe.quantization.mode != "none" or recipe.quantization.kv_cache != "model_dtype"
+    stages: list[Stage] = []
+    upstream: str | None = None
+    for name, description, reads in STAGES:
+        if name == "quantize" and not quantized:
+            continue
+        stage = Stage(name, description, reads, upstream)
+        stage.inputs = {path: _get(data, path) for path in reads}
+        if name == "export":
+            choices = tree_choices_spec(recipe)
+            if choices is not None:
+                stage.inputs["speculative.tree#choices"] = load_choices(choices, loaded.dir_of(tree_field(recipe)))
+        if name == "load":
+            stage.inputs["model.checkpoint#files"] = checkpoint_identity(
+                recipe.model.checkpoint, loaded.dir_of(("model", "checkpoint")))
+            draft = getattr(recipe.speculative, "checkpoint", None)
+            if draft:
+                stage.inputs["speculative.checkpoint#files"] = checkpoint_identity(
+                    draft, loaded.dir_of(("speculative", "checkpoint")))
+        stage.key = _digest({"stage": name, "inputs": stage.inputs, "upstream": upstream,
+                             "trtspec": builder.__version__})
+        upstream = stage.key
+        stages.append(stage)
+    return stages

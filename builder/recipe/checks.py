@@ -1,0 +1,158 @@
+"""Cross-field recipe checks. Each finding names the field, the problem and the allowed values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from builder.errors import UserError
+from builder.recipe.gpus import FP8_DEVICES, GPUS
+from builder.recipe.loader import LoadedRecipe
+from builder.recipe.resolve import architecture_from_hf, parse_checkpoint, read_config
+from builder.recipe.schema import Architecture, Recipe
+
+
+
+@dataclass
+class Finding:
+    field: tuple[str | int, ...]
+    message: str
+    allowed: str | None = None
+    severity: Literal["error", "warning"] = "error"
+
+    def render(self, loaded: LoadedRecipe) -> str:
+        err = UserError(self.message, location=loaded.where(self.field), field=".".join(map(str, self.field)),
+                        allowed=self.allowed)
+        return f"{'warning: ' if self.severity == 'warning' else ''}{err}"
+
+
+class Checker:
+    """Runs every cross-field rule over one loaded recipe, collecting findings."""
+
+    def __init__(self, loaded: LoadedRecipe) -> None:
+        self.loaded = loaded
+        self.recipe: Recipe = loaded.recipe
+        self.findings: list[Finding] = []
+        self.arch: Architecture | None = None
+
+    def add(self, field: tuple, message: str, allowed: str | None = None, warn: bool = False) -> None:
+        self.findings.append(Finding(field, message, allowed, "warning" if warn else "error"))
+
+    def run(self) -> list[Finding]:
+        for rule in (self.checkpoints, self.parallelism, self.target, self.fp8, self.lengths, self.speculative):
+            try:
+                rule()
+            except UserError as exc:
+                self.add(_field_of(exc, rule.__name__), exc.message, exc.allowed)
+        return self.findings
+
+    def checkpoints(self) -> None:
+        m = self.recipe.model
+        self.arch = m.architecture
+        ref = _ref(self, ("model", "checkpoint"), m.checkpoint)
+        if ref is not None and ref.local is not None:
+            if not ref.local.is_dir():
+                self.add(("model", "checkpoint"), f"checkpoint missing: {ref.local}", warn=True)
+            else:
+                found = architecture_from_hf(read_config(ref.local), ref.local)
+                self._compare_arch(found)
+                self.arch = found
+        if m.tokenizer:
+            tok = _ref(self, ("model", "tokenizer"), m.tokenizer)
+            if tok is not None and tok.local is not None and not tok.local.exists():
+                self.add(("model", "tokenizer"), f"tokenizer missing: {tok.local}", warn=True)
+        spec = self.recipe.speculative
+        if spec.method in ("medusa", "eagle"):
+            draft = _ref(self, ("speculative", "checkpoint"), spec.checkpoint)
+            if draft is not None and draft.local is not None and not draft.local.is_dir():
+                self.add(("speculative", "checkpoint"), f"{spec.method} checkpoint missing: {draft.local}", warn=True)
+            elif draft is not None and draft.local is not None and spec.method == "medusa":
+                self._medusa_config(read_config(draft.local))
+
+    def _compare_arch(self, found: Architecture) -> None:
+        given = self.recipe.model.architecture
+        if given is None:
+            return
+        for name in Architecture.model_fields:
+            a, b = getattr(given, name), getattr(found, name)
+            if name == "head_dim":
+                a, b = given.dim_per_head, found.dim_per_head
+            if a != b:
+                self.add(("model", "architecture", name), f"recipe says {a}, checkpoint config.json says {b}")
+
+    def _medusa_config(self, cfg: dict) -> None:
+        spec = self.recipe.speculative
+        for key, ours in (("medusa_num_heads", "num_heads"), ("medusa_num_layers", "num_layers")):
+            if key in cfg and cfg[key] != getattr(spec, ours):
+                self.add(("speculative", ours), f"recipe says {getattr(spec, ours)}, heads config.json says {cfg[key]}")
+
+    def parallelism(self) -> None:
+        tp, pp = self.recipe.parallelism.tp, self.recipe.parallelism.pp
+        if self.arch is None:
+            return
+        a = self.arch
+        if a.num_attention_heads % tp:
+            self.add(("parallelism", "tp"), f"tp={tp} does not divide num_attention_heads={a.num_attention_heads}",
+                     allowed=_divisors(a.num_attention_heads))
+        if a.num_kv_heads % tp:
+            self.add(("parallelism", "tp"), f"tp={tp} does not divide num_kv_heads={a.num_kv_heads}",
+                     allowed=_divisors(a.num_kv_heads))
+        if pp > a.num_layers:
+            self.add(("parallelism", "pp"), f"pp={pp} exceeds num_layers={a.num_layers}")
+
+    def target(self) -> None:
+        t, par = self.recipe.target, self.recipe.parallelism
+        if t.device == "cpu":
+            if par.tp != 1 or par.pp != 1:
+                self.add(("parallelism",), "the cpu target runs one process: tp and pp must be 1", allowed="tp: 1, pp: 1")
+            if t.engine_backend != "onnxruntime":
+                self.add(("target", "backend"), f"{t.engine_backend} needs a GPU target", allowed="onnxruntime")
+            return
+        if t.engine_backend == "onnxruntime":
+            self.add(("target", "backend"), f"onnxruntime is the cpu backend, not for {t.device}", allowed="tensorrt, trtllm")
+        if t.gpus != par.tp * par.pp:
+            self.add(("target", "gpus"), f"gpus={t.gpus} but tp × pp = {par.tp * par.pp}", allowed=str(par.tp * par.pp))
+
+    def fp8(self) -> None:
+        q, device = self.recipe.quantization, self.recipe.target.device
+        for field, value in ((("quantization", "mode"), q.mode), (("quantization", "kv_cache"), q.kv_cache)):
+            if value == "fp8" and device not in FP8_DEVICES:
+                cc = ".".join(map(str, GPUS[device].compute_capability))
+                self.add(field, f"FP8 needs compute capability ≥ 8.9; {device} has {cc}",
+                         allowed="targets " + ", ".join(FP8_DEVICES))
+
+    def lengths(self) -> None:
+        b = self.recipe.build
+        if b.max_seq_len <= b.max_input_len:
+            self.add(("build", "max_seq_len"), f"max_seq_len={b.max_seq_len} must exceed max_input_len={b.max_input_len}")
+        if self.arch is not None and b.max_seq_len > self.arch.max_position_embeddings:
+            self.add(("build", "max_seq_len"), f"max_seq_len={b.max_seq_len} exceeds the model's "
+                     f"max_position_embeddings={self.arch.max_position_embeddings}", warn=True)
+
+    def speculative(self) -> None:
+        from builder.recipe.spec_checks import check_speculative
+
+        check_speculative(self)
+
+
+def _ref(checker: Checker, field: tuple, text: str):
+    try:
+        return parse_checkpoint(text, checker.loaded.dir_of(field))
+    except UserError as exc:
+        checker.add(field, exc.message, exc.allowed)
+        return None
+
+
+def _field_of(exc: UserError, rule: str) -> tuple:
+    if exc.field:
+        return tuple(exc.field.split("."))
+    return {"checkpoints": ("model", "checkpoint"), "speculative": ("speculative",)}.get(rule, (rule,))
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def check_recipe(loaded: LoadedRecipe) -> list[Finding]:
+    return Checker(loaded).run()
+

@@ -1,0 +1,117 @@
+"""Facts derived from a validated recipe: checkpoint locations, architecture, tree and draft sizes."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import UserError
+from builder.recipe.schema import Architecture, Recipe
+from builder.spec.choices import load_choices
+
+HF_REF = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(@(?P<rev>[A-Za-z0-9_./-]+))?$")
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    text: str
+    local: Path | None  # resolved local directory (may not exist), None for hf://
+    repo: str | None = None
+    revision: str | None = None
+
+
+def parse_checkpoint(text: str, recipe_dir: Path) -> CheckpointRef:
+    """A local directory (relative to the recipe) or hf://org/name[@revision]."""
+    if text.startswith("hf://"):
+        m = HF_REF.match(text)
+        if not m:
+            raise UserError(f"malformed hub reference {text!r}", allowed="hf://org/name or hf://org/name@revision")
+        return CheckpointRef(text, None, m["repo"], m["rev"] or "main")
+    if "://" in text:
+        raise UserError(f"unsupported checkpoint scheme in {text!r}", allowed="a local directory, hf://org/name[@revision]")
+    path = Path(text).expanduser()
+    return CheckpointRef(text, path if path.is_absolute() else (recipe_dir / path).resolve())
+
+
+def read_config(directory: Path) -> dict:
+    cfg = directory / "config.json"
+    try:
+        return json.loads(cfg.read_text())
+    except FileNotFoundError:
+        raise UserError(f"checkpoint has no config.json: {directory}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{cfg}: not valid JSON ({exc})") from None
+
+
+def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
+    """Llama architecture numbers from an HF config.json; UserError when it is not a Llama."""
+    archs = cfg.get("architectures") or []
+    if cfg.get("model_type") != "llama" or (archs and "LlamaForCausalLM" not in archs):
+        raise UserError(
+            f"{source}/config.json: model_type={cfg.get('model_type')!r}, architectures={archs}",
+            field="model.family",
+            allowed="llama (LlamaForCausalLM)",
+        )
+    rope = cfg.get("rope_parameters") or {}
+    try:
+        return Architecture(
+            num_layers=cfg["num_hidden_layers"],
+            hidden_size=cfg["hidden_size"],
+            num_attention_heads=cfg["num_attention_heads"],
+            num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+            intermediate_size=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            rope_theta=cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0,
+            max_position_embeddings=cfg.get("max_position_embeddings", 8192),
+            head_dim=cfg.get("head_dim"),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
+    except KeyError as exc:
+        raise UserError(f"{source}/config.json lacks {exc.args[0]!r}") from None
+
+
+def tree_choices_spec(recipe: Recipe) -> list[list[int]] | str | None:
+    spec = recipe.speculative
+    if spec.method == "medusa":
+        return spec.tree
+    if spec.method == "eagle" and spec.tree.type == "static":
+        return spec.tree.choices
+    return None
+
+
+def tree_size(recipe: Recipe, tree_dir: Path) -> int:
+    """Draft nodes per step (root excluded) for the recipe's method."""
+    spec = recipe.speculative
+    if spec.method == "none":
+        return 0
+    if spec.method == "lookahead":
+        return spec.draft_len
+    if spec.method == "eagle" and spec.tree.type == "dynamic":
+        return spec.tree.total_nodes
+    choices = tree_choices_spec(recipe)
+    assert choices is not None
+    return len(load_choices(choices, tree_dir))
+
+
+def tree_field(recipe: Recipe) -> tuple[str, ...]:
+    return ("speculative", "tree") if recipe.speculative.method == "medusa" else ("speculative", "tree", "choices")
+
+
+def max_draft_len(recipe: Recipe, tree_dir: Path) -> int:
+    """The configured value when given (checked elsewhere), else derived from the method."""
+    given = recipe.build.max_draft_len
+    return given if given is not None else tree_size(recipe, tree_dir)
+
+
+def resolve_architecture(recipe: Recipe, checkpoint_dir: Path) -> Architecture:
+    """The checkpoint's config.json when local, else the recipe's `model.architecture`."""
+    ref = parse_checkpoint(recipe.model.checkpoint, checkpoint_dir)
+    if ref.local is not None and ref.local.is_dir():
+        return architecture_from_hf(read_config(ref.local), ref.local)
+    if recipe.model.architecture is not None:
+        return recipe.model.architecture
+    where = "is not available here" if ref.local is not None else "is on the hub (not read by plan)"
+    raise UserError(f"the checkpoint {where}; write the architecture numbers into the recipe",
+                    field="model.architecture")

@@ -1,0 +1,181 @@
+"""The recipe schema: one pydantic model drives validation, the JSON schema, --set and cache keys.
+
+Method-specific sections live beside their method (builder/spec/<method>/config.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, field_validator
+
+from builder.recipe.base import Section
+from builder.spec.eagle.config import EagleConfig
+from builder.spec.lookahead.config import LookaheadConfig
+from builder.spec.medusa.config import MedusaConfig
+
+DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
+
+
+class Architecture(Section):
+    """Llama 3 architecture numbers (from config.json when the checkpoint is local)."""
+
+    num_layers: int = Field(gt=0, description="Decoder layers (num_hidden_layers).")
+    hidden_size: int = Field(gt=0, description="Model width.")
+    num_attention_heads: int = Field(gt=0, description="Query heads.")
+    num_kv_heads: int = Field(gt=0, description="Key/value heads (GQA).")
+    intermediate_size: int = Field(gt=0, description="SwiGLU MLP width.")
+    vocab_size: int = Field(gt=0, description="Vocabulary size (128256 for Llama 3).")
+    rope_theta: float = Field(gt=0, description="Rotary base (500000 for Llama 3).")
+    max_position_embeddings: int = Field(8192, gt=0, description="Context length the model was trained for.")
+    head_dim: int | None = Field(None, gt=0, description="Per-head width; default hidden_size / heads.")
+    tie_word_embeddings: bool = Field(False, description="lm_head shares the embedding matrix.")
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+class ModelSection(Section):
+    family: Literal["llama3"] = Field("llama3", description="Model family. Only Llama 3 (LlamaForCausalLM).")
+    checkpoint: str = Field(
+        description="HF checkpoint: a local directory (relative paths are relative to the recipe file) "
+        "or hf://org/name[@revision]."
+    )
+    dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Dtype of unquantized weights and activations.")
+    tokenizer: str | None = Field(None, description="Tokenizer directory or hf:// ref; defaults to the checkpoint.")
+    architecture: Architecture | None = Field(
+        None, description="Architecture numbers; required for planning when the checkpoint is not local."
+    )
+
+
+class Calibration(Section):
+    source: str = Field(
+        "builtin:stdlib",
+        description="builtin:stdlib (Python standard-library source), builtin:humaneval, or a JSONL file "
+        "with a 'text' field per line (relative to the recipe).",
+    )
+    num_samples: int = Field(64, gt=0, le=100_000, description="Calibration sequences.")
+    seq_len: int = Field(256, gt=0, le=131_072, description="Tokens per calibration sequence.")
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v.startswith("builtin:") and v not in ("builtin:stdlib", "builtin:humaneval"):
+            raise ValueError(f"unknown builtin source {v!r} (allowed: builtin:stdlib, builtin:humaneval, a .jsonl path)")
+        if not v.startswith("builtin:") and not v.endswith(".jsonl"):
+            raise ValueError(f"{v!r} is neither a builtin source nor a .jsonl path (allowed: builtin:stdlib, builtin:humaneval, *.jsonl)")
+        return v
+
+
+class Quantization(Section):
+    mode: Literal["none", "fp8"] = Field("none", description="fp8: FP8 E4M3 weights and activations (modelopt PTQ).")
+    kv_cache: Literal["model_dtype", "fp8"] = Field("model_dtype", description="KV cache dtype.")
+    calibration: Calibration = Field(default_factory=Calibration, description="Calibration data for FP8 scales.")
+    exclude_modules: list[str] = Field(
+        default_factory=lambda: ["lm_head", "embed_tokens", "medusa_heads", "eagle_draft"],
+        description="Module name patterns kept in the model dtype.",
+    )
+
+
+class NoSpeculation(Section):
+    method: Literal["none"] = Field(description="Plain autoregressive decoding.")
+
+
+Speculative = Annotated[
+    Union[NoSpeculation, MedusaConfig, EagleConfig, LookaheadConfig], Field(discriminator="method")
+]
+
+
+class Parallelism(Section):
+    tp: int = Field(1, gt=0, le=64, description="Tensor-parallel ranks.")
+    pp: int = Field(1, gt=0, le=64, description="Pipeline-parallel ranks.")
+
+
+class Build(Section):
+    max_batch_size: int = Field(8, gt=0, le=4096, description="Sequences batched per engine step.")
+    max_input_len: int = Field(1024, gt=0, description="Longest prompt, in tokens.")
+    max_seq_len: int = Field(2048, gt=0, description="Longest prompt + generated sequence, in tokens.")
+    max_num_tokens: int = Field(8192, gt=0, description="Tokens per engine pass across the batch.")
+    max_draft_len: int | None = Field(
+        None, ge=0, description="Draft tokens per step; derived from the method when omitted, checked when given."
+    )
+    tokens_per_block: int = Field(32, gt=0, le=1024, description="Paged KV cache block size (a power of two).")
+
+    @field_validator("tokens_per_block")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"tokens_per_block must be a power of two, got {v}")
+        return v
+
+
+class Target(Section):
+    device: Literal["cpu", "h100", "h100-pcie", "h200", "a100", "l40s"] = Field(
+        "cpu", description="Where the engine runs (cpu: ONNX Runtime; GPUs: TensorRT)."
+    )
+    gpus: int = Field(1, gt=0, le=64, description="GPUs used; must equal tp × pp on GPU targets.")
+    backend: Literal["onnxruntime", "tensorrt", "trtllm"] | None = Field(
+        None, description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs (trtllm: interop, later)."
+    )
+    runtime_reserve_gib: float = Field(
+        2.0, ge=0, description="GPU memory kept for the CUDA context, cuBLAS/TensorRT workspaces (planning)."
+    )
+
+    @property
+    def engine_backend(self) -> str:
+        return self.backend or ("onnxruntime" if self.device == "cpu" else "tensorrt")
+
+
+class Ports(Section):
+    http: int = Field(8000, gt=0, lt=65536, description="HTTP port.")
+    grpc: int = Field(8001, gt=0, lt=65536, description="gRPC port.")
+    metrics: int = Field(8002, gt=0, lt=65536, description="Metrics port.")
+
+
+class Instances(Section):
+    preprocessing: int = Field(1, gt=0, le=64, description="Tokenizer model instances.")
+    spec_decoder: int = Field(1, gt=0, le=64, description="Decoding-loop model instances.")
+    postprocessing: int = Field(1, gt=0, le=64, description="Detokenizer model instances.")
+
+
+class TritonSection(Section):
+    model_name: str = Field(
+        "trtspec", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="Name of the ensemble model clients call."
+    )
+    instances: Instances = Field(default_factory=Instances, description="Instance counts per model.")
+    max_queue_delay_us: int = Field(100, ge=0, description="Dynamic-batching queue delay.")
+    decoupled: bool = Field(True, description="Stream tokens as they are accepted (decoupled transaction policy).")
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        0.9, gt=0, le=1, description="Share of GPU memory left free after weights that the KV cache may take."
+    )
+    exclude_input_in_output: bool = Field(True, description="Return generated tokens only.")
+    bind_address: str = Field("127.0.0.1", description="Address the server binds (loopback unless told otherwise).")
+    ports: Ports = Field(default_factory=Ports, description="Server ports.")
+
+
+class Bench(Section):
+    concurrency: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8], min_length=1, description="perf_analyzer concurrency levels."
+    )
+    input_len: int = Field(128, gt=0, description="Prompt tokens per request.")
+    output_len: int = Field(128, gt=0, description="Generated tokens per request.")
+    prompt_source: str = Field(
+        "builtin:humaneval", description="builtin:humaneval, builtin:synthetic, or a JSONL file with 'text'."
+    )
+    measurement_window_ms: int = Field(10_000, gt=0, description="perf_analyzer measurement interval.")
+
+
+class Recipe(Section):
+    """A trtspec recipe: what to build, for which hardware, and how to serve and measure it."""
+
+    model: ModelSection = Field(description="Target model.")
+    quantization: Quantization = Field(default_factory=Quantization, description="Quantization settings.")
+    speculative: Speculative = Field(
+        default_factory=lambda: NoSpeculation(method="none"), description="Speculative-decoding method."
+    )
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="Model parallelism.")
+    build: Build = Field(default_factory=Build, description="Engine build limits.")
+    target: Target = Field(default_factory=Target, description="Target hardware.")
+    triton: TritonSection = Field(default_factory=TritonSection, description="Triton model repository.")
+    bench: Bench = Field(default_factory=Bench, description="Benchmark settings.")

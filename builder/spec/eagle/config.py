@@ -1,0 +1,44 @@
+"""Recipe section for an EAGLE-1/2 draft layer (SafeAILab layout)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field
+
+from builder.recipe.base import Section
+
+
+class StaticTree(Section):
+    type: Literal["static"] = Field(description="A fixed tree given as choices (EAGLE-1).")
+    choices: list[list[int]] | str = Field(
+        "mc_sim_7b_63",
+        description="Inline choices, a preset name under recipes/trees/, or a .json path relative to the recipe.",
+    )
+
+
+class DynamicTree(Section):
+    type: Literal["dynamic"] = Field(description="A context-dependent tree (EAGLE-2).")
+    depth: int = Field(6, gt=0, le=16, description="Draft levels expanded per step.")
+    top_k: int = Field(10, gt=0, le=64, description="Frontier nodes expanded (and children kept) per level.")
+    total_nodes: int = Field(
+        60, gt=0, le=512, description="Draft nodes kept after reranking by cumulative draft probability."
+    )
+
+
+EagleTree = Annotated[Union[StaticTree, DynamicTree], Field(discriminator="type")]
+
+
+class EagleConfig(Section):
+    method: Literal["eagle"] = Field(description="EAGLE: a one-layer draft model over [token embedding; target hidden].")
+    checkpoint: str = Field(
+        description="EAGLE draft: local directory (config.json + model.safetensors) or hf://org/name[@revision]."
+    )
+    version: Literal[1, 2] = Field(2, description="1: static tree; 2: dynamic tree.")
+    tree: EagleTree = Field(
+        default_factory=lambda: DynamicTree(type="dynamic"),
+        description="Static choices (version 1) or dynamic expansion settings (version 2).",
+    )
+    verification: Literal["greedy", "rejection"] = Field(
+        "greedy", description="greedy or rejection sampling (temperature/top-p per request)."
+    )

@@ -1,0 +1,31 @@
+"""Recipe section for Medusa heads (FasterDecoding layout)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from builder.recipe.base import Section
+
+Choices = list[list[int]]
+
+
+class MedusaConfig(Section):
+    method: Literal["medusa"] = Field(description="Medusa: extra decoding heads on the target's last hidden state.")
+    checkpoint: str = Field(
+        description="Medusa heads: local directory (config.json + medusa_lm_head.safetensors) or "
+        "hf://org/name[@revision]."
+    )
+    num_heads: int = Field(gt=0, le=16, description="Number of Medusa heads (head k drafts the token k+2 ahead).")
+    num_layers: int = Field(1, gt=0, le=8, description="Residual blocks per head.")
+    tree: Choices | str = Field(
+        "mc_sim_7b_63",
+        description="Tree choices: an inline list of top-k rank paths, a named preset under "
+        "recipes/trees/ (e.g. mc_sim_7b_63), or a .json file path relative to the recipe.",
+    )
+    verification: Literal["greedy", "rejection"] = Field(
+        "greedy",
+        description="greedy: lossless vs greedy decoding; rejection: lossless vs sampling "
+        "(temperature/top-p come per request).",
+    )
