@@ -1,10 +1,13 @@
 """`LlamaConfig`: the target model's shape, parsed strictly from an HF `config.json`.
 
-Accepted: `architectures == ["LlamaForCausalLM"]`, SiLU MLP without biases, attention without biases,
-RoPE of type `default` or `llama3`. The RoPE settings may be written the transformers 4 way
-(`rope_theta` + `rope_scaling`) or the transformers 5 way (`rope_parameters` holding `rope_theta`,
-`rope_type` and the scaling fields). Anything else is a `UserError` naming the field; nothing falls
-back to a default silently. Keys this model does not use (token ids, `use_cache`, …) are ignored.
+Accepted: `architectures == ["LlamaForCausalLM"]` (or, without `architectures`, `model_type: llama`),
+SiLU MLP and attention without biases, RoPE of type `default` or `llama3`. The RoPE settings may be
+written the transformers 4 way (`rope_theta` + `rope_scaling`) or the transformers 5 way
+(`rope_parameters` holding `rope_theta`, `rope_type` and the scaling fields). Anything else is a
+`UserError` naming the field; nothing falls back to a default silently. Where HF itself defines a
+default we apply the same one: `rope_theta` 10000, `num_key_value_heads` = heads, `head_dim` =
+hidden / heads, `original_max_position_embeddings` = `max_position_embeddings`,
+`tie_word_embeddings` false. Keys this model does not use (token ids, `use_cache`, …) are ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Mapping
 from builder.errors import UserError
 
 ARCHITECTURES = ("LlamaForCausalLM",)
+MODEL_TYPES = ("llama",)  # checked when `architectures` is absent (a bare LlamaConfig.save_pretrained)
 ROPE_TYPES = ("default", "llama3")
 HIDDEN_ACTS = ("silu",)
 
@@ -164,6 +168,10 @@ class _Reader:
             raise self.fail(field, f"unsupported value {value!r}", allowed=", ".join(allowed))
 
     def check_architecture(self) -> None:
+        """`architectures` must be ["LlamaForCausalLM"]; if absent, `model_type` must be "llama"."""
+        if self.raw.get("architectures") is None and self.raw.get("model_type") is not None:
+            self.check_choice("model_type", MODEL_TYPES)
+            return
         archs = self.get("architectures")
         if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
             raise self.fail("architectures", f"unsupported architectures {archs!r}",
