@@ -191,17 +191,24 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> Path_:
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, (dict, list)):
+        if isinstance(node, dict) and part not in node and _is_tag(part, node):
             continue  # a discriminator tag or union member name, not a key
+        if isinstance(node, list) and not isinstance(part, int):
+            continue
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
         else:
-            out.append(part)
+            node = None
     return tuple(out)
+
+
+def _is_tag(part: Any, node: dict[str, Any]) -> bool:
+    if not isinstance(part, str):
+        return True
+    return part in {str(node.get(k)) for k in DISCRIMINATORS} or "[" in part or part[:1].isupper()
 
 
 def _to_user_error(err: dict[str, Any], loaded: LoadedRecipe) -> UserError:
@@ -213,6 +220,9 @@ def _to_user_error(err: dict[str, Any], loaded: LoadedRecipe) -> UserError:
     ctx = err.get("ctx") or {}
     allowed = ctx.get("expected") or ctx.get("expected_tags")
     msg = err["msg"]
+    if err["type"] == "union_tag_invalid":
+        path = (*path, str(ctx.get("discriminator", "")).strip("'"))
+        err = {**err, "input": ctx.get("tag")}
     if err["type"] == "missing":
         msg = "required field is missing"
     elif allowed and err["type"] in ("literal_error", "union_tag_invalid"):

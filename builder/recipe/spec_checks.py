@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from builder.errors import UserError
 from builder.recipe.resolve import tree_choices_spec, tree_field, tree_size
 from builder.spec.choices import check_choices, load_choices
 from builder.spec.lookahead.config import lookahead_draft_len
@@ -23,16 +24,19 @@ def check_speculative(c: "Checker") -> None:
     if spec.method == "eagle":
         _eagle_version(c)
     field = tree_field(c.recipe)
-    tree_dir = c.loaded.dir_of(field)
     choices_spec = tree_choices_spec(c.recipe)
     if choices_spec is not None:
-        choices = load_choices(choices_spec, tree_dir)
+        try:
+            choices = load_choices(choices_spec, c.loaded.dir_of(field))
+        except UserError as exc:
+            c.add(field, exc.message, exc.allowed)
+            return
         heads = spec.num_heads if spec.method == "medusa" else None
         for problem in check_choices(choices, heads):
             c.add(field, problem)
         if not choices:
             c.add(field, "the tree has no draft nodes")
-    size = tree_size(c.recipe, tree_dir)
+    size = tree_size(c.recipe, c.loaded.dir_of(field))
     _draft_len(c, size)
     if build.max_batch_size > BATCH_WARN:
         c.add(("build", "max_batch_size"), f"speculation with max_batch_size={build.max_batch_size} > {BATCH_WARN}: "

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Idempotent setup: a virtualenv in .venv with trtspec (CPU toolchain + test tools) installed.
+# Safe to run repeatedly: it only reinstalls when pyproject.toml or this script changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV=.venv
+STAMP=$VENV/.trtspec-setup
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/trtspec" ]; then
+  exit 0
+fi
+
+# Debian packages some later stages use (perf_analyzer needs libb64); skipped when present.
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  if ! dpkg -s libb64-0d >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq libb64-0d >/dev/null) || echo "setup: apt-get libb64-0d failed (only perf_analyzer needs it)" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# torch first and pinned: 2.13.0 has a CPU build on these machines' disk; anything newer pulls a
+# multi-GB CUDA build.
+"$VENV/bin/python" -m pip install -q "torch==2.13.0"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,dev]"
+# Type stubs for the TensorRT adapter; --no-deps because `tensorrt` itself is not installable here.
+"$VENV/bin/python" -m pip install -q --no-deps "tensorrt-stubs==10.13.0.35.1"
+echo "$want" > "$STAMP"
+echo "setup: ready ($VENV)"

@@ -1,0 +1,88 @@
+"""Memory-plan figures against hand-computed values from the published Llama 3 architectures.
+
+Every expected number below is worked out by hand from the architecture (shown inline), not
+produced by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.unit.recipe_helpers import run
+
+GIB = 2**30
+H100_BYTES = 81559 * 2**20  # nvidia-smi total of an H100 SXM 80GB
+
+
+def plan(recipe: str, *sets: str) -> dict:
+    args = ["plan", "--json", recipe]
+    for s in sets:
+        args += ["--set", s]
+    result = run(*args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_llama3_8b_fp8_h100():
+    m = plan("recipes/llama3-8b-1xh100-fp8-none.yaml")["memory"]
+    # per layer: q 4096·4096 + k,v 2·4096·1024 + o 4096·4096 + MLP 3·4096·14336 = 218,103,808 params
+    decoder = 32 * 218_103_808 * 1 + 32 * 7 * 8  # FP8 bytes + one fp32 weight + input scale per linear
+    embed = lm_head = 128256 * 4096 * 2  # bf16 (excluded from FP8)
+    norms = (2 * 32 + 1) * 4096 * 2
+    assert decoder == 6_979_323_648
+    assert m["weight_bytes"] == decoder + embed + lm_head + norms == 9_081_202_432
+    assert m["weight_bytes_by_dtype"] == {"fp8": decoder, "bf16": embed + lm_head + norms}
+    assert m["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 1 == 65_536  # FP8 KV
+    # activations: 8192 tokens · (4096 + 2·14336 + (32+16)·128) · 2 B + 16 seqs · 1 node · 128256 · 4 B
+    act = 8192 * (4096 + 28672 + 6144) * 2 + 16 * 128256 * 4
+    assert m["activation_bytes"] == act == 645_742_592
+    free = H100_BYTES - 9_081_202_432 - 2 * GIB - act
+    assert m["free_bytes"] == free
+    budget = int(free * 0.9)
+    blocks = budget // (65_536 * 32)
+    assert m["kv_tokens"] == blocks * 32
+    assert m["concurrent_sequences"] == blocks // (4096 // 32) == 246
+    assert m["fits"]
+
+
+def test_llama3_70b_fp8_tp4_h100_eagle():
+    r = plan("recipes/llama3-70b-tp4-h100-fp8-eagle.yaml")
+    m = r["memory"]
+    layer = 8192 * 8192 * 2 + 8192 * 1024 * 2 + 3 * 8192 * 28672  # = 855,638,016
+    assert layer == 855_638_016
+    decoder = 80 * layer // 4 + 80 * 7 * 8
+    embed = lm_head = 128256 * 8192 // 4 * 2
+    norms = (2 * 80 + 1) * 8192 * 2
+    # EAGLE draft (bf16, sharded): fc 2·8192·8192 + 8192 bias + one decoder layer; its 2 norms replicated
+    eagle = (2 * 8192 * 8192 + 8192 + layer) // 4 * 2 + 2 * 8192 * 2
+    comps = {c["name"]: c["bytes"] for c in m["components"]}
+    assert comps == {"decoder": decoder, "norms": norms, "embed_tokens": embed, "lm_head": lm_head,
+                     "eagle_draft": eagle}
+    # KV: 80 target layers + 1 draft layer, 8/4 = 2 KV heads per rank, 128 dims, FP8
+    assert m["kv_bytes_per_token"] == 2 * 81 * 2 * 128 == 41_472
+    assert r["max_draft_len"] == 60
+    assert m["tokens_per_sequence"] == 4096 + 60
+
+
+def test_70b_bf16_on_one_h100_is_refused():
+    result = run("plan", "recipes/llama3-70b-tp1-h200-fp8-none.yaml", "--set", "quantization.mode=none",
+                 "--set", "target.device=h100")
+    assert result.exit_code == 2
+    # 80 layers · 855,638,016 params · 2 B = 127.5 GiB of decoder weights alone
+    assert "do not fit" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_medusa_heads_cost_their_lm_heads():
+    m = plan("recipes/llama3-8b-1xh100-fp8-medusa.yaml")["memory"]
+    heads = {c["name"]: c for c in m["components"]}["medusa_heads"]
+    # 4 heads × (1 residual block 4096·4096 + 4096 bias, + lm_head 4096·128256), bf16
+    assert heads["params"] == 4 * (4096 * 4096 + 4096 + 4096 * 128256)
+    assert heads["bytes"] == heads["params"] * 2 and heads["dtype"] == "bf16"
+
+
+def test_pipeline_parallel_counts_the_heavier_stage():
+    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2")["memory"]
+    comps = {c["name"]: c["params"] for c in m["components"]}
+    assert comps["decoder"] == 40 * 855_638_016
+    assert m["kv_bytes_per_token"] == 2 * 40 * 8 * 128
+    assert ("embed_tokens" in comps) != ("lm_head" in comps)  # one stage holds one of them
