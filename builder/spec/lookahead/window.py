@@ -1,0 +1,175 @@
+"""Lookahead's Jacobi window and the step layout (root + window + verification set).
+
+Vocabulary as in `builder.spec`: *window* (W columns × N-1 levels), *ngram* (length N),
+*verification set* (at most G pool n-grams that start with the root token).
+
+The window. Column c holds guessed tokens at levels 0..N-2; the token at (column c, level l) sits
+at depth c + l (root = depth 0), so a column is a chain of consecutive positions and, once full, an
+n-gram candidate: its level-0 token followed by its N-2 higher levels and the target's output at
+its top level. Column 0's level-0 slot *is* the root. A token at (c, l) attends the root, the
+level-0 tokens of columns 1..c-1 and its own column's levels 0..l — so it sees exactly one token
+at each depth 0..c+l (a plausible context), yet the window is not a tree: level-0 tokens are shared
+by all later columns. That is why `Draft.mask` is explicit. This is the layout of
+hao-ai-lab/LookaheadDecoding (`lade/models/modeling_llama.py`, `j_make_causal_mask_multilevel`) and
+of TensorRT-LLM (`cpp/tensorrt_llm/layers/lookaheadAlgorithm.cpp`, whose `posIdsToMask` derives the
+same mask from the position ids); node order here is TensorRT-LLM's, column by column.
+
+Warm-up (TensorRT-LLM's scheme): the window starts with one level of tokens copied from the prompt
+and gains one level per step (new level = the target's outputs at the current top level) until it
+has N-1 levels. Meanwhile a chain of N-2-f filler tokens (f = levels present, "prefills" in
+TensorRT-LLM) sits between the root and column 0, so column c, level l is at depth (N-1-f) + c + l
+and every step moves the window one position closer to the root. Once full, each step shifts every
+column down one level (its level 0 leaves as the n-gram's first token, the target's output at its top
+level enters) — after the root advanced by one token. Like both references (LADE's default
+ALWAYS_FWD_ONE), the window moves by one position per step however many tokens were accepted.
+
+Size. With a full window and G verification n-grams the step has
+    T = 1 + (N-2) + (W-1)(N-1) + G(N-1)
+nodes: the root, column 0 (levels 1..N-2; level 0 is the root), columns 1..W-1 (N-1 levels each) and
+G chains of N-1 tokens. So T - 1 equals TensorRT-LLM's
+`max_draft_len = (N-2 if N>1 else 0) + (W-1+G)*(N-1)`. During warm-up with f levels the window part
+is (N-2-f) + f*W <= (N-2) + (W-1)(N-1), and with fewer than G pool matches T is smaller still.
+
+Paths cover only the verification branches: [0, v1, ..., v_{N-1}] per n-gram; with no n-gram the
+single path [0, -1, ...] verifies nothing and the step emits the bonus token only. Unlike
+TensorRT-LLM's `treeEncode`, branches that share a prefix are not merged.
+
+Harvesting: a full window's column c yields the n-gram (token at (c,0), levels 1..N-2, target output
+at (c, N-2)); for column 0 the first token is the root — as in LADE's `update_token_map`. (TensorRT-LLM
+keys column 0 by the target's output at the root instead, one position off; we follow LADE.)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from builder.spec.engine import Draft
+from builder.spec.lookahead.pool import Ngram
+
+
+@dataclass(frozen=True)
+class Window:
+    """The Jacobi window: `columns[c][l]` = token at column c, level l (W columns, f levels each)."""
+
+    columns: tuple[tuple[int, ...], ...]  # [W][f]; when full, columns[0][0] is the root's slot (unused)
+    prefill: tuple[int, ...]  # [N-2-f] filler chain before column 0 during warm-up; empty once full
+    ngram: int  # N
+
+    def __post_init__(self) -> None:
+        f = self.filled
+        if self.ngram < 2 or not self.columns or not 1 <= f <= self.ngram - 1:
+            raise ValueError(f"window needs N >= 2, W >= 1 and 1..N-1 levels; got N={self.ngram}, levels={f}")
+        if any(len(col) != f for col in self.columns):
+            raise ValueError("all window columns need the same number of levels")
+        if len(self.prefill) != max(self.ngram - 2 - f, 0):
+            raise ValueError(f"{f} levels need {max(self.ngram - 2 - f, 0)} prefill tokens, got {len(self.prefill)}")
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+    @property
+    def filled(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    @property
+    def full(self) -> bool:
+        return self.filled == self.ngram - 1
+
+
+def init_window(prompt_ids: Sequence[int], window: int, ngram: int, seed: int = 0) -> Window:
+    """A fresh window: one level of tokens drawn from the prompt (seeded), plus warm-up fillers."""
+    if not prompt_ids:
+        raise ValueError("init_window needs a non-empty prompt to draw initial guesses from")
+    rng = random.Random(seed)
+    pick = lambda: int(rng.choice(prompt_ids))  # noqa: E731
+    columns = tuple((pick(),) for _ in range(window))
+    return Window(columns, tuple(pick() for _ in range(max(ngram - 3, 0))), ngram)
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """One Lookahead step's nodes, and where the window and verification set sit among them."""
+
+    draft: Draft
+    window_nodes: tuple[tuple[int, ...], ...]  # [W][f] node of each window cell (root's slot -> 0)
+    verification_nodes: tuple[tuple[int, ...], ...]  # [G'][N-1] nodes of each verification branch
+
+
+def step_layout(window: Window, root_token: int, verification: Sequence[Sequence[int]]) -> StepLayout:
+    """Nodes, explicit mask, depths and paths for root + prefill + window + verification set.
+
+    verification: at most G n-gram tails (N-1 tokens each) that follow the root token.
+    """
+    n = window.ngram
+    tokens, depth, attends = [int(root_token)], [0], [[0]]
+
+    def add(token: int, d: int, context: list[int]) -> int:
+        node = len(tokens)
+        tokens.append(int(token))
+        depth.append(d)
+        attends.append(context + [node])
+        return node
+
+    shared = [0]  # root + prefill chain: attended by every window node
+    for k, tok in enumerate(window.prefill):
+        shared.append(add(tok, k + 1, list(shared)))
+    offset = 0 if window.full else len(window.prefill) + 1
+    level0: list[int] = []  # level-0 nodes of the columns placed so far
+    window_nodes = []
+    for c, column in enumerate(window.columns):
+        own: list[int] = []
+        for l, tok in enumerate(column):
+            if window.full and c == 0 and l == 0:
+                own.append(0)  # the root's slot
+                continue
+            own.append(add(tok, offset + c + l, shared + level0 + [x for x in own if x != 0]))
+        if own[0] != 0:
+            level0.append(own[0])
+        window_nodes.append(tuple(own))
+    branches = []
+    for tail in verification:
+        if len(tail) != n - 1:
+            raise ValueError(f"verification n-gram tail {list(tail)} needs N-1 = {n - 1} tokens")
+        chain: list[int] = []
+        for j, tok in enumerate(tail):
+            chain.append(add(tok, j + 1, [0] + chain))
+        branches.append(tuple(chain))
+    return StepLayout(_draft(tokens, depth, attends, branches, n), tuple(window_nodes), tuple(branches))
+
+
+def _draft(tokens: list[int], depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]], n: int) -> Draft:
+    t = len(tokens)
+    mask = torch.zeros(t, t, dtype=torch.bool)  # [T, T]
+    for i, row in enumerate(attends):
+        mask[i, row] = True
+    rows = [[0, *b] for b in branches] or [[0]]
+    paths = torch.full((len(rows), n), -1, dtype=torch.int64)  # [P, N]: D = N-1
+    for r, row in enumerate(rows):
+        paths[r, : len(row)] = torch.tensor(row)
+    return Draft(
+        tokens=torch.tensor(tokens, dtype=torch.int64),
+        mask=mask,
+        depth=torch.tensor(depth, dtype=torch.int64),
+        paths=paths,
+    )
+
+
+def advance_window(window: Window, layout: StepLayout, target_tokens: Sequence[int]) -> tuple[Window, list[Ngram]]:
+    """The next step's window and the n-grams harvested from this one.
+
+    target_tokens: [T] the target's output token at every node of `layout` (greedy: argmax).
+    Warm-up: each column gains the output at its top level as a new level; nothing is harvested.
+    Full: each column yields (its N-1 tokens + the output at its top) and keeps the last N-1.
+    """
+    node_tokens = layout.draft.tokens.tolist()
+    outputs = [int(target_tokens[nodes[-1]]) for nodes in layout.window_nodes]  # [W]
+    if not window.full:
+        columns = tuple(col + (out,) for col, out in zip(window.columns, outputs))
+        return Window(columns, window.prefill[1:], window.ngram), []
+    ngrams = [tuple(node_tokens[x] for x in nodes) + (out,) for nodes, out in zip(layout.window_nodes, outputs)]
+    return Window(tuple(g[1:] for g in ngrams), (), window.ngram), ngrams
