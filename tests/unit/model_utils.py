@@ -6,8 +6,9 @@ expected value with trtspec code.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import transformers
@@ -94,3 +95,15 @@ def hf_logits(model: transformers.LlamaForCausalLM, ids: list[int]) -> torch.Ten
     """HF logits [len(ids), vocab] for a causal pass over `ids` from scratch."""
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run with n intra-op threads, then restore. The tiny models here gain nothing from threads, and
+    on a shared 2-core machine two spinning torch threads made each forward ~40x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

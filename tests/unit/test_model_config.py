@@ -53,7 +53,7 @@ def test_transformers5_rope_parameters_spelling() -> None:
 
 
 def test_saved_by_transformers_roundtrip(tmp_path) -> None:
-    from model_utils import LLAMA3_SCALING, hf_config
+    from tests.unit.model_utils import LLAMA3_SCALING, hf_config
 
     hf_config(head_dim=16, rope_scaling=dict(LLAMA3_SCALING), tie_word_embeddings=True).save_pretrained(tmp_path)
     cfg = LlamaConfig.from_json(tmp_path)

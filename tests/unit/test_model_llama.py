@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_utils import TINY, hf_logits, hf_model, save_checkpoint
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from builder.model.config import LlamaConfig
 from builder.model.engine import TorchEngine
 from builder.model.llama import rope_inv_freq
+from tests.unit.model_utils import TINY, hf_logits, hf_model, save_checkpoint, torch_threads
 
 ATOL = 1e-5  # fp32; observed differences are ~1e-6 (SDPA vs manual attention, summation order)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module", params=sorted(TINY))
