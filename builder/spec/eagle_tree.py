@@ -98,7 +98,9 @@ def grow_static_tree(tree: Tree, root_token: int, expand: Expand) -> GrownTree:
                     raise ValueError(f"node {child} needs top-k rank {rank}, expand gave K={topk_tokens.shape[1]}")
                 tokens[child], logprobs[child] = topk_tokens[row, rank], topk_lp[row, rank]
         prev_row_of = row_of
-    scores = tree.mask.to(torch.float32) @ logprobs  # [T] sum over ancestors-or-self
+    scores = torch.zeros(t, dtype=torch.float32)  # [T] cumulative; parents precede children
+    for i in range(1, t):
+        scores[i] = scores[parents[i]] + logprobs[i]
     return GrownTree(tree, tokens, logprobs, scores)
 
 

@@ -190,3 +190,14 @@ def tree_draft(tree: Tree, tokens: torch.Tensor, draft_probs: torch.Tensor | Non
         paths=tree.paths.clone(),
         draft_probs=draft_probs,
     )
+
+
+def medusa_draft(
+    tree: Tree,
+    root_token: int,
+    topk_tokens: torch.Tensor,  # [H, K] int64 per-head top-k token ids at the root
+    topk_probs: torch.Tensor | None = None,  # [H, K] fp32 their head probabilities (rejection mode)
+) -> Draft:
+    """A Medusa step's Draft: `fill_tokens` (+ `fill_probs`) on a choices tree, then `tree_draft`."""
+    probs = None if topk_probs is None else fill_probs(tree, topk_probs)
+    return tree_draft(tree, fill_tokens(tree, root_token, topk_tokens), probs)

@@ -127,7 +127,8 @@ def brute_force_eagle2(root: int, depth: int, top_k: int, k: int, total: int) ->
 def node_paths(grown) -> set[tuple[int, ...]]:  # token path (without root) of every non-root node
     out = set()
     for i in range(1, grown.tree.num_nodes):
-        anc = sorted((j for j in range(grown.tree.num_nodes) if grown.tree.mask[i, j]), key=lambda j: int(grown.tree.depth[j]))
+        anc = [j for j in range(grown.tree.num_nodes) if grown.tree.mask[i, j]]
+        anc.sort(key=lambda j: int(grown.tree.depth[j]))
         out.add(tuple(int(grown.tokens[j]) for j in anc[1:]))
     return out
 
@@ -181,3 +182,11 @@ def test_static_tree_expand_calls() -> None:
     assert expand.calls == [([ROOT], [-1]), ([10, 11], [0, 0])]
     assert grown.tokens.tolist() == [ROOT, 10, 11, 20, 30, 31]
     assert grown.scores.tolist() == pytest.approx([0, -0.1, -0.2, -0.4, -0.7, -0.8])
+
+
+def test_static_tree_with_impossible_child_keeps_finite_ancestors() -> None:
+    tree = static_tree([(0,), (1,), (0, 0)])
+    answers = [([[10, 11]], [[-0.5, float("-inf")]]), ([[20]], [[-0.25]])]
+    grown = grow_static_tree(tree, ROOT, Recorder(answers))
+    assert grown.scores.tolist() == [0.0, -0.5, float("-inf"), -0.75]
+    assert eagle_draft(grown).draft_probs.tolist() == pytest.approx([1.0, 0.60653066, 0.0, 0.77880078])

@@ -15,6 +15,7 @@ from builder.spec.engine import Draft
 from builder.spec.tree import (
     fill_probs,
     fill_tokens,
+    medusa_draft,
     pack_mask,
     sort_choices,
     tree_draft,
@@ -74,6 +75,8 @@ def test_tiny_tree_tokens_probs_and_draft() -> None:
     assert isinstance(draft, Draft)
     assert draft.tokens.dtype == torch.int64 and draft.paths.tolist() == TINY_PATHS
     assert torch.equal(draft.mask, tree.mask) and torch.equal(draft.depth, tree.depth)
+    same = medusa_draft(tree, 7, topk, torch.tensor([[0.5, 0.25], [0.6, 0.3], [0.9, 0.1]]))
+    assert torch.equal(same.tokens, draft.tokens) and torch.equal(same.draft_probs, probs)
     with pytest.raises(ValueError, match="needs 3 heads"):
         fill_tokens(tree, 7, topk[:2])
     with pytest.raises(ValueError, match="tokens shape"):

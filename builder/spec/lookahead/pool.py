@@ -24,7 +24,9 @@ class NgramPool:
 
     def __init__(self, ngram: int, max_per_key: int, max_keys: int | None = None) -> None:
         if ngram < 2 or max_per_key < 1 or (max_keys is not None and max_keys < 1):
-            raise ValueError(f"need ngram >= 2, max_per_key >= 1, max_keys >= 1; got {ngram}, {max_per_key}, {max_keys}")
+            raise ValueError(
+                f"need ngram >= 2, max_per_key >= 1, max_keys >= 1; got {ngram}, {max_per_key}, {max_keys}"
+            )
         self.ngram = ngram
         self.max_per_key = max_per_key
         self.max_keys = max_keys

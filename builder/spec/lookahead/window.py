@@ -142,7 +142,10 @@ def step_layout(window: Window, root_token: int, verification: Sequence[Sequence
     return StepLayout(_draft(tokens, depth, attends, branches, n), tuple(window_nodes), tuple(branches))
 
 
-def _draft(tokens: list[int], depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]], n: int) -> Draft:
+def _draft(
+    tokens: list[int], depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]], n: int
+) -> Draft:
+    """Draft from per-node tokens, depths and attended nodes; paths = the verification branches."""
     t = len(tokens)
     mask = torch.zeros(t, t, dtype=torch.bool)  # [T, T]
     for i, row in enumerate(attends):
