@@ -2,7 +2,10 @@
 
 Batch size 1 at this interface. The cache holds the committed sequence; a step's nodes are written
 after it tentatively and survive only through `commit`. Call order: `prefill`, then any number of
-`step` → `commit` rounds; `prefill` may also follow a commit (it appends, causally).
+`step` → `commit` rounds; `prefill` may also follow a commit (it appends, causally). A second
+`step` (or a `prefill`) before the last step's `commit` is a RuntimeError: commit([]) drops all nodes.
+Outputs are fp32 (logits and hidden) whatever the model dtype. Runs under `torch.no_grad`, not
+`inference_mode`, so callers may modify the returned tensors in place.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class TorchEngine:
         self.cache.reset()
         self._last_step = None
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def prefill(self, token_ids: Sequence[int]) -> StepOutput:
         """Run `token_ids` causally after the committed sequence and commit their KV."""
         if self._last_step is not None:
@@ -78,7 +81,7 @@ class TorchEngine:
         self.cache.commit_all()
         return out
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def step(
         self,
         tokens: torch.Tensor,  # [T] int64

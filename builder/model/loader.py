@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -133,7 +134,7 @@ def _read_tensors(path: Path, allow_pickle: bool) -> tuple[Sources, str]:
                     + (f", {PICKLE_INDEX}, {PICKLE}" if allow_pickle else ""), location=str(path))
 
 
-def _read_sharded(index_path: Path, read_one) -> Sources:  # type: ignore[no-untyped-def]
+def _read_sharded(index_path: Path, read_one: Callable[[Path], Sources]) -> Sources:
     """Read every shard an index names; each key must sit in the shard the index says."""
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))

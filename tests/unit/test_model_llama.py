@@ -8,7 +8,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from builder.model.config import LlamaConfig
 from builder.model.engine import TorchEngine
-from builder.model.llama import rope_inv_freq
+from builder.model.kv_cache import KVCache
+from builder.model.llama import causal_mask, rope_inv_freq
 from tests.unit.model_utils import TINY, hf_logits, hf_model, save_checkpoint, torch_threads
 
 ATOL = 1e-5  # fp32; observed differences are ~1e-6 (SDPA vs manual attention, summation order)
@@ -119,3 +120,18 @@ def test_config_of_saved_checkpoint(pair) -> None:
     assert cfg.tie_word_embeddings == model.config.tie_word_embeddings
     if cfg.tie_word_embeddings:
         assert engine.model.lm_head.weight is engine.model.embed_tokens.weight
+
+
+def test_batched_forward_with_cache_matches_hf(pair) -> None:
+    """The model itself batches (B=2) over a shared cache; two causal chunks equal HF per row."""
+    model, engine = pair
+    cfg = engine.model.cfg
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, cfg.vocab_size, (2, 30), generator=gen)  # (B, T)
+    cache = KVCache(cfg.num_hidden_layers, 2, cfg.num_key_value_heads, cfg.head_dim, 32, dtype=torch.float32)
+    positions = torch.arange(30).expand(2, 30)  # (B, T)
+    with torch.no_grad():
+        first, _ = engine.model(ids[:, :18], positions[:, :18], causal_mask(18, batch=2), cache, start=0)
+        second, _ = engine.model(ids[:, 18:], positions[:, 18:], causal_mask(12, past=18, batch=2), cache, start=18)
+        ref = model(ids).logits
+    torch.testing.assert_close(torch.cat((first, second), dim=1), ref, rtol=0, atol=ATOL)
