@@ -1,0 +1,151 @@
+"""The `tree_verify` contract: one spec read by every face (torch reference, Triton kernel, ONNX op +
+ORT decomposition, TensorRT plugin) and by the exporter. Pure Python, no torch/onnx/tensorrt import.
+
+Words as in the glossary (`builder.spec`): a step's *tree* of T *nodes* (node 0 = root), *paths*,
+*accepted* nodes, the *bonus token*.
+
+Inputs (all required, in this order, for the ONNX node and the TensorRT plugin; the torch
+reference makes the sampling inputs optional in greedy mode):
+
+    logits       [B, T, V]  fp32 | bf16 | fp16   target logits, one row per node (computed in fp32)
+    tokens       [B, T]     int32   node tokens; tokens[b, 0] is the root token (never tested)
+    paths        [P, D+1]   int32   root-to-leaf node chains, root first (paths[:, 0] == 0), -1
+                                    padded at the tail; one tree shared by the batch. Every node
+                                    has one parent (a node sits at the same depth in every path).
+    temperature  [B]        fp32    rejection mode; ≤ TEMPERATURE_EPS verifies that row greedily
+    top_p        [B]        fp32    rejection mode; in (0, 1]; ≥ 1 keeps the whole vocabulary
+    uniforms     [B, D+1]   fp32    rejection mode; in [0, 1); uniforms[b, k] is used at the node of
+                                    depth k on the accepted chain (the caller's randomness, so a
+                                    call is reproducible)
+    draft_probs  [B, T]     fp32    rejection mode; q(node token) in (0, 1] under the drafter at the
+                                    node's parent; 1 for deterministic (top-k / n-gram) drafters
+
+Attribute: mode (int) — Mode.GREEDY = 0, Mode.REJECTION = 1.
+
+Outputs:
+
+    accepted_len   [B]       int32  tokens emitted = accepted draft tokens + 1 (bonus), in 1..D+1;
+                                    paths[best_path[b], :accepted_len[b]] are the nodes to commit
+    best_path      [B]       int32  the lowest path index whose first accepted_len nodes are the
+                                    accepted chain
+    output_tokens  [B, D+1]  int32  the accepted draft tokens (depth order), then the bonus token,
+                                    then -1
+
+Greedy: g[n] = argmax of logits[b, n] (ties: lowest token id). A path's accepted length is the
+longest prefix whose nodes' tokens equal g at their parent; the longest over all paths wins (ties:
+lowest path index); the bonus token is g at the last accepted node.
+
+Rejection (temperature > TEMPERATURE_EPS): p_n = softmax(logits[b, n] / temperature), restricted
+to the top-p nucleus and renormalised. Nucleus: token i is kept iff the probability mass of tokens
+strictly more probable than i is < top_p (closed under ties; the most probable token is always
+kept). From the root, at the current node n of depth k with t = uniforms[b, k]: for each child c
+of n in node order, a = p_n(tok c) / q(c) with p_n the current residual (a token already removed
+by an earlier sibling has p_n = 0): accept c if t < a; else t -= a and remove tok c from p_n (no
+renormalisation: t is kept in probability-mass units). If a child is accepted, it becomes the
+current node; if none is (or n is a leaf), the bonus token is the first token, in token-id order,
+whose cumulative residual mass exceeds t. Rounding fallbacks (unreachable in exact arithmetic):
+no such token → the last token with residual mass > 0; an empty residual → g[n].
+`builder.spec.verify` holds the reference and the proof that the output follows the target.
+
+Edge cases: T = 1 (paths [[0]]) emits one token, the greedy / sampled token at the root. All
+draft tokens rejected → accepted_len 1, output_tokens [bonus, -1, ...]. Padding rows of paths
+that repeat a prefix are allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+DOMAIN = "trtspec"  # ONNX domain of the custom op and TensorRT plugin namespace
+OP_TYPE = "TreeVerify"  # ONNX op type == TensorRT plugin name
+PLUGIN_ID = f"{DOMAIN}::{OP_TYPE}"
+OP_VERSION = 1  # ONNX opset version of the `trtspec` domain; TensorRT plugin_version "1"
+TEMPERATURE_EPS = 1e-5  # temperature ≤ this: the row is verified greedily
+
+
+class Mode(enum.IntEnum):
+    GREEDY = 0
+    REJECTION = 1
+
+    @classmethod
+    def parse(cls, mode: "Mode | int | str") -> "Mode":
+        if isinstance(mode, str):
+            try:
+                return cls[mode.upper()]
+            except KeyError:
+                raise ValueError(f"mode {mode!r}: expected one of {[m.name.lower() for m in cls]}") from None
+        return cls(int(mode))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dims: tuple[str, ...]  # symbolic dims; "D+1" is the paths width
+    dtypes: tuple[str, ...]  # numpy/torch dtype names
+    doc: str
+
+
+FLOAT_LOGITS = ("float32", "bfloat16", "float16")
+
+INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("logits", ("B", "T", "V"), FLOAT_LOGITS, "target logits per node"),
+    TensorSpec("tokens", ("B", "T"), ("int32",), "node tokens; node 0 = root"),
+    TensorSpec("paths", ("P", "D+1"), ("int32",), "root-first node chains, -1 padded"),
+    TensorSpec("temperature", ("B",), ("float32",), "sampling temperature; ≤ 1e-5 = greedy"),
+    TensorSpec("top_p", ("B",), ("float32",), "nucleus mass in (0, 1]"),
+    TensorSpec("uniforms", ("B", "D+1"), ("float32",), "U[0, 1) per depth"),
+    TensorSpec("draft_probs", ("B", "T"), ("float32",), "q(node token) at its parent; 1 = deterministic"),
+)
+OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("accepted_len", ("B",), ("int32",), "emitted tokens incl. bonus, ≥ 1"),
+    TensorSpec("best_path", ("B",), ("int32",), "lowest path index holding the accepted chain"),
+    TensorSpec("output_tokens", ("B", "D+1"), ("int32",), "accepted tokens, bonus, -1 padding"),
+)
+INPUT_NAMES = tuple(s.name for s in INPUTS)
+OUTPUT_NAMES = tuple(s.name for s in OUTPUTS)
+
+
+def bind_dims(shapes: Mapping[str, Sequence[int]], names: Sequence[str] = INPUT_NAMES) -> dict[str, int]:
+    """Check the given tensors' shapes against the contract; return {"B", "T", "V", "P", "D+1"}.
+
+    Raises ValueError naming the tensor, its shape and the conflicting dimension.
+    """
+    specs = {s.name: s for s in INPUTS + OUTPUTS}
+    dims: dict[str, int] = {}
+    for name in names:
+        spec, shape = specs[name], tuple(int(d) for d in shapes[name])
+        if len(shape) != len(spec.dims):
+            raise ValueError(f"{name}: shape {list(shape)} has rank {len(shape)}, expected {list(spec.dims)}")
+        for sym, size in zip(spec.dims, shape):
+            if dims.setdefault(sym, size) != size:
+                raise ValueError(f"{name}: shape {list(shape)} has {sym} = {size}, but {sym} = {dims[sym]} elsewhere")
+    if dims.get("T", 1) < 1 or dims.get("D+1", 1) < 1 or dims.get("P", 1) < 1:
+        raise ValueError(f"empty tree: {dims}")
+    return dims
+
+
+def check_dtypes(dtypes: Mapping[str, str]) -> None:
+    """dtypes: tensor name → dtype name ("float32", "int32", …). Raises ValueError on a mismatch."""
+    specs = {s.name: s for s in INPUTS + OUTPUTS}
+    for name, dtype in dtypes.items():
+        if dtype not in specs[name].dtypes:
+            raise ValueError(f"{name}: dtype {dtype}, expected one of {list(specs[name].dtypes)}")
+
+
+def check_paths(paths: Sequence[Sequence[int]], num_nodes: int) -> None:
+    """Validate a tree given as paths (rows of node indices). Raises ValueError precisely."""
+    parent: dict[int, int] = {}
+    for row, path in enumerate(paths):
+        if not path or path[0] != 0:
+            raise ValueError(f"paths[{row}] = {list(path)}: must start with the root node 0")
+        width = next((k for k, n in enumerate(path) if n < 0), len(path))
+        if any(n >= 0 for n in path[width:]):
+            raise ValueError(f"paths[{row}] = {list(path)}: -1 padding must be a suffix")
+        for k in range(1, width):
+            node = path[k]
+            if node >= num_nodes or node == 0:
+                raise ValueError(f"paths[{row}][{k}] = {node}: node out of range 1..{num_nodes - 1}")
+            if parent.setdefault(node, path[k - 1]) != path[k - 1]:
+                raise ValueError(f"node {node} has two parents ({parent[node]} and {path[k - 1]}) in paths")
