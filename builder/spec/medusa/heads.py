@@ -1,0 +1,184 @@
+"""Medusa heads in the FasterDecoding/Medusa layout, and their strict safetensors loader.
+
+Upstream (`medusa/model/medusa_model.py`) keeps the heads as an `nn.ModuleList` of
+`nn.Sequential(ResBlock × num_layers, nn.Linear(hidden, vocab, bias=False))`, where
+`ResBlock(x) = x + SiLU(linear(x))` with a biased, zero-initialised `linear`. The heads read the
+target's last hidden state after the final norm (`StepOutput.hidden`); head k drafts the token k + 2
+positions ahead of the position whose hidden state it reads (the target's own LM head gives k + 1).
+
+Checkpoint: `config.json` (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`, and
+optionally `hidden_size` / `vocab_size`) plus `medusa_lm_head.safetensors` holding the ModuleList's
+state dict: `{head}.{layer}.linear.weight|bias` for each residual block and `{head}.{num_layers}.weight`
+for the vocabulary projection. Upstream's older `medusa_lm_head.pt` is a pickle and is refused.
+
+One difference: upstream builds `[ResBlock(hidden)] * num_layers`, i.e. one block *shared* by all
+layers of a head. Here every layer has its own block; an upstream checkpoint (whose per-layer tensors
+are equal) loads unchanged, and with `num_layers == 1` the two are identical.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import nn
+
+from builder.errors import UserError
+
+CONFIG = "config.json"
+WEIGHTS = "medusa_lm_head.safetensors"
+PICKLED_WEIGHTS = "medusa_lm_head.pt"
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(linear(x)); the linear's weight starts at zero, so the block starts as the identity."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        nn.init.zeros_(self.linear.weight)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., C] -> [..., C]
+        return x + self.act(self.linear(x))
+
+
+class MedusaHeads(nn.ModuleList):
+    """`num_heads` Medusa heads; `state_dict()` keys are exactly upstream's (`0.0.linear.weight`, …)."""
+
+    def __init__(self, num_heads: int, num_layers: int, hidden_size: int, vocab_size: int) -> None:
+        super().__init__(
+            nn.Sequential(
+                *(ResBlock(hidden_size) for _ in range(num_layers)),
+                nn.Linear(hidden_size, vocab_size, bias=False),
+            )
+            for _ in range(num_heads)
+        )
+        self.num_heads, self.num_layers = num_heads, num_layers
+        self.hidden_size, self.vocab_size = hidden_size, vocab_size
+
+    def forward(
+        self,
+        hidden: torch.Tensor,  # [..., C] target hidden state after the final norm
+    ) -> torch.Tensor:  # -> [K, ..., V] logits; row k drafts the token k + 2 ahead
+        return torch.stack([head(hidden) for head in self], dim=0)
+
+    def init_from_lm_head(self, lm_head_weight: torch.Tensor) -> None:  # [V, C]
+        """Start every head's projection from the target's LM head, as upstream does."""
+        with torch.no_grad():
+            for head in self:
+                head[-1].weight.copy_(lm_head_weight)
+
+    def config_dict(self, base_model_name_or_path: str) -> dict[str, Any]:
+        """The `config.json` upstream writes (MedusaConfig), plus the head shapes."""
+        return {
+            "medusa_num_heads": self.num_heads,
+            "medusa_num_layers": self.num_layers,
+            "base_model_name_or_path": base_model_name_or_path,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+        }
+
+
+def expected_shapes(num_heads: int, num_layers: int, hidden_size: int, vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """Every key of an upstream Medusa state dict with its shape."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for h in range(num_heads):
+        for layer in range(num_layers):
+            shapes[f"{h}.{layer}.linear.weight"] = (hidden_size, hidden_size)
+            shapes[f"{h}.{layer}.linear.bias"] = (hidden_size,)
+        shapes[f"{h}.{num_layers}.weight"] = (vocab_size, hidden_size)
+    return shapes
+
+
+def _positive_int(raw: dict[str, Any], key: str, source: str, required: bool = True) -> int | None:
+    value = raw.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"expected a positive integer, got {value!r}", location=source, field=key)
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The decoded `config.json` of a Medusa checkpoint directory."""
+    cfg_path = path / CONFIG
+    if not cfg_path.is_file():
+        raise UserError("no config.json in the Medusa checkpoint directory", location=str(path))
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"config is not valid JSON: {exc}", location=str(cfg_path)) from exc
+    if not isinstance(raw, dict):
+        raise UserError("config must be a JSON object", location=str(cfg_path))
+    return raw
+
+
+def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], str]:
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        if (path / PICKLED_WEIGHTS).is_file():
+            raise UserError(f"{PICKLED_WEIGHTS} is a pickle and is not loaded; convert it to {WEIGHTS} "
+                            "(safetensors.torch.save_file of the same state dict)", location=str(path))
+        raise UserError(f"no {WEIGHTS} in the Medusa checkpoint directory", location=str(path))
+    try:
+        return load_file(str(weights)), str(weights)
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"unreadable safetensors file: {exc}", location=str(weights)) from exc
+
+
+def load_medusa(
+    path: str | Path,
+    *,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> MedusaHeads:
+    """Medusa heads from a checkpoint directory, checked key by key and shape by shape.
+
+    `hidden_size` / `vocab_size` are the target's (pass them to check the heads fit it). Absent from
+    upstream configs, the shapes are then taken from the weights and checked for consistency.
+    """
+    path = Path(path)
+    raw = read_config(path)
+    source = str(path / CONFIG)
+    num_heads = _positive_int(raw, "medusa_num_heads", source)
+    num_layers = _positive_int(raw, "medusa_num_layers", source)
+    tensors, weights_file = _read_weights(path)
+    head_key = f"0.{num_layers}.weight"
+    if head_key not in tensors or tensors[head_key].dim() != 2:
+        raise UserError(f"missing key {head_key!r} (or it is not a matrix); medusa_num_layers={num_layers}",
+                        location=weights_file, field=head_key)
+    found_v, found_c = tensors[head_key].shape
+    for key, want, found in (("hidden_size", hidden_size, found_c), ("vocab_size", vocab_size, found_v)):
+        cfg_value = _positive_int(raw, key, source, required=False)
+        for what, value in ((source, cfg_value), ("the target model", want)):
+            if value is not None and value != found:
+                raise UserError(f"{key} {value} from {what} disagrees with the weights ({found})",
+                                location=weights_file, field=key)
+    expected = expected_shapes(num_heads, num_layers, found_c, found_v)
+    _check_keys(tensors, expected, weights_file)
+    heads = MedusaHeads(num_heads, num_layers, found_c, found_v)
+    heads.load_state_dict({k: t.to(dtype) for k, t in tensors.items()}, strict=True)
+    return heads.to(dtype).eval()
+
+
+def _check_keys(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], source: str) -> None:
+    missing = sorted(expected.keys() - tensors.keys())
+    if missing:
+        raise UserError(f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
+                        location=source, field=missing[0])
+    for key in sorted(tensors):
+        if key not in expected:
+            raise UserError(f"unexpected key {key!r}", location=source, field=key,
+                            allowed="the Medusa head keys implied by config.json")
+        if tuple(tensors[key].shape) != expected[key]:
+            raise UserError(f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, expected {expected[key]}",
+                            location=source, field=key)
+        if not tensors[key].is_floating_point():
+            raise UserError(f"{key!r} has dtype {tensors[key].dtype}; expected a floating-point tensor",
+                            location=source, field=key)
