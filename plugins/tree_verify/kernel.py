@@ -1,0 +1,294 @@
+"""OpenAI Triton kernel for `tree_verify`: the fast face (GPU; CPU tensors under TRITON_INTERPRET=1).
+
+Contract: `plugins/tree_verify/contract.py`; reference: `builder.spec.verify` (same algorithm, same
+mass-unit formulation, fp32 here instead of fp64). Three launches:
+
+1. `_partials_kernel`, grid (B·T, S): each program streams one chunk of V of one node's logits in
+   BLOCK_V blocks and keeps the running max, argmax (lowest index) and, in rejection mode, the sum
+   of w = exp((x − max) / temperature) (online rescaling). S chunks per node fill the GPU at B = 1.
+2. `_node_stats_kernel`, grid (B·T): combines the S partials. In rejection mode with top_p < 1 it
+   finds the nucleus threshold τ = the largest w with Σ_{w' ≥ τ} w' ≥ top_p · Σ w by a 16-ary
+   search on the float bits of τ (8 passes over the row, 15 thresholds each; on a GPU mostly served
+   from L2) and the nucleus mass R.
+3. `_verify_kernel`, grid (B): greedy path acceptance vectorised over paths; in rejection mode the
+   reference's walk down the tree (t = u · R, accept child c iff t < w(tok c) / q(c), else t −= …),
+   then the bonus token by inverse CDF over the last node's residual; writes the three outputs.
+Only the logits are big: one read of B·T·V elements (plus the top-p search's 8 re-reads when
+top_p < 1, and one more read of one row per sequence for the bonus token).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from builder.spec.verify import VerifyResult
+from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode, bind_dims, check_dtypes
+
+_EPS = tl.constexpr(TEMPERATURE_EPS)
+_LOG2E = tl.constexpr(1.4426950408889634)
+_BIG = tl.constexpr(2**30)
+_TAU_HI = tl.constexpr(0x3F800001)  # float bits just above 1.0 = the largest w
+_ARITY = tl.constexpr(16)  # thresholds per pass of the top-p search
+_SEARCH_PASSES = tl.constexpr(8)  # 16**8 > 2**30 > _TAU_HI: the search ends on adjacent floats
+
+
+@triton.jit
+def _partials_kernel(logits_ptr, temperature_ptr, pmax_ptr, parg_ptr, psum_ptr, T, V, chunk,
+                     SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0)  # b * T + node
+    part = tl.program_id(1)
+    split = tl.num_programs(1)
+    start = part * chunk
+    stop = tl.minimum(start + chunk, V)
+    base = logits_ptr + row.to(tl.int64) * V
+    scale = _LOG2E / tl.maximum(tl.load(temperature_ptr + row // T), _EPS)
+    offs = tl.arange(0, BLOCK_V)
+    m = tl.full([], float("-inf"), tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    z = tl.zeros([], tl.float32)
+    for v0 in range(start, stop, BLOCK_V):
+        idx = v0 + offs
+        x = tl.load(base + idx, mask=idx < stop, other=float("-inf")).to(tl.float32)  # [BLOCK_V]
+        bm = tl.max(x, 0)
+        arg = tl.where(bm > m, v0 + tl.argmax(x, 0), arg)  # strict: an earlier block keeps a tie
+        if SAMPLE:
+            new = tl.maximum(m, bm)
+            safe = tl.where(new == float("-inf"), 0.0, new)
+            z = z * tl.exp2((m - safe) * scale) + tl.sum(tl.exp2((x - safe) * scale), 0)
+        m = tl.maximum(m, bm)
+    tl.store(pmax_ptr + row * split + part, m)
+    tl.store(parg_ptr + row * split + part, arg)
+    tl.store(psum_ptr + row * split + part, z)
+
+
+@triton.jit
+def _masses_at_least(base, V, m, scale, taus, BLOCK_V: tl.constexpr):
+    # [K]: for each threshold taus[j], Σ w over the tokens with w = exp2((x − m) · scale) ≥ taus[j]
+    offs = tl.arange(0, BLOCK_V)
+    total = tl.zeros(taus.shape, tl.float32)
+    for v0 in range(0, V, BLOCK_V):
+        idx = v0 + offs
+        x = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+        w = tl.exp2((x - m) * scale)[:, None]  # [BLOCK_V, 1]
+        total += tl.sum(tl.where(w >= taus[None, :], w, 0.0), 0)
+    return total
+
+
+@triton.jit
+def _node_stats_kernel(logits_ptr, temperature_ptr, top_p_ptr, pmax_ptr, parg_ptr, psum_ptr,
+                       node_max_ptr, node_arg_ptr, node_tau_ptr, node_mass_ptr, T, V, split,
+                       SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0)
+    s = tl.arange(0, BLOCK_S)
+    pm = tl.load(pmax_ptr + row * split + s, mask=s < split, other=float("-inf"))  # [BLOCK_S]
+    pa = tl.load(parg_ptr + row * split + s, mask=s < split, other=_BIG)
+    m = tl.max(pm, 0)
+    tl.store(node_arg_ptr + row, tl.min(tl.where(pm == m, pa, _BIG), 0))  # chunks are in id order
+    if SAMPLE:
+        temperature = tl.load(temperature_ptr + row // T)
+        top_p = tl.load(top_p_ptr + row // T)
+        scale = _LOG2E / tl.maximum(temperature, _EPS)
+        ps = tl.load(psum_ptr + row * split + s, mask=s < split, other=0.0)
+        z = tl.sum(ps * tl.exp2((pm - m) * scale), 0)
+        # k-ary search on the float bits of τ: each pass tests K − 1 thresholds between lo and hi
+        # (invariant: mass(w ≥ lo) ≥ top_p · z > mass(w ≥ hi)); 16-ary needs 8 passes for 2**30
+        lo = tl.full([], 0, tl.int32)
+        hi = tl.full([], _TAU_HI, tl.int32)
+        mass = z
+        j = tl.arange(0, _ARITY)
+        rounds = tl.where((top_p < 1.0) & (temperature > _EPS), _SEARCH_PASSES, 0)
+        for _ in range(rounds):
+            step = (hi - lo + _ARITY - 1) // _ARITY
+            taus = tl.minimum(lo + (j + 1) * step, hi)  # [K]; the last one (= hi) is never ok
+            f = _masses_at_least(logits_ptr + row.to(tl.int64) * V, V, m, scale, taus.to(tl.float32, bitcast=True),
+                                 BLOCK_V)  # fmt: skip
+            ok = (f >= top_p * z) & (taus < hi)  # a prefix of j: mass falls as τ rises
+            n_ok = tl.sum(ok.to(tl.int32), 0)
+            hi = tl.sum(tl.where(j == n_ok, taus, 0), 0)
+            lo = tl.where(n_ok > 0, tl.sum(tl.where(j == n_ok - 1, taus, 0), 0), lo)
+            mass = tl.where(n_ok > 0, tl.sum(tl.where(j == n_ok - 1, f, 0.0), 0), mass)
+        tl.store(node_max_ptr + row, m)
+        tl.store(node_tau_ptr + row, lo.to(tl.float32, bitcast=True))
+        tl.store(node_mass_ptr + row, mass)
+
+
+@triton.jit
+def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr,
+                 b, node, depth, t, scale, T, V, P, W, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    # inverse CDF over the node's residual: nucleus minus its children's (rejected) tokens
+    row = b * T + node
+    m = tl.load(node_max_ptr + row)
+    tau = tl.load(node_tau_ptr + row)
+    p = tl.arange(0, BLOCK_P)
+    col = tl.load(paths_ptr + p * W + depth, mask=p < P, other=-1)
+    kid = tl.load(paths_ptr + p * W + depth + 1, mask=(p < P) & (p * 0 + depth + 1 < W), other=-1)
+    gone = tl.load(tokens_ptr + b * T + kid, mask=(col == node) & (kid >= 0), other=-1)  # [BLOCK_P]
+    offs = tl.arange(0, BLOCK_V)
+    run = tl.zeros([], tl.float32)
+    found = tl.full([], -1, tl.int32)
+    last = tl.full([], -1, tl.int32)
+    v0 = tl.full([], 0, tl.int32)
+    while (v0 < V) & (found < 0):
+        idx = v0 + offs
+        x = tl.load(logits_ptr + row.to(tl.int64) * V + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+        w = tl.exp2((x - m) * scale)
+        removed = tl.max((idx[:, None] == gone[None, :]).to(tl.int32), 1)  # [BLOCK_V]
+        w = tl.where((w >= tau) & (removed == 0), w, 0.0)
+        cdf = tl.cumsum(w, 0) + run
+        first = tl.min(tl.where(cdf > t, idx, _BIG), 0)
+        found = tl.where(first < _BIG, first, found)
+        last = tl.maximum(last, tl.max(tl.where(w > 0, idx, -1), 0))
+        run += tl.sum(w, 0)
+        v0 += BLOCK_V
+    fallback = tl.where(last >= 0, last, tl.load(node_arg_ptr + row))  # rounding fallbacks
+    return tl.where(found >= 0, found, fallback)
+
+
+@triton.jit
+def _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau, scale, T, V):
+    # a = w(tok c) / q(c) at the current node; 0 if an earlier (rejected) sibling drafted the same token
+    c_tok = tl.load(tokens_ptr + b * T + c)
+    repeat = tl.max(tl.where(cand & (kid < c) & (kid_tok == c_tok), 1, 0), 0)
+    x = tl.load(logits_ptr + row.to(tl.int64) * V + c_tok).to(tl.float32)
+    w = tl.exp2((x - m) * scale)
+    w = tl.where((w >= tau) & (repeat == 0), w, 0.0)
+    return w / tl.load(q_ptr + b * T + c)
+
+
+@triton.jit
+def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, node_tau_ptr,
+          node_mass_ptr, node_arg_ptr, b, scale, T, V, P, W,
+          BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+    # rejection mode: the reference's walk in mass units; returns (accepted_len, best_path, bonus)
+    p = tl.arange(0, BLOCK_P)
+    d = tl.arange(0, BLOCK_W)
+    chain = tl.where(d == 0, 0, -1)  # [BLOCK_W] accepted nodes, root first
+    node = tl.full([], 0, tl.int32)
+    stop = tl.full([], -1, tl.int32)  # depth of the node that emits the bonus token
+    t_stop = tl.zeros([], tl.float32)
+    for k in range(0, W):
+        if stop < 0:
+            row = b * T + node
+            m = tl.load(node_max_ptr + row)
+            tau = tl.load(node_tau_ptr + row)
+            t = tl.load(uniforms_ptr + b * W + k) * tl.load(node_mass_ptr + row)
+            col = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
+            kid = tl.load(paths_ptr + p * W + k + 1, mask=(p < P) & (p * 0 + k + 1 < W), other=-1)
+            cand = (col == node) & (kid >= 0)  # [BLOCK_P] children of node (repeated per path)
+            kid_tok = tl.load(tokens_ptr + b * T + kid, mask=cand, other=-1)
+            accepted = tl.full([], -1, tl.int32)
+            last = tl.full([], -1, tl.int32)
+            for _ in range(tl.sum(cand.to(tl.int32), 0)):  # children in node order (≤ this many)
+                c = tl.min(tl.where(cand & (kid > last), kid, _BIG), 0)
+                if (c < _BIG) & (accepted < 0):
+                    a = _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau, scale, T, V)
+                    accepted = tl.where(t < a, c, accepted)
+                    t = tl.where(t < a, t, t - a)
+                    last = c
+            if accepted >= 0:
+                chain = tl.where(d == k + 1, accepted, chain)
+                node = accepted
+            else:
+                stop = k
+                t_stop = t
+    bonus = _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr,
+                         b, node, stop, t_stop, scale, T, V, P, W, BLOCK_P, BLOCK_V)  # fmt: skip
+    holds = p < P  # paths whose first stop + 1 nodes are the chain
+    for k in range(0, W):
+        col = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
+        holds = holds & ((k > stop) | (col == tl.sum(tl.where(d == k, chain, 0), 0)))
+    return stop + 1, tl.min(tl.where(holds, p, _BIG), 0), bonus
+
+
+@triton.jit
+def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_ptr, q_ptr,
+                   node_max_ptr, node_arg_ptr, node_tau_ptr, node_mass_ptr, len_ptr, best_ptr, out_ptr,
+                   T, V, P, W, SAMPLE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr,
+                   BLOCK_V: tl.constexpr):  # fmt: skip
+    b = tl.program_id(0)
+    p = tl.arange(0, BLOCK_P)
+    alive = p < P  # greedy: per path, all nodes so far equal the argmax at their parent
+    length = tl.zeros([BLOCK_P], tl.int32)
+    for k in range(1, W):
+        node = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
+        parent = tl.load(paths_ptr + p * W + k - 1, mask=p < P, other=-1)
+        alive = alive & (node >= 0)
+        tok = tl.load(tokens_ptr + b * T + node, mask=alive, other=-1)
+        alive = alive & (tok == tl.load(node_arg_ptr + b * T + parent, mask=alive, other=-2))
+        length += alive.to(tl.int32)
+    most = tl.max(tl.where(p < P, length, -1), 0)
+    best = tl.min(tl.where((p < P) & (length == most), p, _BIG), 0)
+    n_acc = most + 1
+    bonus = tl.load(node_arg_ptr + b * T + tl.load(paths_ptr + best * W + most))
+    if SAMPLE:
+        temperature = tl.load(temperature_ptr + b)
+        if temperature > _EPS:
+            n_acc, best, bonus = _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr,
+                                       node_tau_ptr, node_mass_ptr, node_arg_ptr, b, _LOG2E / temperature,
+                                       T, V, P, W, BLOCK_P, BLOCK_W, BLOCK_V)  # fmt: skip
+    d = tl.arange(0, BLOCK_W)
+    draft = d < n_acc - 1  # output slot d holds the token of chain node d + 1 = paths[best, d + 1]
+    nxt = tl.load(paths_ptr + best * W + d + 1, mask=draft, other=0)
+    tok = tl.load(tokens_ptr + b * T + nxt, mask=draft, other=-1)
+    tl.store(out_ptr + b * W + d, tl.where(draft, tok, tl.where(d == n_acc - 1, bonus, -1)), mask=d < W)
+    tl.store(len_ptr + b, n_acc)
+    tl.store(best_ptr + b, best)
+
+
+def tree_verify_triton(
+    logits: torch.Tensor,  # [B, T, V] fp32 | bf16 | fp16
+    tokens: torch.Tensor,  # [B, T] int32
+    paths: torch.Tensor,  # [P, D+1] int32
+    mode: Mode | int | str = Mode.GREEDY,
+    temperature: torch.Tensor | None = None,  # [B] fp32
+    top_p: torch.Tensor | None = None,  # [B] fp32
+    uniforms: torch.Tensor | None = None,  # [B, D+1] fp32
+    draft_probs: torch.Tensor | None = None,  # [B, T] fp32
+    *,
+    out: VerifyResult | None = None,  # preallocated int32 outputs (the TensorRT plugin's buffers)
+    block_v: int | None = None,
+    split: int | None = None,
+) -> VerifyResult:
+    """Launch the three kernels on logits' device (and torch's current stream). Paths are trusted:
+    validate them with `contract.check_paths` (the reference does) where they come from."""
+    mode = Mode.parse(mode)
+    b, t, v = logits.shape
+    p, w = paths.shape
+    dev = logits.device
+    temperature = torch.zeros(b, device=dev) if temperature is None else temperature
+    top_p = torch.ones(b, device=dev) if top_p is None else top_p
+    uniforms = torch.zeros(b, w, device=dev) if uniforms is None else uniforms
+    draft_probs = torch.ones(b, t, device=dev) if draft_probs is None else draft_probs
+    named = dict(logits=logits, tokens=tokens, paths=paths, temperature=temperature, top_p=top_p,
+                 uniforms=uniforms, draft_probs=draft_probs)  # fmt: skip
+    bind_dims({k: x.shape for k, x in named.items()})
+    check_dtypes({k: str(x.dtype).removeprefix("torch.") for k, x in named.items()})
+    logits, tokens, paths, temperature, top_p, uniforms, draft_probs = (x.contiguous() for x in named.values())
+    if out is None:
+        out = VerifyResult(torch.empty(b, dtype=torch.int32, device=dev), torch.empty(b, dtype=torch.int32, device=dev),
+                           torch.empty(b, w, dtype=torch.int32, device=dev))  # fmt: skip
+    block_v = block_v or min(2048 if dev.type == "cuda" else 256, triton.next_power_of_2(v))
+    blocks = triton.cdiv(v, block_v)
+    if split is None:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+        split = max(1, min(blocks, triton.cdiv(2 * sms, b * t)))
+    chunk = triton.cdiv(blocks, split) * block_v
+    split = triton.cdiv(v, chunk)
+    sample = mode is Mode.REJECTION
+    pmax = torch.empty(b * t, split, dtype=torch.float32, device=dev)  # per (node, chunk) partials
+    psum = torch.empty(b * t, split, dtype=torch.float32, device=dev)
+    parg = torch.empty(b * t, split, dtype=torch.int32, device=dev)
+    node_max, node_tau, node_mass = (torch.zeros(b * t, dtype=torch.float32, device=dev) for _ in range(3))
+    node_arg = torch.empty(b * t, dtype=torch.int32, device=dev)
+    _partials_kernel[(b * t, split)](logits, temperature, pmax, parg, psum, t, v, chunk,
+                                     SAMPLE=sample, BLOCK_V=block_v)  # fmt: skip
+    _node_stats_kernel[(b * t,)](logits, temperature, top_p, pmax, parg, psum, node_max, node_arg, node_tau,
+                                 node_mass, t, v, split, SAMPLE=sample, BLOCK_V=min(block_v, 256),
+                                 BLOCK_S=triton.next_power_of_2(split))  # fmt: skip
+    _verify_kernel[(b,)](logits, tokens, paths, temperature, uniforms, draft_probs, node_max, node_arg, node_tau,
+                         node_mass, out.accepted_len, out.best_path, out.output_tokens, t, v, p, w,
+                         SAMPLE=sample, BLOCK_P=triton.next_power_of_2(p), BLOCK_W=triton.next_power_of_2(w),
+                         BLOCK_V=min(block_v, 1024))  # fmt: skip
+    return out

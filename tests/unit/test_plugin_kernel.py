@@ -1,0 +1,92 @@
+"""The Triton kernel face against the reference, on CPU tensors through Triton's interpreter.
+
+The interpreter runs each program in Python (seconds per call), so the default cases are small:
+blocks of 8 over V and up to 3 chunks per node still exercise every merge in the kernel. A wider
+sweep is marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (the kernel module imports it)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from plugins.tree_verify.cases import compare, random_case  # noqa: E402
+from plugins.tree_verify.contract import Mode  # noqa: E402
+
+kernel = pytest.importorskip("plugins.tree_verify.kernel", reason="triton is not installed")
+
+
+def _run(case, **launch):
+    return kernel.tree_verify_triton(*case.inputs()[:3], case.mode, *case.inputs()[3:], **launch)
+
+
+def _check(seed, batch, nodes, vocab, mode, dtype, split, deterministic):
+    case = random_case(seed, batch, nodes, vocab, mode, dtype, deterministic_draft=deterministic)
+    result = compare(case, _run(case, block_v=8, split=split))
+    assert not result.wrong, result.describe()
+
+
+@settings(max_examples=8, derandomize=True, deadline=None)
+@given(
+    seed=st.integers(0, 2**20),
+    batch=st.integers(1, 2),
+    nodes=st.integers(1, 7),
+    vocab=st.integers(2, 16),
+    mode=st.sampled_from(list(Mode)),
+    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    split=st.integers(1, 2),
+    deterministic=st.booleans(),
+)
+def test_kernel_matches_reference(seed, batch, nodes, vocab, mode, dtype, split, deterministic):
+    _check(seed, batch, nodes, vocab, mode, dtype, split, deterministic)
+
+
+@pytest.mark.parametrize(
+    "seed, mode, dtype, split",
+    [
+        (11, Mode.REJECTION, torch.float32, 3),  # top-p search, q < 1, three chunks per node
+        (12, Mode.REJECTION, torch.bfloat16, 1),
+        (13, Mode.GREEDY, torch.float16, 2),
+    ],
+)
+def test_kernel_fixed_cases(seed, mode, dtype, split):
+    _check(seed, 2, 8, 24, mode, dtype, split, deterministic=seed % 2 == 0)
+
+
+def test_kernel_argmax_ties_across_blocks_and_chunks():
+    # the maximum 3.0 sits at ids 5, 13 and 21: three blocks of 8, two chunks; lowest id wins
+    logits = torch.zeros(1, 2, 24)
+    logits[0, 0, [5, 13, 21]] = 3.0
+    logits[0, 1, [13, 21]] = 3.0
+    paths = torch.tensor([[0, 1]], dtype=torch.int32)
+    tokens = torch.tensor([[0, 5]], dtype=torch.int32)
+    res = kernel.tree_verify_triton(logits, tokens, paths, block_v=8, split=2)
+    assert res.accepted_len.tolist() == [2] and res.output_tokens.tolist() == [[5, 13]]
+
+
+def test_kernel_rejects_contract_violations():
+    with pytest.raises(ValueError, match="tokens: dtype int64"):
+        kernel.tree_verify_triton(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.int64),
+                                  torch.zeros(1, 1, dtype=torch.int32))  # fmt: skip
+
+
+@pytest.mark.slow
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(
+    seed=st.integers(0, 2**20),
+    batch=st.integers(1, 4),
+    nodes=st.integers(1, 16),
+    vocab=st.integers(2, 64),
+    mode=st.sampled_from(list(Mode)),
+    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    split=st.integers(1, 4),
+    deterministic=st.booleans(),
+)
+def test_kernel_matches_reference_wide(seed, batch, nodes, vocab, mode, dtype, split, deterministic):
+    _check(seed, batch, nodes, vocab, mode, dtype, split, deterministic)
