@@ -73,6 +73,7 @@ def random_case(
     hit_rate: float = 0.6,
     deterministic_draft: bool = True,
     greedy_rows: float = 0.15,
+    logits: torch.Tensor | None = None,  # [B, T, V] to use instead of random logits
 ) -> Case:
     """A random case whose drafts are often right, so that long paths get accepted.
 
@@ -83,7 +84,8 @@ def random_case(
     gen = torch.Generator().manual_seed(seed)
     paths = tree_from_parents(random_parents(num_nodes, gen)).paths.to(torch.int32)  # [P, D+1]
     parents = _parents_from_paths(paths, num_nodes)
-    logits = (torch.randn(batch, num_nodes, vocab, generator=gen) * 2.0).to(dtype)  # [B, T, V]
+    if logits is None:
+        logits = (torch.randn(batch, num_nodes, vocab, generator=gen) * 2.0).to(dtype)  # [B, T, V]
     target = logits.float()
     tokens = torch.randint(0, vocab, (batch, num_nodes), generator=gen)  # [B, T]
     for n in range(1, num_nodes):
