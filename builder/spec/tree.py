@@ -29,6 +29,7 @@ from typing import Sequence
 
 import torch
 
+from builder.spec.choices import check_choices
 from builder.spec.engine import Draft
 
 Choice = tuple[int, ...]
@@ -65,18 +66,11 @@ def tree_from_choices(choices: Sequence[Sequence[int]]) -> Tree:
     Raises ValueError on an empty choice, a negative rank, a duplicate or a missing prefix.
     """
     ordered = sort_choices(choices)
-    node_of: dict[Choice, int] = {}
-    for i, c in enumerate(ordered):
-        if not c or min(c) < 0:
-            raise ValueError(f"invalid choice {list(c)}: needs ≥ 1 non-negative top-k rank")
-        if c in node_of:
-            raise ValueError(f"duplicate choice {list(c)}")
-        node_of[c] = i + 1
-    parents = [-1]
-    for c in ordered:
-        if len(c) > 1 and c[:-1] not in node_of:
-            raise ValueError(f"choice {list(c)} lacks its prefix {list(c[:-1])}")
-        parents.append(node_of[c[:-1]] if len(c) > 1 else 0)
+    problems = check_choices(ordered, num_heads=None)
+    if problems:
+        raise ValueError("; ".join(problems))
+    node_of = {c: i + 1 for i, c in enumerate(ordered)}
+    parents = [-1] + [node_of[c[:-1]] if len(c) > 1 else 0 for c in ordered]
     tree = tree_from_parents(parents)
     head = torch.tensor([-1] + [len(c) - 1 for c in ordered], dtype=torch.int64)  # [T]
     rank = torch.tensor([-1] + [c[-1] for c in ordered], dtype=torch.int64)  # [T]

@@ -133,7 +133,7 @@ def test_invalid_choices_and_parents() -> None:
         tree_from_choices([(0,), (1, 0)])
     with pytest.raises(ValueError, match="duplicate"):
         tree_from_choices([(0,), (0,)])
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="negative top-k rank"):
         tree_from_choices([(-1,)])
     with pytest.raises(ValueError, match="topological"):
         tree_from_parents([-1, 2, 0])
