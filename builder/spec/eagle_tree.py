@@ -51,8 +51,9 @@ class GrownTree:
 
 
 def eagle_draft(grown: GrownTree) -> Draft:
-    """The step's Draft; draft_probs = q(token) per node (root 1.0) for rejection mode."""
-    return tree_draft(grown.tree, grown.tokens, grown.logprobs.exp())
+    """The step's Draft. A top-k tree is a deterministic draft, so q = 1 (draft_probs None): passing
+    the draft softmax would make rejection mode inexact (see `builder.spec.verify`)."""
+    return tree_draft(grown.tree, grown.tokens)
 
 
 def static_tree(choices: Sequence[Sequence[int]]) -> Tree:

@@ -16,9 +16,9 @@ from typing import Sequence
 import torch
 
 from builder.spec.eagle.draft_model import EagleDraft
-from builder.spec.eagle_tree import GrownTree, dynamic_tree, grow_static_tree
+from builder.spec.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree
 from builder.spec.engine import Draft, StepOutput
-from builder.spec.tree import Tree, tree_draft
+from builder.spec.tree import Tree
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class EagleDrafter:
             grown = dynamic_tree(root_token, self._expand, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
         else:
             grown = grow_static_tree(self.tree, root_token, self._expand)
-        return _deterministic(grown)
+        return eagle_draft(grown)
 
     def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:
         self.pending_hidden = out.hidden[list(accepted)]  # (k+1, C)
@@ -116,8 +116,3 @@ class EagleDrafter:
         for r, row in enumerate(rows):
             row.out = out[r]
         return rows
-
-
-def _deterministic(grown: GrownTree) -> Draft:
-    """Top-k trees are deterministic drafts: q = 1 (see builder.spec.verify)."""
-    return tree_draft(grown.tree, grown.tokens)
