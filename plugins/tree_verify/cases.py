@@ -42,16 +42,15 @@ class Case:
         return tree_verify(self.logits, self.tokens, self.paths, self.mode, self.temperature, self.top_p,
                            self.uniforms, self.draft_probs)  # fmt: skip
 
-    def row(self, b: int) -> "Case":
-        """The case restricted to batch row b (same tree)."""
-        pick = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("logits", "tokens", "temperature", "top_p", "uniforms", "draft_probs"):
-            pick[name] = pick[name][b : b + 1]
-        return Case(**pick)
+    def rows(self, start: int, stop: int) -> "Case":
+        """The case restricted to batch rows start..stop-1 (same tree)."""
+        return dataclasses.replace(self, **{n: getattr(self, n)[start:stop] for n in _PER_ROW})
 
     def to(self, device: str | torch.device) -> "Case":
-        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return Case(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
+        return dataclasses.replace(self, **{n: getattr(self, n).to(device) for n in (*_PER_ROW, "paths")})
+
+
+_PER_ROW = ("logits", "tokens", "temperature", "top_p", "uniforms", "draft_probs")
 
 
 def random_parents(num_nodes: int, gen: torch.Generator, reach: int = 3) -> list[int]:
@@ -74,6 +73,7 @@ def random_case(
     deterministic_draft: bool = True,
     greedy_rows: float = 0.15,
     logits: torch.Tensor | None = None,  # [B, T, V] to use instead of random logits
+    parents: list[int] | None = None,  # a given tree (e.g. a Medusa preset) instead of a random one
 ) -> Case:
     """A random case whose drafts are often right, so that long paths get accepted.
 
@@ -82,7 +82,8 @@ def random_case(
     vocabulary, and now and then a copy of an earlier sibling's token (a repeated token).
     """
     gen = torch.Generator().manual_seed(seed)
-    paths = tree_from_parents(random_parents(num_nodes, gen)).paths.to(torch.int32)  # [P, D+1]
+    parents = random_parents(num_nodes, gen) if parents is None else parents
+    paths = tree_from_parents(parents).paths.to(torch.int32)  # [P, D+1]
     parents = _parents_from_paths(paths, num_nodes)
     if logits is None:
         logits = (torch.randn(batch, num_nodes, vocab, generator=gen) * 2.0).to(dtype)  # [B, T, V]
@@ -139,7 +140,7 @@ def compare(case: Case, got: VerifyResult) -> Comparison:
         if mine == _row(ref, b):
             continue
         greedy = case.mode is Mode.GREEDY or float(case.temperature[b]) <= TEMPERATURE_EPS
-        if not greedy and mine in _perturbed_outcomes(case.row(b)):
+        if not greedy and mine in _perturbed_outcomes(case.rows(b, b + 1)):
             near.append(b)
         else:
             wrong.append(f"row {b}: got {mine}, reference {_row(ref, b)}")

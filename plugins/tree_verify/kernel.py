@@ -183,7 +183,8 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
             for _ in range(tl.sum(cand.to(tl.int32), 0)):  # children in node order (≤ this many)
                 c = tl.min(tl.where(cand & (kid > last), kid, _BIG), 0)
                 if (c < _BIG) & (accepted < 0):
-                    a = _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau, scale, T, V)
+                    a = _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau,
+                                        scale, T, V)  # fmt: skip
                     accepted = tl.where(t < a, c, accepted)
                     t = tl.where(t < a, t, t - a)
                     last = c

@@ -19,7 +19,7 @@ tokens removed) at t = u_last − Σ a(children of the last node).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
@@ -55,12 +55,16 @@ def register_schema() -> None:
     onnx.defs.register_schema(schema)
 
 
-def make_node(inputs: Sequence[str], outputs: Sequence[str], mode: Mode | int | str, name: str = "tree_verify") -> onnx.NodeProto:
+def make_node(
+    inputs: Sequence[str], outputs: Sequence[str], mode: Mode | int | str, name: str = "tree_verify"
+) -> onnx.NodeProto:
     """The TreeVerify node (inputs/outputs in contract order), with TensorRT's plugin attributes."""
     if len(inputs) != len(INPUTS) or len(outputs) != len(OUTPUTS):
         raise ValueError(f"TreeVerify takes {len(INPUTS)} inputs and {len(OUTPUTS)} outputs")
-    return helper.make_node(OP_TYPE, list(inputs), list(outputs), name=name, domain=DOMAIN,
-                            mode=int(Mode.parse(mode)), plugin_namespace=DOMAIN, plugin_version=str(OP_VERSION))  # fmt: skip
+    return helper.make_node(
+        OP_TYPE, list(inputs), list(outputs), name=name, domain=DOMAIN, mode=int(Mode.parse(mode)),
+        plugin_namespace=DOMAIN, plugin_version=str(OP_VERSION),  # read by TensorRT's ONNX parser
+    )  # fmt: skip
 
 
 def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -88,9 +92,10 @@ class _Graph:
     """Emits nodes with unique output names under a prefix."""
 
     def __init__(self, prefix: str) -> None:
-        self.prefix, self.nodes, self._n = prefix, [], 0
+        self.prefix, self._n = prefix, 0
+        self.nodes: list[onnx.NodeProto] = []
 
-    def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: Any) -> str:
         outs = [f"{self.prefix}/{op_type}_{self._n}_{i}" for i in range(n_out)]
         self._n += 1
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
@@ -130,7 +135,8 @@ def _expand(node: onnx.NodeProto) -> list[onnx.NodeProto]:
         s_prev = g.op("MatMul", a, g.cast(tree["sib_lt"], F))  # [B, T] Σ a over earlier siblings
         t = g.op("Sub", g.op("Gather", uniforms, g.op("Gather", tree["depth"], tree["parent"]), axis=1), s_prev)
         zero = g.const(np.float32(0), np.float32)
-        verdict = g.op("And", g.op("And", g.op("GreaterOrEqual", t, zero), g.op("Less", t, a)), g.unsq(tree["is_kid"], 0))
+        in_segment = g.op("And", g.op("GreaterOrEqual", t, zero), g.op("Less", t, a))  # 0 ≤ u − S(c) < a(c)
+        verdict = g.op("And", in_segment, g.unsq(tree["is_kid"], 0))
         accepted = g.op("Or", g.op("And", greedy_row, accepted), g.op("And", g.op("Not", greedy_row), verdict))
     n_acc, best, row = _score_paths(g, accepted, pa)  # [B, 1], [B, 1], [B, W]
     last = g.op("GatherElements", row, n_acc, axis=1)  # [B, 1] last accepted node
@@ -194,7 +200,8 @@ def _score_paths(g: _Graph, accepted: str, pa: str) -> tuple[str, str, str]:
     kids = g.op("Slice", pa, g.const([1]), g.const([2**62]), g.const([1]))  # [P, D]
     flat = g.op("Reshape", g.op("Max", kids, g.const(0)), g.const([-1]))  # [P·D]
     hit = g.op("Gather", accepted, flat, axis=1)  # [B, P·D]
-    hit = g.op("Reshape", hit, g.op("Concat", g.dim(accepted, 0), g.op("Shape", kids), axis=0), allowzero=1)  # [B, P, D]
+    shape = g.op("Concat", g.dim(accepted, 0), g.op("Shape", kids), axis=0)
+    hit = g.op("Reshape", hit, shape, allowzero=1)  # [B, P, D] (D may be 0)
     hit = g.op("And", hit, g.unsq(g.op("GreaterOrEqual", kids, g.const(0)), 0))
     misses = g.op("CumSum", g.cast(g.op("Not", hit), I64), g.const(2))  # [B, P, D]
     alive = g.cast(g.op("Equal", misses, g.const(0)), I64)
@@ -235,5 +242,6 @@ def _outputs(g: _Graph, names: Sequence[str], tk: str, row: str, n_acc: str, bes
     tail = g.op("Where", g.op("Equal", slot, n_acc), bonus, g.const(-1))
     out = g.op("Where", g.op("Less", slot, n_acc), toks, tail)  # [B, W]
     g.nodes.append(helper.make_node("Cast", [out], [out_tokens], to=I32))
-    g.nodes.append(helper.make_node("Cast", [g.op("Squeeze", g.op("Add", n_acc, g.const(1)), g.const([1]))], [acc_len], to=I32))
+    emitted = g.op("Squeeze", g.op("Add", n_acc, g.const(1)), g.const([1]))  # [B] accepted + bonus
+    g.nodes.append(helper.make_node("Cast", [emitted], [acc_len], to=I32))
     g.nodes.append(helper.make_node("Cast", [g.op("Squeeze", best, g.const([1]))], [best_path], to=I32))

@@ -105,10 +105,11 @@ def _register_impl() -> None:
         from builder.spec.verify import VerifyResult
         from plugins.tree_verify.kernel import tree_verify_triton
 
-        inputs = [_as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms, draft_probs)]
+        x, tok, pa, temp, tp, u, q = (_as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms,
+                                                               draft_probs))  # fmt: skip
         out = VerifyResult(*(_as_torch(t) for t in outputs))
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-            tree_verify_triton(*inputs[:3], Mode(mode), *inputs[3:], out=out)
+            tree_verify_triton(x, tok, pa, Mode(mode), temp, tp, u, q, out=out)
 
 
 class _CudaArray:

@@ -69,7 +69,7 @@ def run_mypy(files: Sequence[str | Path], work: Path) -> subprocess.CompletedPro
 def main(argv: Sequence[str] | None = None) -> int:
     import tempfile
 
-    files = list(argv or [HERE / "trt_plugin.py"])
+    files: list[str | Path] = list(argv) if argv else [HERE / "trt_plugin.py"]
     with tempfile.TemporaryDirectory() as tmp:
         result = run_mypy(files, Path(tmp))
     print(result.stdout + result.stderr, end="")

@@ -19,7 +19,8 @@ from plugins.tree_verify.cases import compare, random_case
 from plugins.tree_verify.contract import DOMAIN, INPUT_NAMES, OP_TYPE, OUTPUT_NAMES, Mode
 
 HIDDEN = 8
-_LOGITS_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16, torch.bfloat16: TensorProto.BFLOAT16}
+_LOGITS_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16,
+                torch.bfloat16: TensorProto.BFLOAT16}  # fmt: skip
 
 
 def _model(vocab: int, mode: Mode, dtype: torch.dtype, weight: np.ndarray) -> onnx.ModelProto:

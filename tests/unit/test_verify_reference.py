@@ -238,7 +238,8 @@ def test_small_temperature_converges_to_greedy(seed, nodes, vocab):
     paths = random_case(seed, 1, nodes, vocab, Mode.GREEDY).paths
     tokens = torch.zeros(1, nodes, dtype=torch.int32)
     siblings: dict[int, int] = {}
-    for parent, child in sorted({(p, c) for row in paths.tolist() for p, c in zip(row, row[1:]) if c >= 0}, key=lambda e: e[1]):
+    edges = {(p, c) for row in paths.tolist() for p, c in zip(row, row[1:]) if c >= 0}
+    for parent, child in sorted(edges, key=lambda e: e[1]):
         rank = siblings[parent] = siblings.get(parent, -1) + 1  # the parent's rank-th likeliest token
         tokens[0, child] = logits[0, parent].argsort(descending=True)[rank % vocab]
     cold = tree_verify(logits, tokens, paths, "rejection", torch.full((1,), 1e-3), torch.ones(1),

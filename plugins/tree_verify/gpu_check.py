@@ -1,0 +1,192 @@
+"""GPU check of `tree_verify` (run by scripts/gpu_check.sh; needs CUDA torch + triton; tensorrt optional).
+
+    python -m plugins.tree_verify.gpu_check [--vocab 128256] [--batches 1,2,4,8,16] [--json out.json]
+
+1. The Triton kernel against the reference at T = 64 (the Medusa tree mc_sim_7b_63), V = 128256,
+   B = 1..16, greedy and rejection (top_p = 1: one pass over the logits; mixed top_p: the top-p
+   search re-reads rows), bf16 logits (fp16 and fp32 at B = 1 and 16, greedy).
+2. Times each call with triton.testing.do_bench and sets the bytes it must move (the logits,
+   B·T·V·bytes, plus the small inputs/outputs) against the device's measured copy bandwidth
+   (a 1 GiB device-to-device copy: read + write).
+3. If TensorRT with tensorrt.plugin is installed: builds an engine from an ONNX graph holding the
+   trtspec::TreeVerify node (parsed to the plugin) and checks it against the reference.
+Ends with a table. A row whose output differs from the reference other than at a near-tie fails
+the check (exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import torch
+
+from builder.spec.choices import load_choices
+from builder.spec.tree import tree_from_choices
+from builder.spec.verify import VerifyResult
+from plugins.tree_verify.cases import Case, compare, random_case
+from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
+
+TREE = "mc_sim_7b_63"  # 63 Medusa choices + root = 64 nodes
+
+
+@dataclasses.dataclass
+class Row:
+    face: str
+    mode: str
+    dtype: str
+    batch: int
+    us: float
+    gbps: float
+    of_copy: float  # achieved / measured copy bandwidth
+    rows_ok: int
+    near_ties: int
+    wrong: int
+
+
+def bytes_moved(batch: int, nodes: int, vocab: int, logit_bytes: int, width: int, num_paths: int) -> int:
+    """Minimum bytes per call: logits once, the small inputs and the outputs."""
+    small_in = 4 * (batch * nodes * 2 + num_paths * width + batch * (2 + width))  # tokens, q, paths, …
+    return batch * nodes * vocab * logit_bytes + small_in + 4 * batch * (2 + width)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s (read + write counted)."""
+    import triton.testing
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=300)
+    return 2 * nbytes / ms / 1e6
+
+
+def make_case(mode: Mode, batch: int, vocab: int, dtype: torch.dtype, top_p_one: bool) -> Case:
+    parents = tree_from_choices(load_choices(TREE)).parents.tolist()
+    case = random_case(7, batch, len(parents), vocab, mode, dtype, parents=parents, greedy_rows=0.0)
+    if top_p_one:
+        case.top_p = torch.ones_like(case.top_p)
+    return case.to("cuda")
+
+
+def check_kernel(case: Case, label: str, copy_gbps: float) -> Row:
+    import triton.testing
+
+    from plugins.tree_verify.kernel import tree_verify_triton
+
+    def run() -> VerifyResult:
+        return tree_verify_triton(case.logits, case.tokens, case.paths, case.mode, case.temperature, case.top_p,
+                                  case.uniforms, case.draft_probs)  # fmt: skip
+
+    result = compare(case, run())
+    ms = triton.testing.do_bench(run, warmup=25, rep=200)
+    b, t, v = case.logits.shape
+    moved = bytes_moved(b, t, v, case.logits.element_size(), case.paths.shape[1], case.paths.shape[0])
+    gbps = moved / ms / 1e6
+    return Row("triton", label, str(case.logits.dtype).removeprefix("torch."), b, ms * 1e3, gbps,
+               gbps / copy_gbps, result.rows - len(result.near_ties) - len(result.wrong),
+               len(result.near_ties), len(result.wrong))  # fmt: skip
+
+
+def tensorrt_available() -> bool:
+    try:
+        import tensorrt.plugin  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_tensorrt(case: Case, label: str) -> Row:
+    """Build a TensorRT engine from an ONNX graph with the TreeVerify node and compare it."""
+    import tensorrt as trt
+
+    from plugins.tree_verify import trt_plugin
+
+    trt_plugin.register()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(_verify_model(case).SerializeToString()):
+        raise RuntimeError("; ".join(str(parser.get_error(i)) for i in range(parser.num_errors)))
+    plan = builder.build_serialized_network(network, builder.create_builder_config())
+    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    context = engine.create_execution_context()
+    b, w = case.tokens.shape[0], case.paths.shape[1]
+    outs = [torch.empty(b, dtype=torch.int32, device="cuda"), torch.empty(b, dtype=torch.int32, device="cuda"),
+            torch.empty(b, w, dtype=torch.int32, device="cuda")]  # fmt: skip
+    for name, tensor in [*zip(INPUT_NAMES, case.inputs()), *zip(OUTPUT_NAMES, outs)]:
+        context.set_tensor_address(name, tensor.contiguous().data_ptr())
+    stream = torch.cuda.current_stream()
+    context.execute_async_v3(stream.cuda_stream)
+    stream.synchronize()
+    result = compare(case, VerifyResult(*outs))
+    return Row("tensorrt", label, str(case.logits.dtype).removeprefix("torch."), b, float("nan"), float("nan"),
+               float("nan"), result.rows - len(result.near_ties) - len(result.wrong), len(result.near_ties),
+               len(result.wrong))  # fmt: skip
+
+
+def _verify_model(case: Case):
+    """An ONNX model whose only node is TreeVerify, with this case's static shapes."""
+    from onnx import TensorProto, helper
+
+    from plugins.tree_verify import onnx_op
+    from plugins.tree_verify.contract import DOMAIN
+
+    types = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16,
+             torch.bfloat16: TensorProto.BFLOAT16, torch.int32: TensorProto.INT32}  # fmt: skip
+    named = zip(INPUT_NAMES, case.inputs())
+    inputs = [helper.make_tensor_value_info(n, types[t.dtype], list(t.shape)) for n, t in named]
+    b, w = case.tokens.shape[0], case.paths.shape[1]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.INT32, s) for n, s in zip(OUTPUT_NAMES, ([b], [b], [b, w]))]
+    graph = helper.make_graph([onnx_op.make_node(INPUT_NAMES, OUTPUT_NAMES, case.mode)], "tree_verify", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(DOMAIN, 1)])
+
+
+def table(rows: list[Row], copy_gbps: float) -> str:
+    head = (f"{'face':9} {'mode':22} {'dtype':9} {'B':>3} {'µs':>9} {'GB/s':>8} {'% copy':>7} "
+            f"{'ok':>4} {'near':>5} {'wrong':>5}")
+    lines = [f"device copy bandwidth: {copy_gbps:.0f} GB/s (goal: ≥ 80 % of it)", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.face:9} {r.mode:22} {r.dtype:9} {r.batch:>3} {r.us:>9.1f} {r.gbps:>8.0f} "
+                     f"{100 * r.of_copy:>6.0f}% {r.rows_ok:>4} {r.near_ties:>5} {r.wrong:>5}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=128256)
+    ap.add_argument("--batches", default="1,2,4,8,16")
+    ap.add_argument("--json", help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    start, batches = time.time(), [int(b) for b in args.batches.split(",")]
+    print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · TensorRT: {tensorrt_available()}")
+    copy_gbps = copy_bandwidth()
+    rows: list[Row] = []
+    configs = [(Mode.GREEDY, "greedy", True), (Mode.REJECTION, "rejection top_p=1", True),
+               (Mode.REJECTION, "rejection mixed top_p", False)]  # fmt: skip
+    for mode, label, top_p_one in configs:
+        full = make_case(mode, max(batches), args.vocab, torch.bfloat16, top_p_one)
+        rows += [check_kernel(full.rows(0, b), label, copy_gbps) for b in batches]
+        if tensorrt_available():
+            rows.append(check_tensorrt(full.rows(0, min(4, max(batches))), label))
+        del full
+    for dtype in (torch.float16, torch.float32):
+        full = make_case(Mode.GREEDY, max(batches), args.vocab, dtype, True)
+        rows += [check_kernel(full.rows(0, b), "greedy", copy_gbps) for b in sorted({min(batches), max(batches)})]
+        del full
+    print(table(rows, copy_gbps))
+    print(f"({time.time() - start:.0f} s)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"copy_gbps": copy_gbps, "rows": [dataclasses.asdict(r) for r in rows]}, fh, indent=1)
+    return 1 if any(r.wrong for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""tree_verify on a GPU: the Triton kernel (and the TensorRT plugin, when installed) against the
+reference at the full Llama 3 vocabulary. Skipped without CUDA; run with `pytest -m gpu tests/gpu`."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+pytest.importorskip("triton")
+
+from plugins.tree_verify import gpu_check  # noqa: E402
+from plugins.tree_verify.contract import Mode  # noqa: E402
+
+VOCAB = 128256
+
+
+@pytest.mark.parametrize("mode, top_p_one", [(Mode.GREEDY, True), (Mode.REJECTION, True), (Mode.REJECTION, False)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_kernel_matches_reference_full_vocab(mode, top_p_one, dtype):
+    case = gpu_check.make_case(mode, 4, VOCAB, dtype, top_p_one)
+    row = gpu_check.check_kernel(case, mode.name.lower(), copy_gbps=1.0)
+    assert row.wrong == 0 and row.rows_ok + row.near_ties == 4
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_tensorrt_plugin_matches_reference(mode):
+    if not gpu_check.tensorrt_available():
+        pytest.skip("tensorrt with tensorrt.plugin is not installed")
+    row = gpu_check.check_tensorrt(gpu_check.make_case(mode, 2, VOCAB, torch.bfloat16, False), mode.name.lower())
+    assert row.wrong == 0
