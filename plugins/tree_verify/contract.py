@@ -7,7 +7,8 @@ Words as in the glossary (`builder.spec`): a step's *tree* of T *nodes* (node 0 
 Inputs (all required, in this order, for the ONNX node and the TensorRT plugin; the torch
 reference makes the sampling inputs optional in greedy mode):
 
-    logits       [B, T, V]  fp32 | bf16 | fp16   target logits, one row per node (computed in fp32)
+    logits       [B, T, V]  fp32 | bf16 | fp16   target logits, one row per node (faces compute in
+                                    fp32, the reference in fp64)
     tokens       [B, T]     int32   node tokens; tokens[b, 0] is the root token (never tested)
     paths        [P, D+1]   int32   root-to-leaf node chains, root first (paths[:, 0] == 0), -1
                                     padded at the tail; one tree shared by the batch. Every node

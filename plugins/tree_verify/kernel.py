@@ -134,8 +134,11 @@ def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, 
         idx = v0 + offs
         x = tl.load(logits_ptr + row.to(tl.int64) * V + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
         w = tl.exp2((x - m) * scale)
-        removed = tl.max((idx[:, None] == gone[None, :]).to(tl.int32), 1)  # [BLOCK_V]
-        w = tl.where((w >= tau) & (removed == 0), w, 0.0)
+        w = tl.where(w >= tau, w, 0.0)
+        here = (gone >= v0) & (gone < v0 + BLOCK_V)  # [BLOCK_P] removed tokens in this block (rare)
+        if tl.sum(here.to(tl.int32), 0) > 0:
+            for j in range(P):
+                w = tl.where(idx == tl.max(tl.where((p == j) & here, gone, -1), 0), 0.0, w)
         cdf = tl.cumsum(w, 0) + run
         first = tl.min(tl.where(cdf > t, idx, _BIG), 0)
         found = tl.where(first < _BIG, first, found)
