@@ -7,19 +7,35 @@ sweep is marked slow.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (the kernel module imports it)
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from plugins.tree_verify.cases import compare, random_case
+from plugins.tree_verify.contract import Mode
 
-from plugins.tree_verify.cases import compare, random_case  # noqa: E402
-from plugins.tree_verify.contract import Mode  # noqa: E402
 
-kernel = pytest.importorskip("plugins.tree_verify.kernel", reason="triton is not installed")
+def _import_kernel_interpreted():
+    """The kernel module with Triton's interpreter on. TRITON_INTERPRET is read when triton (and
+    the @triton.jit kernels) are imported; if another test imported triton first, in compiled mode,
+    drop triton's Python modules — not its C extension, which cannot load twice — and re-import."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        os.environ["TRITON_INTERPRET"] = "1"
+        stale = [n for n in sys.modules if n.split(".")[0] == "triton" and not n.startswith("triton._C")]
+        for name in [*stale, "plugins.tree_verify.kernel"]:
+            sys.modules.pop(name, None)
+    try:
+        return importlib.import_module("plugins.tree_verify.kernel")
+    except ImportError:
+        pytest.skip("triton is not installed", allow_module_level=True)
+
+
+kernel = _import_kernel_interpreted()
 
 
 def _run(case, **launch):
