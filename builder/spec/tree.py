@@ -162,15 +162,6 @@ def fill_tokens(tree: Tree, root_token: int, topk_tokens: torch.Tensor) -> torch
     return tokens
 
 
-def fill_probs(tree: Tree, topk_probs: torch.Tensor) -> torch.Tensor:
-    """Draft probability q(token) per node [T] fp32 from per-head top-k probs [H, K]; root 1.0."""
-    if tree.head is None or tree.rank is None:
-        raise ValueError("fill_probs needs a tree built from choices (head and rank per node)")
-    probs = torch.ones(tree.num_nodes, dtype=torch.float32)  # [T]
-    probs[1:] = topk_probs[tree.head[1:], tree.rank[1:]].to(torch.float32)
-    return probs
-
-
 def tree_draft(tree: Tree, tokens: torch.Tensor, draft_probs: torch.Tensor | None = None) -> Draft:
     """The step's `Draft` for a tree: tokens [T] int64, optional draft_probs [T] fp32."""
     if tokens.shape != (tree.num_nodes,):
@@ -190,8 +181,10 @@ def medusa_draft(
     tree: Tree,
     root_token: int,
     topk_tokens: torch.Tensor,  # [H, K] int64 per-head top-k token ids at the root
-    topk_probs: torch.Tensor | None = None,  # [H, K] fp32 their head probabilities (rejection mode)
 ) -> Draft:
-    """A Medusa step's Draft: `fill_tokens` (+ `fill_probs`) on a choices tree, then `tree_draft`."""
-    probs = None if topk_probs is None else fill_probs(tree, topk_probs)
-    return tree_draft(tree, fill_tokens(tree, root_token, topk_tokens), probs)
+    """A Medusa step's Draft: `fill_tokens` on a choices tree, then `tree_draft`.
+
+    A top-k tree is a deterministic draft, so it carries no draft probabilities (q = 1): passing
+    the heads' softmax would make rejection mode inexact (see `builder.spec.verify`).
+    """
+    return tree_draft(tree, fill_tokens(tree, root_token, topk_tokens))

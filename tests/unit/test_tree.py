@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from builder.spec.engine import Draft
 from builder.spec.tree import (
-    fill_probs,
     fill_tokens,
     medusa_draft,
     pack_mask,
@@ -69,14 +68,14 @@ def test_tiny_tree_tokens_probs_and_draft() -> None:
     topk = torch.tensor([[10, 11], [20, 21], [30, 31]])  # [H=3, K=2]
     tokens = fill_tokens(tree, 7, topk)
     assert tokens.tolist() == [7, 10, 11, 20, 21, 20, 30]
-    probs = fill_probs(tree, torch.tensor([[0.5, 0.25], [0.6, 0.3], [0.9, 0.1]]))
-    assert probs.tolist() == pytest.approx([1.0, 0.5, 0.25, 0.6, 0.3, 0.6, 0.9])
+    probs = torch.tensor([1.0, 0.5, 0.25, 0.6, 0.3, 0.6, 0.9])
     draft = tree_draft(tree, tokens, probs)
     assert isinstance(draft, Draft)
     assert draft.tokens.dtype == torch.int64 and draft.paths.tolist() == TINY_PATHS
     assert torch.equal(draft.mask, tree.mask) and torch.equal(draft.depth, tree.depth)
-    same = medusa_draft(tree, 7, topk, torch.tensor([[0.5, 0.25], [0.6, 0.3], [0.9, 0.1]]))
-    assert torch.equal(same.tokens, draft.tokens) and torch.equal(same.draft_probs, probs)
+    assert torch.equal(draft.draft_probs, probs)
+    same = medusa_draft(tree, 7, topk)
+    assert torch.equal(same.tokens, draft.tokens) and same.draft_probs is None  # top-k draft: q = 1
     with pytest.raises(ValueError, match="needs 3 heads"):
         fill_tokens(tree, 7, topk[:2])
     with pytest.raises(ValueError, match="tokens shape"):

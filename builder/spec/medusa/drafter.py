@@ -8,7 +8,7 @@ import torch
 
 from builder.spec.engine import Draft, StepOutput
 from builder.spec.medusa.heads import MedusaHeads
-from builder.spec.tree import Tree, fill_tokens, tree_draft
+from builder.spec.tree import Tree, medusa_draft
 
 
 class MedusaDrafter:
@@ -32,7 +32,7 @@ class MedusaDrafter:
         depth = self.tree.max_depth
         logits = self.heads(self.hidden.to(self.heads[0][-1].weight.dtype))[:depth]  # (H, V)
         topk = logits.float().topk(self.top_k, dim=-1).indices  # (H, K)
-        return tree_draft(self.tree, fill_tokens(self.tree, root_token, topk))
+        return medusa_draft(self.tree, root_token, topk)
 
     def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:
         self.hidden = out.hidden[accepted[-1]]
