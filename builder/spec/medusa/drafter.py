@@ -29,9 +29,9 @@ class MedusaDrafter:
     @torch.inference_mode()
     def propose(self, root_token: int) -> Draft:
         assert self.hidden is not None, "reset() first"
-        depth = self.tree.max_depth
-        logits = self.heads(self.hidden.to(self.heads[0][-1].weight.dtype))[:depth]  # (H, V)
-        topk = logits.float().topk(self.top_k, dim=-1).indices  # (H, K)
+        x = self.hidden.to(self.heads[0][-1].weight.dtype)
+        logits = torch.stack([self.heads[k](x) for k in range(self.tree.max_depth)])  # (depth, V) heads in use
+        topk = logits.float().topk(self.top_k, dim=-1).indices  # (depth, K)
         return medusa_draft(self.tree, root_token, topk)
 
     def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:

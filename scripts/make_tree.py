@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Make a static tree for a node budget from a Medusa recipe's measured head accuracy.
+
+    .venv/bin/python scripts/make_tree.py recipes/tiny-llama3-medusa.yaml --nodes 16 --name tiny_medusa_16
+
+Prompts: the fixture corpus's held-out stdlib files (never HumanEval, which the benchmarks use).
+Writes recipes/trees/NAME.json; see builder/spec/tree_search.py for the construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from builder.fixture.corpus import load_corpus
+from builder.recipe.loader import load_recipe
+from builder.spec.factory import build_decoder
+from builder.spec.medusa.accuracy import rank_accuracy
+from builder.spec.tree_search import best_choices, expected_accepted
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recipe")
+    ap.add_argument("--nodes", type=int, required=True, help="draft nodes (root excluded)")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--ranks", type=int, default=8)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    dec = build_decoder(load_recipe(args.recipe))
+    drafter = dec.make_drafter()
+    files = load_corpus().val[: args.prompts]
+    prompts = [dec.tokenizer.encode(f.text).ids[:96] for f in files]
+    acc = rank_accuracy(dec.engine, drafter.heads, prompts, ranks=args.ranks)
+    choices = best_choices(acc, args.nodes)
+    out = REPO / "recipes" / "trees" / f"{args.name}.json"
+    out.write_text(json.dumps({
+        "name": args.name,
+        "source": f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
+                  f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})",
+        "accuracy": [[round(a, 4) for a in row] for row in acc],
+        "choices": [list(c) for c in choices],
+    }, indent=1) + "\n")
+    print(f"{out}: {len(choices)} nodes, depth {max(len(c) for c in choices)}, "
+          f"expected accepted per step {expected_accepted(choices, acc):.2f}")
+
+
+if __name__ == "__main__":
+    main()
