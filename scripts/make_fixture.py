@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     shown = [a if a != str(DEFAULT_OUT) else "tests/fixtures/tiny-llama3" for a in (argv or sys.argv[1:])]
     command = " ".join([".venv/bin/python scripts/make_fixture.py", *map(shlex.quote, shown)])
     rep = make_fixture(spec, args.out.resolve(), command)
+    h = rep.heldout
     print(f"wrote {args.out} in {rep.wall['total_s'] / 60:.1f} min; HumanEval perplexity "
-          f"{rep.heldout['humaneval_perplexity']:.3f}, chain τ Medusa {rep.heldout['medusa_chain_tau']:.2f}, "
-          f"EAGLE {rep.heldout['eagle_chain_tau']:.2f}")
+          f"{h['humaneval_perplexity']:.3f}; {h['tree']} tree τ: Medusa {h['medusa']['tree_tau']:.2f}, "
+          f"EAGLE {h['eagle']['tree_tau']:.2f}")
     return 0
 
 

@@ -71,7 +71,8 @@ class MedusaHeads(nn.ModuleList):
         """Start every head's projection from the target's LM head, as upstream does."""
         with torch.no_grad():
             for head in self:
-                head[-1].weight.copy_(lm_head_weight)
+                proj = head[-1]  # type: ignore[index]  # each head is a Sequential
+                proj.weight.copy_(lm_head_weight)
 
     def config_dict(self, base_model_name_or_path: str) -> dict[str, Any]:
         """The `config.json` upstream writes (MedusaConfig), plus the head shapes."""
@@ -95,13 +96,15 @@ def expected_shapes(num_heads: int, num_layers: int, hidden_size: int, vocab_siz
     return shapes
 
 
-def _positive_int(raw: dict[str, Any], key: str, source: str, required: bool = True) -> int | None:
+def _positive_int(raw: dict[str, Any], key: str, source: str) -> int:
     value = raw.get(key)
-    if value is None and not required:
-        return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"expected a positive integer, got {value!r}", location=source, field=key)
     return value
+
+
+def _optional_int(raw: dict[str, Any], key: str, source: str) -> int | None:
+    return None if raw.get(key) is None else _positive_int(raw, key, source)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -155,7 +158,7 @@ def load_medusa(
                         location=weights_file, field=head_key)
     found_v, found_c = tensors[head_key].shape
     for key, want, found in (("hidden_size", hidden_size, found_c), ("vocab_size", vocab_size, found_v)):
-        cfg_value = _positive_int(raw, key, source, required=False)
+        cfg_value = _optional_int(raw, key, source)
         for what, value in ((source, cfg_value), ("the target model", want)):
             if value is not None and value != found:
                 raise UserError(f"{key} {value} from {what} disagrees with the weights ({found})",
