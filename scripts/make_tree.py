@@ -40,13 +40,11 @@ def main() -> None:
     acc = rank_accuracy(dec.engine, drafter.heads, prompts, ranks=args.ranks)
     choices = best_choices(acc, args.nodes)
     out = REPO / "recipes" / "trees" / f"{args.name}.json"
-    out.write_text(json.dumps({
-        "name": args.name,
-        "source": f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
-                  f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})",
-        "accuracy": [[round(a, 4) for a in row] for row in acc],
-        "choices": [list(c) for c in choices],
-    }, indent=1) + "\n")
+    source = (f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
+              f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})")
+    rows = ",\n".join("  " + json.dumps([round(a, 4) for a in row]) for row in acc)
+    out.write_text(f'{{\n "name": {json.dumps(args.name)},\n "source": {json.dumps(source)},\n'
+                   f' "accuracy": [\n{rows}\n ],\n "choices": {json.dumps([list(c) for c in choices])}\n}}\n')
     print(f"{out}: {len(choices)} nodes, depth {max(len(c) for c in choices)}, "
           f"expected accepted per step {expected_accepted(choices, acc):.2f}")
 
