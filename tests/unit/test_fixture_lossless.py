@@ -1,0 +1,55 @@
+"""On the trained tiny fixture, through the shipped recipes: every method == plain greedy == HF.
+
+20 held-out HumanEval prompts × 64 new tokens. Mismatches are allowed only at demonstrated near-ties
+(see test_lossless.assert_lossless). Also checks that trained drafts really accept (τ > 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from builder.recipe.loader import load_recipe
+from builder.spec.factory import build_decoder
+from builder.spec.loop import generate
+from builder.spec.profile import heldout_prompts
+from tests.unit.test_lossless import assert_lossless
+
+REPO = Path(__file__).resolve().parents[2]
+NEW, PROMPTS = 64, 20
+RECIPES = {"medusa": "tiny-llama3-medusa.yaml", "eagle-1": "tiny-llama3-eagle1.yaml",
+           "eagle-2": "tiny-llama3.yaml", "lookahead": "tiny-llama3-lookahead.yaml"}
+
+
+@pytest.fixture(scope="module")
+def plain():
+    dec = build_decoder(load_recipe(REPO / "recipes" / "tiny-llama3-none.yaml"))
+    prompts = [dec.tokenizer.encode(p).ids for p in heldout_prompts(PROMPTS)]
+    outs = [generate(dec.engine, p, NEW).token_ids for p in prompts]
+    return dec, prompts, outs
+
+
+def test_plain_equals_hf_on_the_fixture(plain):
+    from transformers import LlamaForCausalLM
+
+    dec, prompts, outs = plain
+    model = LlamaForCausalLM.from_pretrained(REPO / "tests/fixtures/tiny-llama3/base", torch_dtype=torch.float32)
+    model.generation_config.eos_token_id = None
+    for p, ours in zip(prompts, outs):
+        x = torch.tensor([p])
+        ref = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False)[0, len(p):]
+        assert_lossless(dec.engine, p, ref.tolist(), ours, "fixture plain vs HF")
+
+
+@pytest.mark.parametrize("method", list(RECIPES))
+def test_method_is_lossless_and_accepts(plain, method):
+    _, prompts, outs = plain
+    dec = build_decoder(load_recipe(REPO / "recipes" / RECIPES[method]))
+    steps = tokens = 0
+    for p, ref in zip(prompts, outs):
+        g = generate(dec.engine, p, NEW, dec.make_drafter())  # no stop ids: same as `plain`
+        assert_lossless(dec.engine, p, ref, g.token_ids, f"fixture {method}")
+        steps, tokens = steps + g.steps, tokens + len(g.token_ids) - 1
+    assert tokens / steps > 1.2, f"{method}: τ = {tokens / steps:.2f}, the trained draft barely accepts"
