@@ -22,7 +22,12 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_decode.json")
+    ap.add_argument("--threads", type=int, help="torch threads for every row (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     paths = args.recipes or sorted(glob.glob(str(REPO / "recipes" / "tiny-llama3*.yaml")))
     report = bench_decode([load_recipe(p) for p in paths], args.num_prompts, args.max_new_tokens)
     print(table(report))
