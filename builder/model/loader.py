@@ -28,21 +28,48 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 Sources = dict[str, tuple[torch.Tensor, str]]  # checkpoint key -> (tensor, file it came from)
 
 
+def layer_shapes(cfg: LlamaConfig, prefix: str, input_norm: bool = True) -> dict[str, tuple[int, ...]]:
+    """The keys and shapes of one Llama decoder layer under `prefix` (e.g. "model.layers.3.")."""
+    C, D, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {prefix + "input_layernorm.weight": (C,)} if input_norm else {}
+    shapes[prefix + "self_attn.q_proj.weight"] = (cfg.num_attention_heads * D, C)
+    shapes[prefix + "self_attn.k_proj.weight"] = (cfg.num_key_value_heads * D, C)
+    shapes[prefix + "self_attn.v_proj.weight"] = (cfg.num_key_value_heads * D, C)
+    shapes[prefix + "self_attn.o_proj.weight"] = (C, cfg.num_attention_heads * D)
+    shapes[prefix + "post_attention_layernorm.weight"] = (C,)
+    shapes[prefix + "mlp.gate_proj.weight"] = (I, C)
+    shapes[prefix + "mlp.up_proj.weight"] = (I, C)
+    shapes[prefix + "mlp.down_proj.weight"] = (C, I)
+    return shapes
+
+
+def check_keys(
+    tensors: dict[str, torch.Tensor],
+    expected: dict[str, tuple[int, ...]],
+    source: str,
+    what: str,
+    optional: frozenset[str] = frozenset(),
+) -> None:
+    """Missing keys (except `optional`), unexpected keys and wrong shapes → UserError naming the key."""
+    missing = sorted(expected.keys() - tensors.keys() - optional)
+    if missing:
+        raise UserError(f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
+                        location=source, field=missing[0])
+    for key in sorted(tensors):
+        if key not in expected:
+            raise UserError(f"unexpected key {key!r}", location=source, field=key,
+                            allowed=f"the {what} keys implied by config.json")
+        if tuple(tensors[key].shape) != expected[key]:
+            raise UserError(f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, config.json implies "
+                            f"{expected[key]}", location=source, field=key)
+
+
 def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Every key an HF LlamaForCausalLM checkpoint with this config holds, with its shape."""
-    C, D, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    C = cfg.hidden_size
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, C)}
     for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        shapes[p + "input_layernorm.weight"] = (C,)
-        shapes[p + "self_attn.q_proj.weight"] = (cfg.num_attention_heads * D, C)
-        shapes[p + "self_attn.k_proj.weight"] = (cfg.num_key_value_heads * D, C)
-        shapes[p + "self_attn.v_proj.weight"] = (cfg.num_key_value_heads * D, C)
-        shapes[p + "self_attn.o_proj.weight"] = (C, cfg.num_attention_heads * D)
-        shapes[p + "post_attention_layernorm.weight"] = (C,)
-        shapes[p + "mlp.gate_proj.weight"] = (I, C)
-        shapes[p + "mlp.up_proj.weight"] = (I, C)
-        shapes[p + "mlp.down_proj.weight"] = (C, I)
+        shapes.update(layer_shapes(cfg, f"model.layers.{i}."))
     shapes["model.norm.weight"] = (C,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, C)

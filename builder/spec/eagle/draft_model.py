@@ -31,6 +31,7 @@ from torch import nn
 from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
+from builder.model.loader import check_keys, layer_shapes
 from builder.model.llama import MLP, Attention, RMSNorm, rope_cos_sin, rope_inv_freq
 
 WEIGHTS = "model.safetensors"
@@ -140,22 +141,12 @@ class EagleDraft(nn.Module):
 
 def expected_shapes(cfg: LlamaConfig, fc_bias: bool) -> dict[str, tuple[int, ...]]:
     """Every key of an upstream EAGLE-1 draft state dict (embed_tokens included) with its shape."""
-    C, D, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    C = cfg.hidden_size
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, C), "fc.weight": (C, 2 * C)}
     if fc_bias:
         shapes["fc.bias"] = (C,)
     for i in range(cfg.num_hidden_layers):
-        p = f"layers.{i}."
-        if i != 0:
-            shapes[p + "input_layernorm.weight"] = (C,)
-        shapes[p + "self_attn.q_proj.weight"] = (cfg.num_attention_heads * D, C)
-        shapes[p + "self_attn.k_proj.weight"] = (cfg.num_key_value_heads * D, C)
-        shapes[p + "self_attn.v_proj.weight"] = (cfg.num_key_value_heads * D, C)
-        shapes[p + "self_attn.o_proj.weight"] = (C, cfg.num_attention_heads * D)
-        shapes[p + "post_attention_layernorm.weight"] = (C,)
-        shapes[p + "mlp.gate_proj.weight"] = (I, C)
-        shapes[p + "mlp.up_proj.weight"] = (I, C)
-        shapes[p + "mlp.down_proj.weight"] = (C, I)
+        shapes.update(layer_shapes(cfg, f"layers.{i}.", input_norm=i != 0))  # layer 0: no input_layernorm
     return shapes
 
 
@@ -178,20 +169,6 @@ def _read(path: Path) -> tuple[LlamaConfig, bool, dict[str, torch.Tensor], str]:
     return cfg, bias, tensors, str(weights)
 
 
-def _check(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], source: str) -> None:
-    missing = sorted(expected.keys() - tensors.keys() - {"embed_tokens.weight"})
-    if missing:
-        raise UserError(f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
-                        location=source, field=missing[0])
-    for key in sorted(tensors):
-        if key not in expected:
-            raise UserError(f"unexpected key {key!r}", location=source, field=key,
-                            allowed="the EAGLE-1 draft keys implied by config.json")
-        if tuple(tensors[key].shape) != expected[key]:
-            raise UserError(f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, config.json implies "
-                            f"{expected[key]}", location=source, field=key)
-
-
 def load_eagle(
     path: str | Path,
     base_embed: torch.Tensor,  # [V, C] the target's embed_tokens weight
@@ -206,7 +183,7 @@ def load_eagle(
     path = Path(path)
     cfg, bias, tensors, source = _read(path)
     expected = expected_shapes(cfg, bias)
-    _check(tensors, expected, source)
+    check_keys(tensors, expected, source, "EAGLE-1 draft", optional=frozenset({"embed_tokens.weight"}))
     if tuple(base_embed.shape) != expected["embed_tokens.weight"]:
         raise UserError(f"target embedding {tuple(base_embed.shape)} does not fit the draft "
                         f"{expected['embed_tokens.weight']} (vocab_size, hidden_size)", location=source)

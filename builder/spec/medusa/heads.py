@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from builder.errors import UserError
+from builder.model.loader import check_keys
 
 CONFIG = "config.json"
 WEIGHTS = "medusa_lm_head.safetensors"
@@ -164,24 +165,7 @@ def load_medusa(
                 raise UserError(f"{key} {value} from {what} disagrees with the weights ({found})",
                                 location=weights_file, field=key)
     expected = expected_shapes(num_heads, num_layers, found_c, found_v)
-    _check_keys(tensors, expected, weights_file)
+    check_keys(tensors, expected, weights_file, "Medusa head")
     heads = MedusaHeads(num_heads, num_layers, found_c, found_v)
     heads.load_state_dict({k: t.to(dtype) for k, t in tensors.items()}, strict=True)
     return heads.to(dtype).eval()
-
-
-def _check_keys(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], source: str) -> None:
-    missing = sorted(expected.keys() - tensors.keys())
-    if missing:
-        raise UserError(f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
-                        location=source, field=missing[0])
-    for key in sorted(tensors):
-        if key not in expected:
-            raise UserError(f"unexpected key {key!r}", location=source, field=key,
-                            allowed="the Medusa head keys implied by config.json")
-        if tuple(tensors[key].shape) != expected[key]:
-            raise UserError(f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, expected {expected[key]}",
-                            location=source, field=key)
-        if not tensors[key].is_floating_point():
-            raise UserError(f"{key!r} has dtype {tensors[key].dtype}; expected a floating-point tensor",
-                            location=source, field=key)
