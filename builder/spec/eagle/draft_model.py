@@ -32,35 +32,20 @@ from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
 from builder.model.loader import check_keys, layer_shapes
-from builder.model.llama import MLP, Attention, RMSNorm, rope_cos_sin, rope_inv_freq
+from builder.model.llama import Block, rope_cos_sin, rope_inv_freq
 
 WEIGHTS = "model.safetensors"
 PICKLED_WEIGHTS = "pytorch_model.bin"
 
 
-class DraftLayer(nn.Module):
-    """A Llama decoder layer; layer 0 reads the fc output un-normed (no `input_layernorm`)."""
+class DraftLayer(Block):
+    """A Llama decoder layer; layer 0 reads the fc output un-normed (no `input_layernorm`, as upstream)."""
 
     def __init__(self, cfg: LlamaConfig, index: int) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.index = index
-        if index != 0:
-            self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
-
-    def forward(
-        self,
-        x: torch.Tensor,  # [B, T, C]
-        cos_sin: tuple[torch.Tensor, torch.Tensor],  # [B, T, D] each
-        mask: torch.Tensor,  # [B, T, S] bool
-        kv: tuple[torch.Tensor, torch.Tensor] | None,  # [B, KV, CAP, D] each
-        start: int,
-    ) -> torch.Tensor:  # -> [B, T, C]
-        h = x if self.index == 0 else self.input_layernorm(x)
-        x = x + self.self_attn(h, cos_sin, mask, kv, start)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if index == 0:
+            self.input_layernorm = nn.Identity()  # no parameters, so no state-dict key
 
 
 class EagleDraft(nn.Module):
