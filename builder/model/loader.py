@@ -43,6 +43,23 @@ def layer_shapes(cfg: LlamaConfig, prefix: str, input_norm: bool = True) -> dict
     return shapes
 
 
+def read_draft_weights(directory: Path, weights: str, pickled: str, what: str) -> tuple[dict[str, torch.Tensor], str]:
+    """`directory/weights` (safetensors) → (tensors, file); a pickled upstream file is refused, not read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = directory / weights
+    if not file.is_file():
+        if (directory / pickled).is_file():
+            raise UserError(f"{pickled} is a pickle and is not loaded; convert it to {weights} "
+                            "(safetensors.torch.save_file of the same state dict)", location=str(directory))
+        raise UserError(f"no {weights} in the {what} checkpoint directory", location=str(directory))
+    try:
+        return load_file(str(file)), str(file)
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"unreadable safetensors file: {exc}", location=str(file)) from exc
+
+
 def check_keys(
     tensors: dict[str, torch.Tensor],
     expected: dict[str, tuple[int, ...]],

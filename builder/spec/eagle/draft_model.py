@@ -24,14 +24,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from torch import nn
 
 from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
-from builder.model.loader import check_keys, layer_shapes
+from builder.model.loader import check_keys, layer_shapes, read_draft_weights
 from builder.model.llama import Block, rope_cos_sin, rope_inv_freq
 
 WEIGHTS = "model.safetensors"
@@ -141,17 +139,8 @@ def _read(path: Path) -> tuple[LlamaConfig, bool, dict[str, torch.Tensor], str]:
     bias = json.loads((path / "config.json").read_text(encoding="utf-8")).get("bias", True)
     if not isinstance(bias, bool):
         raise UserError(f"expected true or false, got {bias!r}", location=cfg_file, field="bias")
-    weights = path / WEIGHTS
-    if not weights.is_file():
-        if (path / PICKLED_WEIGHTS).is_file():
-            raise UserError(f"{PICKLED_WEIGHTS} is a pickle and is not loaded; convert it to {WEIGHTS} "
-                            "(safetensors.torch.save_file of the same state dict)", location=str(path))
-        raise UserError(f"no {WEIGHTS} in the EAGLE checkpoint directory", location=str(path))
-    try:
-        tensors = load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"unreadable safetensors file: {exc}", location=str(weights)) from exc
-    return cfg, bias, tensors, str(weights)
+    tensors, source = read_draft_weights(path, WEIGHTS, PICKLED_WEIGHTS, "EAGLE")
+    return cfg, bias, tensors, source
 
 
 def load_eagle(

@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from torch import nn
 
 from builder.errors import UserError
-from builder.model.loader import check_keys
+from builder.model.loader import check_keys, read_draft_weights
 
 CONFIG = "config.json"
 WEIGHTS = "medusa_lm_head.safetensors"
@@ -123,16 +121,7 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], str]:
-    weights = path / WEIGHTS
-    if not weights.is_file():
-        if (path / PICKLED_WEIGHTS).is_file():
-            raise UserError(f"{PICKLED_WEIGHTS} is a pickle and is not loaded; convert it to {WEIGHTS} "
-                            "(safetensors.torch.save_file of the same state dict)", location=str(path))
-        raise UserError(f"no {WEIGHTS} in the Medusa checkpoint directory", location=str(path))
-    try:
-        return load_file(str(weights)), str(weights)
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"unreadable safetensors file: {exc}", location=str(weights)) from exc
+    return read_draft_weights(path, WEIGHTS, PICKLED_WEIGHTS, "Medusa")
 
 
 def load_medusa(
