@@ -4,7 +4,7 @@
     .venv/bin/python scripts/make_tree.py recipes/tiny-llama3-medusa.yaml --nodes 16 --name tiny_medusa_16
 
 Prompts: the fixture corpus's held-out stdlib files (never HumanEval, which the benchmarks use).
-Writes recipes/trees/NAME.json; see builder/spec/tree_search.py for the construction.
+Writes recipes/trees/NAME.json; see builder/speculative/tree_search.py for the construction.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 
 from builder.fixture.corpus import load_corpus
 from builder.recipe.loader import load_recipe
-from builder.spec.factory import build_decoder
-from builder.spec.medusa.accuracy import rank_accuracy
-from builder.spec.tree_search import best_choices, expected_accepted
+from builder.speculative.factory import build_decoder
+from builder.speculative.medusa.accuracy import rank_accuracy
+from builder.speculative.tree_search import best_choices, expected_accepted
 
 REPO = Path(__file__).resolve().parents[1]
 

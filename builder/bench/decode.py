@@ -16,8 +16,8 @@ import torch
 from tqdm import tqdm
 
 from builder.recipe.loader import LoadedRecipe
-from builder.spec.factory import local_dir
-from builder.spec.profile import _decoders, heldout_prompts, run_method
+from builder.speculative.factory import local_dir
+from builder.speculative.profile import _decoders, heldout_prompts, run_method
 
 
 def _hf_rows(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int, lookup: int) -> list[dict[str, Any]]:

@@ -59,8 +59,8 @@ class _Streamer:
 @set_option
 def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, overrides):
     """Generate text from RECIPE's model with speculative decoding (torch reference engine, CPU)."""
-    from builder.spec.factory import build_decoder
-    from builder.spec.loop import Sampling, generate as run_generate
+    from builder.speculative.factory import build_decoder
+    from builder.speculative.loop import Sampling, generate as run_generate
 
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
@@ -99,7 +99,7 @@ def profile_acceptance(recipes, num_prompts, max_new_tokens, output, as_json, ov
     e.g. recipes/tiny-llama3*.yaml, to compare Medusa, EAGLE-1 and EAGLE-2). The first recipe's model is
     the target for all.
     """
-    from builder.spec.profile import markdown_table, profile
+    from builder.speculative.profile import markdown_table, profile
 
     loaded = [load_checked(r, overrides)[0] for r in recipes]
     report = profile(loaded, num_prompts, max_new_tokens)

@@ -2,6 +2,6 @@
 
 Modules: `config` (LlamaConfig from HF config.json; no torch), `loader` (strict checkpoint loading),
 `llama` (the model), `kv_cache` (preallocated cache with commit/compaction), `engine` (TorchEngine,
-the `builder.spec.engine.Engine` implementation). Nothing is imported here, so `import builder.model`
+the `builder.speculative.engine.Engine` implementation). Nothing is imported here, so `import builder.model`
 stays free of torch; import the submodule you need.
 """

@@ -1,4 +1,4 @@
-"""`TorchEngine`: the reference `Engine` (builder/spec/engine.py) over the plain-torch Llama.
+"""`TorchEngine`: the reference `Engine` (builder/speculative/engine.py) over the plain-torch Llama.
 
 Batch size 1 at this interface. The cache holds the committed sequence; a step's nodes are written
 after it tentatively and survive only through `commit`. Call order: `prefill`, then any number of
@@ -19,7 +19,7 @@ from builder.errors import UserError
 from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama, causal_mask
 from builder.model.loader import load_model, resolve_dtype
-from builder.spec.engine import StepOutput
+from builder.speculative.engine import StepOutput
 
 DEFAULT_MAX_SEQ_LEN = 2048  # KV capacity when from_pretrained is not told one
 

@@ -16,7 +16,7 @@ from typing import Any
 import builder
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_choices_spec, tree_field
-from builder.spec.choices import load_choices
+from builder.speculative.choices import load_choices
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from builder.errors import UserError
 from builder.recipe.schema import Architecture, Recipe
-from builder.spec.choices import load_choices
+from builder.speculative.choices import load_choices
 
 HF_REF = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(@(?P<rev>[A-Za-z0-9_./-]+))?$")
 

@@ -1,6 +1,6 @@
 """The recipe schema: one pydantic model drives validation, the JSON schema, --set and cache keys.
 
-Method-specific sections live beside their method (builder/spec/<method>/config.py).
+Method-specific sections live beside their method (builder/speculative/<method>/config.py).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, field_validator
 
 from builder.recipe.base import Section
-from builder.spec.eagle.config import EagleConfig
-from builder.spec.lookahead.config import LookaheadConfig
-from builder.spec.medusa.config import MedusaConfig
+from builder.speculative.eagle.config import EagleConfig
+from builder.speculative.lookahead.config import LookaheadConfig
+from builder.speculative.medusa.config import MedusaConfig
 
 DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
 

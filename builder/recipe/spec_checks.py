@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from builder.errors import UserError
 from builder.recipe.resolve import tree_choices_spec, tree_field, tree_size
-from builder.spec.choices import check_choices, load_choices
-from builder.spec.lookahead.config import lookahead_draft_len
+from builder.speculative.choices import check_choices, load_choices
+from builder.speculative.lookahead.config import lookahead_draft_len
 
 if TYPE_CHECKING:
     from builder.recipe.checks import Checker

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from builder.spec.tree import tree_from_parents
-from builder.spec.verify import VerifyResult, tree_verify
+from builder.speculative.tree import tree_from_parents
+from builder.speculative.verify import VerifyResult, tree_verify
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode
 
 NEAR_TIE_EPS = 1e-4

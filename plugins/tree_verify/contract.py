@@ -1,7 +1,7 @@
 """The `tree_verify` contract: one spec read by every face (torch reference, Triton kernel, ONNX op +
 ORT decomposition, TensorRT plugin) and by the exporter. Pure Python, no torch/onnx/tensorrt import.
 
-Words as in the glossary (`builder.spec`): a step's *tree* of T *nodes* (node 0 = root), *paths*,
+Words as in the glossary (`builder.speculative`): a step's *tree* of T *nodes* (node 0 = root), *paths*,
 *accepted* nodes, the *bonus token*.
 
 Inputs (all required, in this order, for the ONNX node and the TensorRT plugin; the torch
@@ -46,7 +46,7 @@ renormalisation: t is kept in probability-mass units). If a child is accepted, i
 current node; if none is (or n is a leaf), the bonus token is the first token, in token-id order,
 whose cumulative residual mass exceeds t. Rounding fallbacks (unreachable in exact arithmetic):
 no such token → the last token with residual mass > 0; an empty residual → g[n].
-`builder.spec.verify` holds the reference and the proof that the output follows the target.
+`builder.speculative.verify` holds the reference and the proof that the output follows the target.
 
 Edge cases: T = 1 (paths [[0]]) emits one token, the greedy / sampled token at the root. All
 draft tokens rejected → accepted_len 1, output_tokens [bonus, -1, ...]. Padding rows of paths

@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from builder.spec.choices import load_choices
-from builder.spec.tree import tree_from_choices
-from builder.spec.verify import VerifyResult
+from builder.speculative.choices import load_choices
+from builder.speculative.tree import tree_from_choices
+from builder.speculative.verify import VerifyResult
 from plugins.tree_verify.cases import Case, compare, random_case
 from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
 

@@ -1,6 +1,6 @@
 """OpenAI Triton kernel for `tree_verify`: the fast face (GPU; CPU tensors under TRITON_INTERPRET=1).
 
-Contract: `plugins/tree_verify/contract.py`; reference: `builder.spec.verify` (same algorithm, same
+Contract: `plugins/tree_verify/contract.py`; reference: `builder.speculative.verify` (same algorithm, same
 mass-unit formulation, fp32 here instead of fp64). Three launches:
 
 1. `_partials_kernel`, grid (B·T, S): each program streams one chunk of V of one node's logits in
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from builder.spec.verify import VerifyResult
+from builder.speculative.verify import VerifyResult
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode, bind_dims, check_dtypes
 
 _EPS = tl.constexpr(TEMPERATURE_EPS)

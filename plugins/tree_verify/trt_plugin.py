@@ -102,7 +102,7 @@ def _register_impl() -> None:
     ) -> None:
         import torch
 
-        from builder.spec.verify import VerifyResult
+        from builder.speculative.verify import VerifyResult
         from plugins.tree_verify.kernel import tree_verify_triton
 
         x, tok, pa, temp, tp, u, q = (_as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms,

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from builder.spec.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree, static_tree
+from builder.speculative.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree, static_tree
 
 ROOT = 99
 

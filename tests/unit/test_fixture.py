@@ -27,8 +27,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from builder.errors import UserError  # noqa: E402
 from builder.model.config import LlamaConfig  # noqa: E402
 from builder.model.llama import causal_mask  # noqa: E402
-from builder.spec.eagle.draft_model import EagleDraft, load_eagle  # noqa: E402
-from builder.spec.medusa.heads import MedusaHeads, load_medusa  # noqa: E402
+from builder.speculative.eagle.draft_model import EagleDraft, load_eagle  # noqa: E402
+from builder.speculative.medusa.heads import MedusaHeads, load_medusa  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tiny-llama3"

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from builder.recipe.loader import load_recipe
-from builder.spec.factory import build_decoder
-from builder.spec.loop import generate
-from builder.spec.profile import heldout_prompts
+from builder.speculative.factory import build_decoder
+from builder.speculative.loop import generate
+from builder.speculative.profile import heldout_prompts
 from tests.unit.test_lossless import assert_lossless
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from builder.model.engine import TorchEngine
 from tests.unit.recipe_helpers import run
-from tests.unit.spec_models import make_hf_llama, random_eagle, random_medusa
+from tests.unit.speculative_models import make_hf_llama, random_eagle, random_medusa
 
 CORPUS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n",
           "class Point:\n    def __init__(self, x, y):\n        self.x = x\n"] * 20

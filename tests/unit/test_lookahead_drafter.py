@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builder.spec.engine import Draft, StepOutput
-from builder.spec.lookahead.drafter import LookaheadDrafter
+from builder.speculative.engine import Draft, StepOutput
+from builder.speculative.lookahead.drafter import LookaheadDrafter
 
 VOCAB = 11
 TABLE = torch.randint(0, VOCAB, (VOCAB, VOCAB), generator=torch.Generator().manual_seed(5))  # [V, V]

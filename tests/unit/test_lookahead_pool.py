@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder.spec.lookahead.pool import NgramPool
+from builder.speculative.lookahead.pool import NgramPool
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from builder.spec.lookahead.window import Window, advance_window, init_window, step_layout
+from builder.speculative.lookahead.window import Window, advance_window, init_window, step_layout
 
 
 def draft_len(w: int, n: int, g: int) -> int:

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from builder.model.engine import TorchEngine
-from builder.spec.choices import load_choices
-from builder.spec.eagle.drafter import DynamicSpec, EagleDrafter
-from builder.spec.eagle_tree import static_tree
-from builder.spec.engine import Draft
-from builder.spec.lookahead.drafter import LookaheadDrafter
-from builder.spec.loop import generate
-from builder.spec.medusa.drafter import MedusaDrafter
-from builder.spec.tree import tree_from_choices
-from tests.unit.spec_models import make_hf_llama, random_eagle, random_medusa
+from builder.speculative.choices import load_choices
+from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
+from builder.speculative.eagle_tree import static_tree
+from builder.speculative.engine import Draft
+from builder.speculative.lookahead.drafter import LookaheadDrafter
+from builder.speculative.loop import generate
+from builder.speculative.medusa.drafter import MedusaDrafter
+from builder.speculative.tree import tree_from_choices
+from tests.unit.speculative_models import make_hf_llama, random_eagle, random_medusa
 
 NEW = 64
 NEAR_TIE = 1e-5

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from builder.spec.verify import VerifyResult
+from builder.speculative.verify import VerifyResult
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.cases import compare, random_case
 from plugins.tree_verify.contract import DOMAIN, INPUT_NAMES, OP_TYPE, OUTPUT_NAMES, Mode

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from builder.model.engine import TorchEngine
-from builder.spec.lookahead.drafter import LookaheadDrafter
-from builder.spec.loop import Sampling, generate
-from builder.spec.medusa.drafter import MedusaDrafter
-from builder.spec.tree import tree_from_choices
-from tests.unit.spec_models import make_hf_llama, random_medusa
+from builder.speculative.lookahead.drafter import LookaheadDrafter
+from builder.speculative.loop import Sampling, generate
+from builder.speculative.medusa.drafter import MedusaDrafter
+from builder.speculative.tree import tree_from_choices
+from tests.unit.speculative_models import make_hf_llama, random_medusa
 
 V, N, TEMP = 8, 3000, 1.0
 PROMPT = [1, 5, 3]

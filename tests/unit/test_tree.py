@@ -1,4 +1,4 @@
-"""Tree buffers (builder.spec.tree) against hand-worked tables and brute force."""
+"""Tree buffers (builder.speculative.tree) against hand-worked tables and brute force."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from builder.spec.engine import Draft
-from builder.spec.tree import (
+from builder.speculative.engine import Draft
+from builder.speculative.tree import (
     fill_tokens,
     medusa_draft,
     pack_mask,

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from builder.spec.choices import check_choices
-from builder.spec.tree_search import best_choices, expected_accepted
+from builder.speculative.choices import check_choices
+from builder.speculative.tree_search import best_choices, expected_accepted
 
 
 def all_candidates(depths: int, ranks: int) -> list[tuple[int, ...]]:

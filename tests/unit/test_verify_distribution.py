@@ -28,8 +28,8 @@ from collections import Counter
 import pytest
 import torch
 
-from builder.spec.tree import tree_from_parents
-from builder.spec.verify import tree_verify
+from builder.speculative.tree import tree_from_parents
+from builder.speculative.verify import tree_verify
 
 PARENTS = [-1, 0, 0, 0, 1, 1, 2]
 TOKENS = [9, 2, 4, 2, 0, 3, 5]

@@ -1,4 +1,4 @@
-"""The torch reference of tree verification (`builder.spec.verify`) against hand-worked tables and
+"""The torch reference of tree verification (`builder.speculative.verify`) against hand-worked tables and
 an independent brute-force verifier written here with plain Python lists and loops."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.spec.tree import tree_from_parents
-from builder.spec.verify import VerifyResult, tree_verify
+from builder.speculative.tree import tree_from_parents
+from builder.speculative.verify import VerifyResult, tree_verify
 from plugins.tree_verify.cases import Case, compare, random_case
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode
 

@@ -9,7 +9,7 @@ from typing import Any
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
-from builder.spec.choices import load_choices
+from builder.speculative.choices import load_choices
 
 METHODS = ("none", "medusa", "eagle", "lookahead")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -83,7 +83,7 @@ def _drafter_factory(loaded: LoadedRecipe, method: str, engine):
     if method == "none":
         return (lambda: None), "none"
     if method == "lookahead":
-        from builder.spec.lookahead.drafter import LookaheadDrafter
+        from builder.speculative.lookahead.drafter import LookaheadDrafter
 
         w, n, g = (spec.window, spec.ngram, spec.verification_set) if spec.method == "lookahead" else (4, 4, 4)
         return (lambda: LookaheadDrafter(w, n, g)), f"lookahead(W={w},N={n},G={g})"
@@ -98,9 +98,9 @@ def _drafter_factory(loaded: LoadedRecipe, method: str, engine):
 
 
 def _medusa(loaded: LoadedRecipe, draft_dir: Path, engine):
-    from builder.spec.medusa.drafter import MedusaDrafter
-    from builder.spec.medusa.heads import load_medusa
-    from builder.spec.tree import tree_from_choices
+    from builder.speculative.medusa.drafter import MedusaDrafter
+    from builder.speculative.medusa.heads import load_medusa
+    from builder.speculative.tree import tree_from_choices
 
     spec = loaded.recipe.speculative
     heads = load_medusa(draft_dir, hidden_size=engine.hidden_size, vocab_size=engine.vocab_size,
@@ -113,9 +113,9 @@ def _medusa(loaded: LoadedRecipe, draft_dir: Path, engine):
 
 
 def _eagle(loaded: LoadedRecipe, draft_dir: Path, engine):
-    from builder.spec.eagle.draft_model import load_eagle
-    from builder.spec.eagle.drafter import DynamicSpec, EagleDrafter
-    from builder.spec.eagle_tree import static_tree
+    from builder.speculative.eagle.draft_model import load_eagle
+    from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
+    from builder.speculative.eagle_tree import static_tree
 
     spec = loaded.recipe.speculative
     model = engine.model

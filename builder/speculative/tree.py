@@ -1,6 +1,6 @@
 """Tree buffers for one step: node order, parents, depth, ancestor mask, paths, packed mask.
 
-Words as in the glossary (`builder.spec`): a *tree* of *nodes*, node 0 is the *root* (the newest
+Words as in the glossary (`builder.speculative`): a *tree* of *nodes*, node 0 is the *root* (the newest
 emitted token), a *path* is a root-to-leaf chain of node indices padded with -1.
 
 Two ways in:
@@ -29,8 +29,8 @@ from typing import Sequence
 
 import torch
 
-from builder.spec.choices import check_choices
-from builder.spec.engine import Draft
+from builder.speculative.choices import check_choices
+from builder.speculative.engine import Draft
 
 Choice = tuple[int, ...]
 
@@ -185,6 +185,6 @@ def medusa_draft(
     """A Medusa step's Draft: `fill_tokens` on a choices tree, then `tree_draft`.
 
     A top-k tree is a deterministic draft, so it carries no draft probabilities (q = 1): passing
-    the heads' softmax would make rejection mode inexact (see `builder.spec.verify`).
+    the heads' softmax would make rejection mode inexact (see `builder.speculative.verify`).
     """
     return tree_draft(tree, fill_tokens(tree, root_token, topk_tokens))

@@ -27,7 +27,7 @@ def make_hf_llama(path: Path, *, vocab: int = 512, hidden: int = 64, layers: int
 
 
 def random_medusa(engine: TorchEngine, num_heads: int = 4, seed: int = 1, std: float = 0.2):
-    from builder.spec.medusa.heads import MedusaHeads
+    from builder.speculative.medusa.heads import MedusaHeads
 
     torch.manual_seed(seed)
     heads = MedusaHeads(num_heads, 1, engine.hidden_size, engine.vocab_size)
@@ -40,7 +40,7 @@ def random_medusa(engine: TorchEngine, num_heads: int = 4, seed: int = 1, std: f
 def random_eagle(engine: TorchEngine, seed: int = 2, std: float = 0.2):
     import dataclasses
 
-    from builder.spec.eagle.draft_model import EagleDraft
+    from builder.speculative.eagle.draft_model import EagleDraft
 
     torch.manual_seed(seed)
     cfg = dataclasses.replace(engine.model.cfg, num_hidden_layers=1)

@@ -13,7 +13,7 @@ part that runs the draft model stays outside; these functions take a callable
         topk_tokens      [F, K] int64  children candidates per frontier node, best first
         topk_logprobs    [F, K] fp32   their draft log-probabilities (<= 0)
 
-EAGLE-1 (`grow_static_tree`): the tree is fixed by choices (`builder.spec.tree.tree_from_choices`);
+EAGLE-1 (`grow_static_tree`): the tree is fixed by choices (`builder.speculative.tree.tree_from_choices`);
 node i takes rank `rank[i]` among its parent's top-k. Every depth's nodes that have children are
 expanded in one call.
 
@@ -34,8 +34,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from builder.spec.engine import Draft
-from builder.spec.tree import Tree, tree_draft, tree_from_choices, tree_from_parents
+from builder.speculative.engine import Draft
+from builder.speculative.tree import Tree, tree_draft, tree_from_choices, tree_from_parents
 
 Expand = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -52,7 +52,7 @@ class GrownTree:
 
 def eagle_draft(grown: GrownTree) -> Draft:
     """The step's Draft. A top-k tree is a deterministic draft, so q = 1 (draft_probs None): passing
-    the draft softmax would make rejection mode inexact (see `builder.spec.verify`)."""
+    the draft softmax would make rejection mode inexact (see `builder.speculative.verify`)."""
     return tree_draft(grown.tree, grown.tokens)
 
 

@@ -1,6 +1,6 @@
 """Lookahead's Jacobi window and the step layout (root + window + verification set).
 
-Vocabulary as in `builder.spec`: *window* (W columns × N-1 levels), *ngram* (length N),
+Vocabulary as in `builder.speculative`: *window* (W columns × N-1 levels), *ngram* (length N),
 *verification set* (at most G pool n-grams that start with the root token).
 
 The window. Column c holds guessed tokens at levels 0..N-2; the token at (column c, level l) sits
@@ -47,8 +47,8 @@ from typing import Sequence
 
 import torch
 
-from builder.spec.engine import Draft
-from builder.spec.lookahead.pool import Ngram
+from builder.speculative.engine import Draft
+from builder.speculative.lookahead.pool import Ngram
 
 
 @dataclass(frozen=True)

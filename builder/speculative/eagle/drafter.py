@@ -1,11 +1,11 @@
 """EAGLE drafter: the draft layer runs over (target hidden, next token) pairs and grows a tree.
 
-Pairs: (h[i], t[i+1]) at position i, as in `builder.spec.eagle.draft_model`. After a step that
+Pairs: (h[i], t[i+1]) at position i, as in `builder.speculative.eagle.draft_model`. After a step that
 accepted the chain root, a1..ak and emitted a1..ak, bonus, the new pairs are (h_root, a1), …,
 (h_ak, bonus); they are committed to the draft's own KV cache at the next `propose`, whose last
 output predicts the hidden state at the bonus token (the new root). Tree nodes are then drafted
 with tree attention in the tentative tail of that cache (EAGLE-1: static choices; EAGLE-2: dynamic
-expansion + reranking, `builder.spec.eagle_tree`).
+expansion + reranking, `builder.speculative.eagle_tree`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Sequence
 
 import torch
 
-from builder.spec.eagle.draft_model import EagleDraft
-from builder.spec.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree
-from builder.spec.engine import Draft, StepOutput
-from builder.spec.tree import Tree
+from builder.speculative.eagle.draft_model import EagleDraft
+from builder.speculative.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree
+from builder.speculative.engine import Draft, StepOutput
+from builder.speculative.tree import Tree
 
 
 @dataclass(frozen=True)

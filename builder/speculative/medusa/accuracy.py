@@ -6,8 +6,8 @@ from typing import Sequence
 
 import torch
 
-from builder.spec.loop import generate
-from builder.spec.medusa.heads import MedusaHeads
+from builder.speculative.loop import generate
+from builder.speculative.medusa.heads import MedusaHeads
 
 
 @torch.no_grad()

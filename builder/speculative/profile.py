@@ -9,8 +9,8 @@ from tqdm import tqdm
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
-from builder.spec.factory import Decoder, build_decoder
-from builder.spec.loop import generate
+from builder.speculative.factory import Decoder, build_decoder
+from builder.speculative.loop import generate
 
 
 def heldout_prompts(n: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 Engines: the torch reference (builder/model), ONNX Runtime and TensorRT (builder/engines, later).
 Batch size 1 in the loop; engines may batch internally. Tensors are torch CPU tensors at this
-interface; other engines convert at their boundary. See the glossary in `builder.spec`.
+interface; other engines convert at their boundary. See the glossary in `builder.speculative`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-if TYPE_CHECKING:  # keep `import builder.spec.engine` free of torch
+if TYPE_CHECKING:  # keep `import builder.speculative.engine` free of torch
     import torch
 
 

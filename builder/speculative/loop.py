@@ -6,7 +6,7 @@
 
 Without a drafter every step is a root-only tree (T = 1): plain autoregressive decoding through the
 very same verification code, which is what makes "speculative output == plain output" a real test.
-Words as in the glossary (`builder.spec`).
+Words as in the glossary (`builder.speculative`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from builder.spec.engine import Draft, Drafter, Engine
-from builder.spec.verify import tree_verify
+from builder.speculative.engine import Draft, Drafter, Engine
+from builder.speculative.verify import tree_verify
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from builder.spec.engine import Draft, StepOutput
-from builder.spec.lookahead.pool import NgramPool
-from builder.spec.lookahead.window import StepLayout, Window, advance_window, init_window, step_layout
+from builder.speculative.engine import Draft, StepOutput
+from builder.speculative.lookahead.pool import NgramPool
+from builder.speculative.lookahead.window import StepLayout, Window, advance_window, init_window, step_layout
 
 if TYPE_CHECKING:
-    from builder.spec.lookahead.config import LookaheadConfig
+    from builder.speculative.lookahead.config import LookaheadConfig
 
 
 class LookaheadDrafter:
-    """Lookahead decoding's drafter: window W, ngram N, verification set G (see `builder.spec`)."""
+    """Lookahead decoding's drafter: window W, ngram N, verification set G (see `builder.speculative`)."""
 
     def __init__(
         self,

@@ -6,9 +6,9 @@ from typing import Sequence
 
 import torch
 
-from builder.spec.engine import Draft, StepOutput
-from builder.spec.medusa.heads import MedusaHeads
-from builder.spec.tree import Tree, medusa_draft
+from builder.speculative.engine import Draft, StepOutput
+from builder.speculative.medusa.heads import MedusaHeads
+from builder.speculative.tree import Tree, medusa_draft
 
 
 class MedusaDrafter:

@@ -2,7 +2,7 @@
 
 The contract (inputs, outputs, dtypes, edge cases) is `plugins/tree_verify/contract.py`; every
 other face (Triton kernel, ONNX op, TensorRT plugin) is tested against `tree_verify` below.
-Words as in the glossary (`builder.spec`).
+Words as in the glossary (`builder.speculative`).
 
 Greedy: a path is accepted as far as its nodes' tokens equal the target argmax at their parent;
 the longest accepted prefix over all paths wins (ties: lowest path index); the bonus token is the
