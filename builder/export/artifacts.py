@@ -1,0 +1,69 @@
+"""Writing an exported graph: the canonical model, its ONNX Runtime-ready twin, one shared weights file,
+a manifest (`export.json`), all staged in a temp folder and renamed into place on success.
+
+Files in `out_dir` for a graph named `stem`:
+    {stem}.onnx       canonical (contains trtspec::TreeVerify where the graph verifies; checked with
+                      onnx.checker full_check)
+    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, dead nodes pruned (what ORT loads)
+    {stem}.data       the weights (tensors over 1 KiB), shared by both models
+    export.json       inputs, outputs, node counts, settings
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from builder.export.graph import NodeCounts, node_counts, prune, save, save_sharing_data, staged_dir
+from plugins.tree_verify import onnx_op
+from plugins.tree_verify.contract import DOMAIN
+
+MANIFEST = "export.json"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    canonical: Path  # the canonical model (what a TensorRT rewrite reads)
+    ort: Path  # the ONNX Runtime-ready model
+    data: Path  # external weights shared by both
+    manifest: Path  # export.json
+    node_counts: dict[str, NodeCounts]  # "canonical" and "ort"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dict[str, Any]) -> ExportResult:
+    """Check and write `model` and its ORT twin to `out_dir` (replaced as a whole; see module doc)."""
+    out_dir = Path(out_dir)
+    onnx_op.register_schema()
+    names = {"canonical": f"{stem}.onnx", "ort": f"{stem}.ort.onnx", "data": f"{stem}.data"}
+    with staged_dir(out_dir) as tmp:
+        save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
+        check(tmp / names["canonical"])
+        ort_model = prune(onnx_op.decompose(model))
+        save_sharing_data(ort_model, tmp / names["ort"])
+        counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
+        inputs = tuple(i.name for i in model.graph.input)
+        outputs = tuple(o.name for o in model.graph.output)
+        manifest = {
+            **settings,
+            "files": names,
+            "inputs": list(inputs),
+            "outputs": list(outputs),
+            "node_counts": {k: v.as_dict() for k, v in counts.items()},
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return ExportResult(out_dir / names["canonical"], out_dir / names["ort"], out_dir / names["data"],
+                        out_dir / MANIFEST, counts, inputs, outputs)  # fmt: skip
+
+
+def check(path: Path) -> None:
+    """onnx.checker with full shape inference; com.microsoft contrib nodes have no schema in onnx, so a
+    model holding them is checked without full_check (ONNX Runtime's session load checks those)."""
+    model = onnx.load(str(path), load_external_data=False)
+    contrib = any(n.domain not in ("", "ai.onnx", DOMAIN) for n in model.graph.node)
+    onnx.checker.check_model(str(path), full_check=not contrib)

@@ -1,0 +1,190 @@
+"""The two attention variants of the exported graphs, and the attention mask they share.
+
+A variant emits, for one graph, the per-graph attention inputs (`prepare`: mask or bias, live length,
+sequence lengths, RoPE tables) and, per layer, the norms, the attention block (packed QKV MatMul to the
+pre-`o_proj` output, writing the layer's cache) and the SiLU:
+
+* `standard` — ONNX opset-24 standard ops: `RotaryEmbedding` (23), `TensorScatter` (24) writing the new
+  rows at a per-row offset, `Attention` (24) with a boolean mask over the live prefix of the cache
+  (S = max(write_at + num_new) over the batch), `RMSNormalization` (23), `Swish` (24). This is the graph
+  a TensorRT rewrite starts from.
+* `ort` — ONNX Runtime contrib ops: `GroupQueryAttention` on the packed QKV (rotary inside, past and
+  present sharing one buffer, per-row `query_seqlens`, a tree `attention_bias`),
+  `SkipSimplifiedLayerNormalization` (the residual add fused into the norm; the first norm, which has
+  no residual add, is the standard `RMSNormalization`), `QuickGelu(alpha=1)` for SiLU.
+
+Per-graph values (`StepValues`): position_ids [B, T]; past_len [B]; write_at [B] (slot of new row 0:
+past_len for the target, past_len + write_offset for the EAGLE draft); num_new [B] (valid rows);
+tree_mask [B, T, U] over the tentative region (column u = slot past_len + u).
+
+Mask (both variants): row i of batch b may attend slot s iff s < past_len[b], or
+0 ≤ s − past_len[b] < U and tree_mask[b, i, s − past_len[b]].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from builder.export.graph import BOOL, F32, I32, I64, Graph
+
+MS = "com.microsoft"
+VARIANTS = ("standard", "ort")
+
+
+@dataclass(frozen=True)
+class AttnShape:
+    heads: int  # H
+    kv_heads: int  # KV
+    head_dim: int  # D
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """Graph values every layer's attention reads (names in the graph)."""
+
+    position_ids: str  # [B, T] int64
+    past_len: str  # [B] int64
+    write_at: str  # [B] int64
+    num_new: str  # [B] int64
+    tree_mask: str  # [B, T, U] bool
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    past_key: str  # [B, KV, CAP, D] graph input
+    past_value: str
+    present_key: str  # [B, KV, CAP, D] graph output name to produce
+    present_value: str
+
+
+class Variant(Protocol):
+    name: str
+    opsets: dict[str, int]
+
+    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None: ...
+    def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str: ...
+    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
+                 out: str | None = None) -> tuple[str, str]: ...  # fmt: skip
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str: ...
+    def silu(self, g: Graph, x: str) -> str: ...
+
+
+def make_variant(name: str) -> Variant:
+    if name == "standard":
+        return StandardVariant()
+    if name == "ort":
+        return OrtVariant()
+    raise ValueError(f"unknown attention variant {name!r}; expected one of {VARIANTS}")
+
+
+def attend_mask(g: Graph, step: StepValues, live: str) -> str:  # -> [B, 1, T, S] bool
+    """The boolean attention mask over slots [0, S) (S = the scalar `live`); see the module docstring."""
+    ar = g.op("Range", g.const(0), live, g.const(1))  # [S]
+    rel = g.op("Sub", g.op("Unsqueeze", ar, g.const([0])), g.op("Unsqueeze", step.past_len, g.const([1])))  # [B, S]
+    u = g.op("Gather", g.op("Shape", step.tree_mask), g.const(2))  # [] U
+    past = g.op("Less", rel, g.const(0))  # [B, S]
+    inside = g.op("And", g.op("Not", past), g.op("Less", rel, u))  # [B, S]
+    idx = g.op("Where", inside, rel, g.const(0))  # [B, S] column of tree_mask to read
+    bts = g.op("Concat", g.op("Shape", step.tree_mask, end=2), g.op("Shape", ar), axis=0)  # [3] = (B, T, S)
+    idx = g.op("Expand", g.op("Unsqueeze", idx, g.const([1])), bts)  # [B, T, S]
+    hit = g.op("GatherElements", step.tree_mask, idx, axis=2)  # [B, T, S]
+    new = g.op("And", hit, g.op("Unsqueeze", inside, g.const([1])))  # [B, T, S]
+    mask = g.op("Or", g.op("Unsqueeze", past, g.const([1])), new)  # [B, T, S]
+    return g.op("Unsqueeze", mask, g.const([1]))  # [B, 1, T, S]
+
+
+def _live_len(g: Graph, step: StepValues) -> str:  # -> [] int64: max over rows of write_at + num_new
+    return g.op("ReduceMax", g.op("Add", step.write_at, step.num_new), keepdims=0)
+
+
+class StandardVariant:
+    """Standard ONNX ops (opset 24); see the module docstring."""
+
+    name = "standard"
+    opsets = {"": 24}
+
+    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
+        with g.scope("attn_prep"):
+            self.step = step
+            self.cos, self.sin = g.weight("rope_cos", cos), g.weight("rope_sin", sin)  # [CAP, D/2]
+            live = _live_len(g, step)  # []
+            self.live = g.op("Unsqueeze", live, g.const([0]))  # [1]
+            self.mask = attend_mask(g, step, live)  # [B, 1, T, S]
+
+    def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str:
+        return g.op("RMSNormalization", x, weight, out=out, epsilon=eps, axis=-1, stash_type=1)
+
+    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
+                 out: str | None = None) -> tuple[str, str]:  # fmt: skip
+        s = g.op("Add", x, delta)
+        return self.norm(g, s, weight, eps, out), s
+
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str:
+        H, KV, D = shape.heads, shape.kv_heads, shape.head_dim
+        qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D]
+        qkv = g.op("Reshape", qkv, g.const([0, 0, H + 2 * KV, D]))  # [B, T, H + 2KV, D]
+        qkv = g.op("Transpose", qkv, perm=[0, 2, 1, 3])  # [B, H + 2KV, T, D]
+        qk, v = g.op_n("Split", qkv, g.const([H + KV, KV]), outs=2, axis=1)  # [B, H+KV, T, D], [B, KV, T, D]
+        qk = g.op("RotaryEmbedding", qk, self.cos, self.sin, self.step.position_ids)  # [B, H + KV, T, D]
+        q, k = g.op_n("Split", qk, g.const([H, KV]), outs=2, axis=1)  # [B, H, T, D], [B, KV, T, D]
+        kc = g.op("TensorScatter", cache.past_key, k, self.step.write_at, out=cache.present_key, axis=2)
+        vc = g.op("TensorScatter", cache.past_value, v, self.step.write_at, out=cache.present_value, axis=2)
+        zero, two = g.const([0]), g.const([2])
+        k_live = g.op("Slice", kc, zero, self.live, two)  # [B, KV, S, D]
+        v_live = g.op("Slice", vc, zero, self.live, two)  # [B, KV, S, D]
+        y = g.op("Attention", q, k_live, v_live, self.mask)  # [B, H, T, D]
+        y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, H, D]
+        return g.op("Reshape", y, g.const([0, 0, H * D]))  # [B, T, H·D]
+
+    def silu(self, g: Graph, x: str) -> str:
+        return g.op("Swish", x)
+
+
+class OrtVariant:
+    """ONNX Runtime contrib ops; see the module docstring."""
+
+    name = "ort"
+    opsets = {"": 24, MS: 1}
+
+    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
+        with g.scope("attn_prep"):
+            self.step = step
+            self.cos, self.sin = g.weight("rope_cos", cos), g.weight("rope_sin", sin)  # [CAP, D/2]
+            live = _live_len(g, step)  # [] max total length over the batch
+            self.total = g.op("Cast", live, to=I32)  # [] int32 total_sequence_length
+            end = g.op("Add", step.write_at, step.num_new)  # [B]
+            self.seqlens_k = g.op("Cast", g.op("Sub", end, g.const(1)), to=I32)  # [B] int32
+            self.query_seqlens = g.op("Cast", step.num_new, to=I32)  # [B] int32
+            mask = attend_mask(g, step, live)  # [B, 1, T, S]
+            dtype = np.float32 if cos.dtype == np.float32 else cos.dtype.type
+            self.bias = g.op("Where", mask, g.const(0, dtype), g.const(-np.inf, dtype))  # [B, 1, T, S]
+
+    def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str:
+        # ORT's SimplifiedLayerNormalization sits in the default domain, unknown to onnx.checker; the
+        # standard op is one node too.
+        return g.op("RMSNormalization", x, weight, out=out, epsilon=eps, axis=-1, stash_type=1)
+
+    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
+                 out: str | None = None) -> tuple[str, str]:  # fmt: skip
+        y, _, _, s = g.op_n("SkipSimplifiedLayerNormalization", x, delta, weight, outs=[out or "", "-", "-", ""],
+                            domain=MS, epsilon=eps)  # fmt: skip
+        return y, s
+
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str:
+        qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D] packed
+        inputs = [qkv, "", "", cache.past_key, cache.past_value, self.seqlens_k, self.total, self.cos, self.sin,
+                  self.step.position_ids, self.bias, "", "", "", "", "", self.query_seqlens]  # fmt: skip
+        y, _, _ = g.op_n("GroupQueryAttention", *inputs, outs=["", cache.present_key, cache.present_value],
+                         domain=MS, num_heads=shape.heads, kv_num_heads=shape.kv_heads, do_rotary=1,
+                         causal=1)  # fmt: skip
+        return y  # [B, T, H·D]
+
+    def silu(self, g: Graph, x: str) -> str:
+        return g.op("QuickGelu", x, domain=MS, alpha=1.0)
+
+
+__all__ = ["AttnShape", "LayerCache", "StepValues", "Variant", "VARIANTS", "attend_mask", "make_variant",
+           "BOOL", "F32", "I64"]  # fmt: skip

@@ -1,0 +1,197 @@
+"""A small ONNX graph builder (unique names, initializers, I/O), saving with external data, node
+counts, dead-node pruning, and the temp-folder-then-rename writer every export uses.
+
+Node names carry a scope prefix ("layer3/…") so node counts per layer are read off the names.
+Constants are initializers, not `Constant` nodes: they cost nothing at run time and do not count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
+Dims = Sequence[int | str | None]
+
+
+class Graph:
+    """Accumulates nodes, initializers, inputs and outputs; `model()` assembles the ModelProto."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._used: set[str] = set()
+        self._consts: dict[tuple[Any, ...], str] = {}
+        self._scope = ""
+
+    @contextlib.contextmanager
+    def scope(self, prefix: str) -> Iterator[None]:
+        """Names created inside get `prefix/` (node counts per layer read this)."""
+        before, self._scope = self._scope, f"{self._scope}{prefix}/"
+        try:
+            yield
+        finally:
+            self._scope = before
+
+    def fresh(self, base: str) -> str:
+        """A value/node name not used before, under the current scope."""
+        stem = f"{self._scope}{base}"
+        name, n = stem, 0
+        while name in self._used:
+            n += 1
+            name = f"{stem}_{n}"
+        self._used.add(name)
+        return name
+
+    def input(self, name: str, elem: int, dims: Dims) -> str:
+        self._claim(name)
+        self.inputs.append(helper.make_tensor_value_info(name, elem, list(dims)))
+        return name
+
+    def output(self, value: str, elem: int, dims: Dims) -> None:
+        """Declare `value` (already produced under that exact name) a graph output."""
+        self.outputs.append(helper.make_tensor_value_info(value, elem, list(dims)))
+
+    def weight(self, base: str, array: np.ndarray) -> str:
+        """An initializer holding `array` (kept as is: dtype and layout are the caller's)."""
+        name = self.fresh(base)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, value: object, dtype: type = np.int64) -> str:
+        """A small constant initializer, shared by every use of the same value."""
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight("const", arr)
+        return self._consts[key]
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, domain: str = "", **attrs: Any) -> str:
+        """One node with one output (named `out` if given); returns the output name."""
+        return self.op_n(op_type, *inputs, outs=[out or ""], domain=domain, **attrs)[0]
+
+    def op_n(self, op_type: str, *inputs: str, outs: Sequence[str] | int, domain: str = "", **attrs: Any) -> list[str]:
+        """One node with several outputs: `outs` is a count or a list of names ("" = fresh, None-like
+        trailing outputs are not allowed; pass "-" to leave an optional output unproduced)."""
+        names = [""] * outs if isinstance(outs, int) else list(outs)
+        node_name = self.fresh(op_type)
+        resolved = []
+        for i, n in enumerate(names):
+            if n == "-":
+                resolved.append("")
+            elif n:
+                self._claim(n)
+                resolved.append(n)
+            else:
+                resolved.append(node_name if i == 0 else self.fresh(f"{op_type}_out{i}"))
+        self.nodes.append(helper.make_node(op_type, list(inputs), resolved, name=node_name, domain=domain or None,
+                                           **attrs))
+        return resolved
+
+    def add(self, node: onnx.NodeProto) -> None:
+        """Append a node made elsewhere (its output names are claimed here)."""
+        for name in node.output:
+            if name:
+                self._claim(name)
+        self.nodes.append(node)
+
+    def model(self, opsets: dict[str, int], doc: str = "") -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers, doc_string=doc)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
+                                  producer_name="trtspec")
+        model.ir_version = 10  # ONNX Runtime 1.20+ reads IR 10 (opset 24 needs ≥ 10)
+        return model
+
+    def _claim(self, name: str) -> None:
+        if name in self._used:
+            raise ValueError(f"duplicate value name {name!r}")
+        self._used.add(name)
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    """ONNX nodes of one graph: in all, per decoder layer (scope "layer{i}/"), and by op type."""
+
+    total: int
+    per_layer: tuple[int, ...]
+    by_op: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "per_layer": list(self.per_layer), "by_op": dict(self.by_op)}
+
+
+def node_counts(model: onnx.ModelProto) -> NodeCounts:
+    """Count nodes; layer i's nodes are those whose name starts with "layer{i}/"."""
+    per_layer: dict[int, int] = {}
+    by_op: dict[str, int] = {}
+    for node in model.graph.node:
+        key = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        by_op[key] = by_op.get(key, 0) + 1
+        head = node.name.split("/", 1)[0]
+        if head.startswith("layer") and head[5:].isdigit() and "/" in node.name:
+            per_layer[int(head[5:])] = per_layer.get(int(head[5:]), 0) + 1
+    layers = tuple(per_layer.get(i, 0) for i in range(max(per_layer) + 1)) if per_layer else ()
+    return NodeCounts(len(model.graph.node), layers, dict(sorted(by_op.items())))
+
+
+def prune(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop nodes (and initializers) that no graph output depends on; in place, returns `model`."""
+    g = model.graph
+    needed = {o.name for o in g.output}
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(g.node):
+        if any(o and o in needed for o in node.output):
+            keep.append(node)
+            needed.update(i for i in node.input if i)
+    del g.node[:]
+    g.node.extend(reversed(keep))
+    inits = [t for t in g.initializer if t.name in needed]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    return model
+
+
+def save(model: onnx.ModelProto, path: Path, data_file: str) -> None:
+    """Write `model` to `path`, tensors over 1 KiB to `data_file` beside it (converts `model` in place:
+    afterwards its large initializers refer to that file)."""
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data_file, size_threshold=1024)
+
+
+def save_sharing_data(model: onnx.ModelProto, path: Path) -> None:
+    """Write a model whose large initializers already refer to an external file (see `save`) in the
+    same folder: only the graph is written, the data file is shared."""
+    onnx.save_model(model, str(path), save_as_external_data=False)
+
+
+@contextlib.contextmanager
+def staged_dir(out_dir: Path) -> Iterator[Path]:
+    """Yield an empty temp folder beside `out_dir`; on success it replaces `out_dir` (rename), on any
+    error or interrupt it is deleted, so `out_dir` is never half-written."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        old = None
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old / out_dir.name)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

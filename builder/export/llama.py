@@ -1,0 +1,130 @@
+"""Llama decoder layers as ONNX nodes, weights read from a `builder.model.llama` module.
+
+Per layer: norm → packed QKV MatMul → attention (the variant's) → o_proj MatMul → residual add + norm →
+fused gate_up MatMul → Split → SiLU · up → down MatMul; the next layer's (or the final) norm takes the
+residual add. Weights are numpy arrays in the model dtype, laid out [in, out] for MatMul.
+
+Shapes: B batch, T rows, C hidden, H / KV query / key-value heads, D head_dim, I intermediate, CAP
+cache capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from builder.errors import UserError
+from builder.export.attention import AttnShape, LayerCache, StepValues, Variant
+from builder.export.graph import F32, Graph
+from builder.model.config import LlamaConfig
+from builder.model.llama import Block
+
+SUPPORTED_DTYPES = (torch.float32,)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu").contiguous().numpy()
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    input_norm: np.ndarray | None  # [C]; None = identity (EAGLE layer 0)
+    qkv: np.ndarray  # [C, (H + 2KV)·D]
+    o: np.ndarray  # [H·D, C]
+    post_norm: np.ndarray  # [C]
+    gate_up: np.ndarray  # [C, 2I]
+    down: np.ndarray  # [I, C]
+
+
+def layer_weights(block: Block) -> LayerWeights:
+    a, m = block.self_attn, block.mlp
+    norm = block.input_layernorm
+    return LayerWeights(
+        input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight),
+        qkv=np.concatenate([to_numpy(a.q_proj.weight.T), to_numpy(a.k_proj.weight.T), to_numpy(a.v_proj.weight.T)],
+                           axis=1),
+        o=to_numpy(a.o_proj.weight.T),
+        post_norm=to_numpy(block.post_attention_layernorm.weight),
+        gate_up=np.concatenate([to_numpy(m.gate_proj.weight.T), to_numpy(m.up_proj.weight.T)], axis=1),
+        down=to_numpy(m.down_proj.weight.T),
+    )  # fmt: skip
+
+
+def check_dtype(dtype: torch.dtype, what: str) -> None:
+    if dtype not in SUPPORTED_DTYPES:
+        raise UserError(f"{what} has dtype {dtype}; the ONNX export supports float32 only for now "
+                        "(FP8 comes as Q/DQ on the float32 graph)", field="dtype", allowed="float32")  # fmt: skip
+
+
+def rope_tables(inv_freq: torch.Tensor, capacity: int) -> tuple[np.ndarray, np.ndarray]:  # -> [CAP, D/2] x2
+    """cos/sin of position · inv_freq for positions 0..CAP-1, in fp32 exactly as `rope_cos_sin` does."""
+    freqs = torch.arange(capacity, dtype=torch.int64).float()[:, None] * inv_freq.float()  # (CAP, D/2)
+    return to_numpy(freqs.cos()), to_numpy(freqs.sin())
+
+
+def attn_shape(cfg: LlamaConfig) -> AttnShape:
+    return AttnShape(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+
+
+def cache_io(g: Graph, cfg: LlamaConfig, capacity: int) -> list[LayerCache]:
+    """Declare `past_key_{l}` / `past_value_{l}` inputs and `present_*` outputs [B, KV, CAP, D]."""
+    dims = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
+    caches = []
+    for i in range(cfg.num_hidden_layers):
+        c = LayerCache(f"past_key_{i}", f"past_value_{i}", f"present_key_{i}", f"present_value_{i}")
+        g.input(c.past_key, F32, dims)
+        g.input(c.past_value, F32, dims)
+        caches.append(c)
+    return caches
+
+
+def declare_present(g: Graph, cfg: LlamaConfig, capacity: int, caches: list[LayerCache]) -> None:
+    dims = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
+    for c in caches:
+        g.output(c.present_key, F32, dims)
+        g.output(c.present_value, F32, dims)
+
+
+def decoder(
+    g: Graph,
+    variant: Variant,
+    x: str,  # [B, T, C] input of layer 0
+    layers: list[LayerWeights],
+    cfg: LlamaConfig,
+    caches: list[LayerCache],
+    final_norm: np.ndarray | None,  # [C]; None: no final norm (EAGLE), the output is the residual stream
+    out: str,  # name of the output value [B, T, C]
+) -> str:
+    """All decoder layers, then the final norm (or the last residual add); returns `out`."""
+    eps, shape = cfg.rms_norm_eps, attn_shape(cfg)
+    pending: str | None = None  # the last MLP output, not yet added to the residual stream x
+    for i, w in enumerate(layers):
+        with g.scope(f"layer{i}"):
+            if w.input_norm is None:  # identity norm: the residual add (if any) is the layer input
+                x = x if pending is None else g.op("Add", x, pending)
+                h = x
+            elif pending is None:
+                h = variant.norm(g, x, g.weight("input_norm", w.input_norm), eps)
+            else:
+                h, x = variant.add_norm(g, x, pending, g.weight("input_norm", w.input_norm), eps)
+            attn = variant.attention(g, h, g.weight("qkv", w.qkv), shape, caches[i])  # [B, T, H·D]
+            attn = g.op("MatMul", attn, g.weight("o_proj", w.o))  # [B, T, C]
+            h, x = variant.add_norm(g, x, attn, g.weight("post_norm", w.post_norm), eps)
+            pending = _mlp(g, variant, h, w)
+    with g.scope("final"):
+        if pending is None:
+            raise ValueError("no layers")
+        if final_norm is None:
+            return g.op("Add", x, pending, out=out)
+        return variant.add_norm(g, x, pending, g.weight("norm", final_norm), eps, out=out)[0]
+
+
+def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights) -> str:  # [B, T, C] -> [B, T, C]
+    inter = w.down.shape[0]
+    gu = g.op("MatMul", h, g.weight("gate_up", w.gate_up))  # [B, T, 2I]
+    gate, up = g.op_n("Split", gu, g.const([inter, inter]), outs=2, axis=-1)  # [B, T, I] each
+    act = g.op("Mul", variant.silu(g, gate), up)  # [B, T, I]
+    return g.op("MatMul", act, g.weight("down_proj", w.down))  # [B, T, C]

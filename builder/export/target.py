@@ -1,0 +1,150 @@
+"""The target step graph: one graph for prefill and decoding steps (I/O contract: `builder.export`).
+
+embed → decoder layers (variant attention, KV written at past_len + j) → final norm = `hidden` →
+LM head on the verify nodes only → `node_argmax` and trtspec::TreeVerify → (optionally) the Medusa
+heads' top-K at the last accepted node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+
+from builder.errors import UserError
+from builder.export.artifacts import ExportResult, write_models
+from builder.export.attention import StepValues, Variant, make_variant
+from builder.export.graph import BOOL, F32, I32, I64, Graph
+from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables,
+                                  to_numpy)  # fmt: skip
+from builder.export.medusa import medusa_topk as emit_medusa
+from builder.model.llama import Llama
+from builder.speculative.medusa.heads import MedusaHeads
+from plugins.tree_verify import onnx_op
+from plugins.tree_verify.contract import DOMAIN, OP_VERSION
+
+Mode = Literal["greedy", "rejection"]
+MODES = ("greedy", "rejection")
+STEP_INPUTS = ("tokens", "position_ids", "tree_mask", "past_len", "num_nodes", "verify_index", "paths")
+SAMPLING_INPUTS = ("temperature", "top_p", "uniforms")
+VERIFY_OUTPUTS = ("accepted_len", "best_path", "output_tokens")
+
+
+def build_target(
+    model: Llama,
+    *,
+    variant: str,
+    mode: Mode,
+    max_seq_len: int,
+    medusa: MedusaHeads | None = None,
+    medusa_topk: int | None = None,
+) -> onnx.ModelProto:
+    """The canonical target step graph (weights in memory)."""
+    cfg = model.cfg
+    check_dtype(model.dtype, "the target model")
+    if mode not in MODES:
+        raise UserError(f"unknown verification mode {mode!r}", field="mode", allowed=", ".join(MODES))
+    if (medusa is None) != (medusa_topk is None):
+        raise ValueError("pass medusa and medusa_topk together")
+    if medusa is not None and (medusa.hidden_size, medusa.vocab_size) != (cfg.hidden_size, cfg.vocab_size):
+        raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
+    var = make_variant(variant)
+    g = Graph("target_step")
+    step, verify_index, paths = _step_inputs(g, mode)
+    caches = cache_io(g, cfg, max_seq_len)
+    var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len))
+    with g.scope("embed"):
+        embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight))  # [V, C]
+        x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
+    layers = [layer_weights(block) for block in model.layers]  # type: ignore[arg-type]
+    hidden = decoder(g, var, x, layers, cfg, caches, to_numpy(model.norm.weight), out="hidden")  # [B, T, C]
+    with g.scope("verify"):
+        tied = cfg.tie_word_embeddings
+        head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight))  # [V, C]
+        _verify(g, model, hidden, head, verify_index, paths, mode)
+    g.output("accepted_len", I32, ["B"])
+    g.output("best_path", I32, ["B"])
+    g.output("output_tokens", I32, ["B", "W"])
+    g.output("node_argmax", I64, ["B", "Tv"])
+    g.output("hidden", F32, ["B", "T", cfg.hidden_size])
+    if medusa is not None and medusa_topk is not None:
+        with g.scope("medusa_in"):
+            h = _last_accepted_hidden(g, hidden, verify_index, paths)  # [B, C]
+        emit_medusa(g, var, h, medusa, medusa_topk, out="medusa_topk")
+        g.output("medusa_topk", I64, ["B", medusa.num_heads, medusa_topk])
+    declare_present(g, cfg, max_seq_len, caches)
+    return g.model({**var.opsets, DOMAIN: OP_VERSION}, doc=f"trtspec target step ({variant}, {mode})")
+
+
+def export_target(
+    model: Llama,
+    out_dir: str | Path,
+    *,
+    variant: str,
+    mode: Mode,
+    max_seq_len: int,
+    medusa: MedusaHeads | None = None,
+    medusa_topk: int | None = None,
+) -> ExportResult:
+    """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
+    trtspec::TreeVerify), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime), `target.data`,
+    `export.json`."""
+    proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
+                         medusa_topk=medusa_topk)  # fmt: skip
+    settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
+                "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk}  # fmt: skip
+    return write_models(proto, Path(out_dir), "target", settings)
+
+
+def _step_inputs(g: Graph, mode: Mode) -> tuple[StepValues, str, str]:
+    g.input("tokens", I64, ["B", "T"])
+    g.input("position_ids", I64, ["B", "T"])
+    g.input("tree_mask", BOOL, ["B", "T", "T"])
+    g.input("past_len", I64, ["B"])
+    g.input("num_nodes", I64, ["B"])
+    g.input("verify_index", I64, ["B", "Tv"])
+    g.input("paths", I32, ["B", "P", "W"])
+    if mode == "rejection":
+        g.input("temperature", F32, ["B"])
+        g.input("top_p", F32, ["B"])
+        g.input("uniforms", F32, ["B", "W"])
+    step = StepValues("position_ids", "past_len", write_at="past_len", num_new="num_nodes", tree_mask="tree_mask")
+    return step, "verify_index", "paths"
+
+
+def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode) -> None:
+    """LM head on the verify nodes, `node_argmax`, TreeVerify (`accepted_len`, `best_path`, `output_tokens`).
+
+    `head` is the LM head initializer [V, C] (the embedding itself when tied: Gemm with transB=1)."""
+    hv = g.op("GatherND", hidden, g.op("Unsqueeze", verify_index, g.const([2])), batch_dims=1)  # [B, Tv, C]
+    flat = g.op("Reshape", hv, g.const([-1, model.cfg.hidden_size]))  # [B·Tv, C]
+    logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
+    bt = g.op("Shape", verify_index)  # [2] = (B, Tv)
+    logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]
+    g.op("ArgMax", logits, out="node_argmax", axis=2, keepdims=0, select_last_index=0)  # [B, Tv]
+    tokens_v = g.op("Cast", g.op("GatherElements", "tokens", verify_index, axis=1), to=I32)  # [B, Tv]
+    draft_probs = _filled(g, bt, 1.0)  # [B, Tv]: our drafters are deterministic (q = 1)
+    if mode == "rejection":
+        sampling = list(SAMPLING_INPUTS)
+    else:  # TreeVerify takes every input; greedy mode reads none of these (pruned from the ORT graph)
+        b = g.op("Shape", "past_len")  # [1]
+        bw = g.op("Concat", b, g.op("Shape", paths, start=2), axis=0)  # [2] = (B, W)
+        sampling = [_filled(g, b, 0.0), _filled(g, b, 1.0), _filled(g, bw, 0.0)]  # temperature, top_p, uniforms
+    g.add(onnx_op.make_node([logits, tokens_v, paths, *sampling, draft_probs], VERIFY_OUTPUTS, mode,
+                            name=g.fresh("TreeVerify")))  # fmt: skip
+
+
+def _filled(g: Graph, shape: str, value: float) -> str:  # -> float32 tensor of `shape` holding `value`
+    return g.op("ConstantOfShape", shape, value=onnx.numpy_helper.from_array(np.full(1, value, np.float32)))
+
+
+def _last_accepted_hidden(g: Graph, hidden: str, verify_index: str, paths: str) -> str:
+    """hidden[b, verify_index[b, paths[b, best_path[b], accepted_len[b] - 1]]] → [B, C]."""
+    best = g.op("Unsqueeze", g.op("Cast", "best_path", to=I64), g.const([1]))  # [B, 1]
+    row = g.op("GatherND", paths, best, batch_dims=1)  # [B, W] int32
+    last = g.op("Sub", g.op("Unsqueeze", g.op("Cast", "accepted_len", to=I64), g.const([1])), g.const(1))  # [B, 1]
+    vnode = g.op("Cast", g.op("GatherElements", row, last, axis=1), to=I64)  # [B, 1] verify-node index
+    node = g.op("GatherElements", verify_index, vnode, axis=1)  # [B, 1] node index
+    return g.op("GatherND", hidden, node, batch_dims=1)  # [B, C]
