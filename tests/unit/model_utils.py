@@ -7,11 +7,14 @@ expected value with trtspec code.
 from __future__ import annotations
 
 import contextlib
+import copy
+import types
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 import transformers
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
 LLAMA3_SCALING = {  # small original context so positions up to ~64 cross all three frequency bands
     "rope_type": "llama3",
@@ -95,6 +98,55 @@ def hf_logits(model: transformers.LlamaForCausalLM, ids: list[int]) -> torch.Ten
     """HF logits [len(ids), vocab] for a causal pass over `ids` from scratch."""
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]
+
+
+def rope_table(
+    inv_freq: torch.Tensor,  # [D/2]: HF's fp32 inverse frequencies, used as given
+    position_ids: torch.Tensor,  # [B, T] int64
+    dtype: torch.dtype,
+    scaling: float = 1.0,  # HF's `attention_scaling` (1.0 for default and llama3 RoPE)
+) -> tuple[torch.Tensor, torch.Tensor]:  # -> cos, sin: [B, T, D] computed in `dtype`
+    """HF's RoPE table (angle = position * inv_freq, halves repeated), computed in `dtype` throughout.
+
+    `LlamaRotaryEmbedding` always computes it in fp32; in fp32 this gives the same formula.
+    """
+    freqs = position_ids[..., None].to(dtype) * inv_freq.to(dtype)  # (B, T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D)
+    return emb.cos() * scaling, emb.sin() * scaling
+
+
+def _rms_norm_f64(self: LlamaRMSNorm, x: torch.Tensor) -> torch.Tensor:  # [..., C] -> [..., C]
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
+def _rotary_f64(
+    self: LlamaRotaryEmbedding, x: torch.Tensor, position_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return rope_table(self.inv_freq, position_ids, torch.float64, self.attention_scaling)
+
+
+def hf_float64(model: transformers.LlamaForCausalLM) -> transformers.LlamaForCausalLM:
+    """A copy of `model` that computes in float64 throughout: the reference for fp32 comparisons.
+
+    `.double()` alone is not enough. HF keeps fp32 islands on purpose: `LlamaRMSNorm` normalises in
+    fp32 (`hidden_states.to(torch.float32)`) and `LlamaRotaryEmbedding` builds cos/sin in fp32. Left
+    in, they put errors of fp32 size into the "reference" (2-6e-6 on the tiny models, half the fp32
+    error being judged). In the copy both compute in float64: same formulas, same weights, same fp32
+    `inv_freq` values (taken as given parameters). Eager attention has a third island (an fp32
+    softmax), so the copy must use SDPA, which computes in the input dtype.
+    """
+    attention = model.config._attn_implementation
+    if attention != "sdpa":
+        raise ValueError(f"hf_float64 needs SDPA attention (eager softmaxes in fp32), got {attention!r}")
+    ref = copy.deepcopy(model).double().eval()
+    for module in ref.modules():
+        if isinstance(module, LlamaRMSNorm):
+            module.forward = types.MethodType(_rms_norm_f64, module)  # type: ignore[method-assign]
+        elif isinstance(module, LlamaRotaryEmbedding):
+            if module.rope_type not in ("default", "llama3"):  # others rescale inv_freq with the length
+                raise ValueError(f"hf_float64 supports default and llama3 RoPE, got {module.rope_type!r}")
+            module.forward = types.MethodType(_rotary_f64, module)  # type: ignore[method-assign]
+    return ref
 
 
 @contextlib.contextmanager

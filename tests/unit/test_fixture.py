@@ -29,6 +29,8 @@ from builder.model.config import LlamaConfig  # noqa: E402
 from builder.model.llama import causal_mask  # noqa: E402
 from builder.speculative.eagle.draft_model import EagleDraft, load_eagle  # noqa: E402
 from builder.speculative.medusa.heads import MedusaHeads, load_medusa  # noqa: E402
+from tests.unit.model_utils import hf_float64, rope_table  # noqa: E402
+from tests.unit.numerics import assert_close_to_float64  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tiny-llama3"
@@ -88,11 +90,12 @@ def test_our_reference_model_matches_transformers(base):
     _, model = base
     ours = load_model(FIXTURE / "base", torch.float32)
     x = torch.tensor([[0, 5, 77, 300, 1024, 9, 4000, 12]])
-    logits, hidden = ours(x, torch.arange(8)[None], causal_mask(8))
     with torch.no_grad():
+        logits, hidden = ours(x, torch.arange(8)[None], causal_mask(8))
         out = model(input_ids=x, output_hidden_states=True)
-    torch.testing.assert_close(logits, out.logits, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(hidden, out.hidden_states[-1], atol=1e-4, rtol=1e-4)
+        ref = hf_float64(model)(input_ids=x, output_hidden_states=True)
+    assert_close_to_float64(logits, out.logits, ref.logits, what="fixture logits")
+    assert_close_to_float64(hidden, out.hidden_states[-1], ref.hidden_states[-1], what="fixture hidden")
 
 
 def test_medusa_checkpoint_has_upstream_layout():
@@ -180,7 +183,9 @@ def _random_draft(layers: int = 1) -> EagleDraft:
 
 
 def _upstream_eagle_forward(sd: dict, cfg: LlamaConfig, tokens, hidden, pos):
-    """EAGLE-1 as cnets1.py computes it, from transformers' Llama pieces: [embed; hidden] → fc → layer 0."""
+    """EAGLE-1 as cnets1.py computes it, from transformers' Llama pieces: [embed; hidden] → fc → layers
+    (layer 0 without input_layernorm). Computes in the dtype of `sd` and `hidden`, RoPE table included,
+    so in float64 it is the reference."""
     from transformers import LlamaConfig as HFConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv
 
@@ -189,41 +194,55 @@ def _upstream_eagle_forward(sd: dict, cfg: LlamaConfig, tokens, hidden, pos):
                   max_position_embeddings=cfg.max_position_embeddings)
     B, T = tokens.shape
     H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+
+    def rms_norm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * weight
+
     x = torch.cat([sd["embed_tokens.weight"][tokens], hidden], -1) @ sd["fc.weight"].T + sd["fc.bias"]
-    p = "layers.0."
-    q = (x @ sd[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
-    k = (x @ sd[p + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-    v = (x @ sd[p + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-    cos, sin = LlamaRotaryEmbedding(hf)(v, pos)
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
-    att = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, H // KV), repeat_kv(v, H // KV),
-                                                           is_causal=True)
-    x = x + att.transpose(1, 2).reshape(B, T, H * D) @ sd[p + "self_attn.o_proj.weight"].T
-    n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * sd[p + "post_attention_layernorm.weight"]
-    mlp = torch.nn.functional.silu(n @ sd[p + "mlp.gate_proj.weight"].T) * (n @ sd[p + "mlp.up_proj.weight"].T)
-    return x + mlp @ sd[p + "mlp.down_proj.weight"].T
+    cos, sin = rope_table(LlamaRotaryEmbedding(hf).inv_freq, pos, x.dtype)
+    for i in range(cfg.num_hidden_layers):
+        p = f"layers.{i}."
+        n = x if i == 0 else rms_norm(x, sd[p + "input_layernorm.weight"])
+        q = (n @ sd[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (n @ sd[p + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        v = (n @ sd[p + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        att = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, H // KV), repeat_kv(v, H // KV),
+                                                               is_causal=True)
+        x = x + att.transpose(1, 2).reshape(B, T, H * D) @ sd[p + "self_attn.o_proj.weight"].T
+        n = rms_norm(x, sd[p + "post_attention_layernorm.weight"])
+        mlp = torch.nn.functional.silu(n @ sd[p + "mlp.gate_proj.weight"].T) * (n @ sd[p + "mlp.up_proj.weight"].T)
+        x = x + mlp @ sd[p + "mlp.down_proj.weight"].T
+    return x
+
+
+def _f64(sd: dict) -> dict:
+    return {k: v.double() for k, v in sd.items()}
 
 
 def test_eagle_draft_matches_upstream_math():
     draft, cfg = _random_draft(), _tiny_cfg()
     tokens, hidden = torch.randint(0, 50, (2, 7)), torch.randn(2, 7, 16)
     pos = torch.arange(3, 10).expand(2, 7)
+    sd = draft.state_dict()
     with torch.no_grad():
         ours = draft(tokens, hidden, pos, causal_mask(7, batch=2))
-        ref = _upstream_eagle_forward(draft.state_dict(), cfg, tokens, hidden, pos)
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+        upstream = _upstream_eagle_forward(sd, cfg, tokens, hidden, pos)
+        ref = _upstream_eagle_forward(_f64(sd), cfg, tokens, hidden.double(), pos)
+    assert_close_to_float64(ours, upstream, ref, what="EAGLE draft vs upstream")
 
 
 def test_eagle_draft_cache_equals_one_pass():
-    """Pairs fed in two chunks through the KV cache give what one causal pass gives."""
-    draft = _random_draft(layers=2)
+    """Pairs fed in two chunks through the KV cache are as close to the math as one causal pass."""
+    draft, cfg = _random_draft(layers=2), _tiny_cfg(layers=2)
     tokens, hidden, pos = torch.randint(0, 50, (1, 9)), torch.randn(1, 9, 16), torch.arange(9)[None]
     with torch.no_grad():
         whole = draft(tokens, hidden, pos, causal_mask(9))
         cache = draft.new_cache(16)
         first = draft(tokens[:, :5], hidden[:, :5], pos[:, :5], causal_mask(5), cache, start=0)
         second = draft(tokens[:, 5:], hidden[:, 5:], pos[:, 5:], causal_mask(4, past=5), cache, start=5)
-    torch.testing.assert_close(torch.cat([first, second], 1), whole, atol=1e-5, rtol=1e-5)
+        ref = _upstream_eagle_forward(_f64(draft.state_dict()), cfg, tokens, hidden.double(), pos)
+    assert_close_to_float64(torch.cat([first, second], 1), whole, ref, what="EAGLE draft chunked vs one pass")
 
 
 def test_medusa_heads_compute_resblock_then_projection():
@@ -233,10 +252,16 @@ def test_medusa_heads_compute_resblock_then_projection():
         for p in heads.parameters():
             p.normal_()
     x = torch.randn(3, 8)
-    sd = heads.state_dict()
-    for h in range(2):
+
+    def upstream(x, sd, h):  # ResBlock: x + silu(linear(x)), then the bias-free projection
         block = x + torch.nn.functional.silu(x @ sd[f"{h}.0.linear.weight"].T + sd[f"{h}.0.linear.bias"])
-        torch.testing.assert_close(heads(x)[h], block @ sd[f"{h}.1.weight"].T)
+        return block @ sd[f"{h}.1.weight"].T
+
+    sd = heads.state_dict()
+    with torch.no_grad():
+        ours = heads(x)
+    for h in range(2):
+        assert_close_to_float64(ours[h], upstream(x, sd, h), upstream(x.double(), _f64(sd), h), what=f"Medusa head {h}")
 
 
 # --- loader strictness ---------------------------------------------------------------------------------
@@ -282,7 +307,7 @@ def test_load_eagle_rejects_bad_checkpoints(tmp_path):
     draft = _random_draft()
     embed = draft.embed_tokens.weight.detach().clone()
     loaded = load_eagle(_write_eagle(tmp_path / "ok", draft), embed)
-    torch.testing.assert_close(loaded.state_dict(), draft.state_dict())
+    torch.testing.assert_close(loaded.state_dict(), draft.state_dict(), rtol=0, atol=0)  # same bytes
     no_embed = {k: v for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
     assert load_eagle(_write_eagle(tmp_path / "no_embed", draft, no_embed), embed) is not None
     with pytest.raises(UserError, match="another target"):

@@ -1,6 +1,12 @@
-"""The torch reference against HF transformers' LlamaForCausalLM (the oracle), same weights, fp32."""
+"""The torch reference against HF transformers' LlamaForCausalLM (the oracle), same weights.
+
+Activations are judged against a float64 run of HF (`hf_float64`): ours may be at most a few times as
+far from it as HF's own fp32 result is (`tests/unit/numerics.py`); no tolerance is picked from a run.
+"""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -10,9 +16,8 @@ from builder.model.config import LlamaConfig
 from builder.model.engine import TorchEngine
 from builder.model.kv_cache import KVCache
 from builder.model.llama import causal_mask, rope_inv_freq
-from tests.unit.model_utils import TINY, hf_logits, hf_model, save_checkpoint, torch_threads
-
-ATOL = 1e-5  # fp32; observed differences are ~1e-6 (SDPA vs manual attention, summation order)
+from tests.unit.model_utils import TINY, hf_float64, hf_logits, hf_model, save_checkpoint, torch_threads
+from tests.unit.numerics import assert_close_to_float64, assert_near_tie
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -29,6 +34,12 @@ def pair(request, tmp_path_factory):
     return model, TorchEngine.from_pretrained(path)
 
 
+@pytest.fixture(scope="module")
+def hf64(pair):
+    """HF's model for the same shape, computing in float64 throughout: the reference."""
+    return hf_float64(pair[0])
+
+
 def test_rope_inv_freq_matches_hf(pair) -> None:
     model, engine = pair
     ours = rope_inv_freq(engine.model.cfg)
@@ -41,30 +52,44 @@ def test_rope_inv_freq_matches_hf(pair) -> None:
         assert kept.any() and divided.any() and (~kept & ~divided).any()
 
 
-def test_prefill_logits_and_hidden_match_hf(pair) -> None:
+def test_prefill_logits_and_hidden_match_hf(pair, hf64) -> None:
     model, engine = pair
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, engine.vocab_size, (70,), generator=gen).tolist()  # past orig. ctx 32
     engine.reset()
     out = engine.prefill(ids)
     with torch.no_grad():
-        ref = model(torch.tensor([ids]), output_hidden_states=True)
+        hf = model(torch.tensor([ids]), output_hidden_states=True)
+        ref = hf64(torch.tensor([ids]), output_hidden_states=True)
     assert out.logits.shape == (70, engine.vocab_size) and out.logits.dtype == torch.float32
-    torch.testing.assert_close(out.logits, ref.logits[0], rtol=0, atol=ATOL)
-    torch.testing.assert_close(out.hidden, ref.hidden_states[-1][0], rtol=0, atol=ATOL)
+    assert_close_to_float64(out.logits, hf.logits[0], ref.logits[0], what="prefill logits")
+    assert_close_to_float64(out.hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="prefill hidden")
 
 
-def test_chunked_prefill_and_single_token_steps_match_hf(pair) -> None:
+@pytest.mark.xfail(strict=True, reason="builder/model/llama.py rounds to fp32 inside RMSNorm, softmax and the RoPE "
+                   "table even for a float64 model (`.float()`, fp32 inv_freq products); promoting instead of "
+                   "casting makes this pass (then drop the mark)")
+def test_reference_model_in_float64_is_the_same_math(pair, hf64) -> None:
+    """In float64, ours equals HF's math to ~1e-10 of the scale: the formulas agree, rounding aside."""
+    _, engine = pair
+    ids = torch.randint(0, engine.vocab_size, (70,), generator=torch.Generator().manual_seed(1))
+    ours64 = copy.deepcopy(engine.model).double()
+    with torch.no_grad():
+        logits, _ = ours64(ids[None], torch.arange(70)[None], causal_mask(70))
+        ref = hf64(ids[None]).logits
+    assert float((logits - ref).abs().max()) <= 1e-10 * float(ref.abs().max())
+
+
+def test_chunked_prefill_and_single_token_steps_match_hf(pair, hf64) -> None:
     model, engine = pair
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(0, engine.vocab_size, (24,), generator=gen).tolist()
-    ref = hf_logits(model, ids)
     engine.reset()
     parts = [engine.prefill(ids[:10]).logits, engine.prefill(ids[10:16]).logits]
     for i in range(16, 24):
         parts.append(engine.step(torch.tensor([ids[i]]), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.int64)).logits)
         engine.commit([0])
-    torch.testing.assert_close(torch.cat(parts), ref, rtol=0, atol=ATOL)
+    assert_close_to_float64(torch.cat(parts), hf_logits(model, ids), hf_logits(hf64, ids), what="chunked + steps")
     assert engine.committed_len == 24
 
 
@@ -80,7 +105,7 @@ def greedy(engine: TorchEngine, prompt: list[int], n: int) -> list[int]:
     return out
 
 
-def test_greedy_decode_matches_hf_generate(pair) -> None:
+def test_greedy_decode_matches_hf_generate(pair, hf64) -> None:
     """Token-for-token equality with HF greedy generate; a divergence is allowed only at a near-tie."""
     model, engine = pair
     gen = torch.Generator().manual_seed(3)
@@ -93,23 +118,26 @@ def test_greedy_decode_matches_hf_generate(pair) -> None:
         ours = greedy(engine, prompt, 32)
         if ours != ref:
             k = next(i for i, (a, b) in enumerate(zip(ours, ref)) if a != b)
-            top2 = hf_logits(model, prompt + ref[:k])[-1].topk(2).values
-            gap = float(top2[0] - top2[1])
-            assert gap < 1e-5, f"greedy diverges at new token {k} (ours {ours[k]}, HF {ref[k]}), HF top-2 gap {gap}"
+            seen = prompt + ref[:k]
+            assert_near_tie(ours[k], ref[k], hf_logits(model, seen)[-1], hf_logits(hf64, seen)[-1],
+                            what=f"greedy, prompt length {length}, new token {k}")
 
 
-def test_bf16_engine_runs_close_to_fp32(pair, tmp_path) -> None:
-    model, engine = pair
+def test_bf16_engine_is_as_close_as_hf_bf16(pair, hf64, tmp_path) -> None:
+    """The same rule as fp32 with bf16's unit roundoff: ours in bf16 errs no more than HF in bf16."""
+    model, _ = pair
     path = save_checkpoint(model, tmp_path / "ckpt")
     bf16 = TorchEngine.from_pretrained(path, dtype="bfloat16", max_seq_len=64)
     assert bf16.model.embed_tokens.weight.dtype == torch.bfloat16
-    ids = list(range(20))
-    engine.reset()
-    ref, out = engine.prefill(ids), bf16.prefill(ids)
+    ids = torch.arange(20)
+    out = bf16.prefill(ids.tolist())
     assert out.logits.dtype == torch.float32 and out.hidden.dtype == torch.float32
-    # bf16 keeps 8 mantissa bits: agreement to a few percent of the logit scale, not to 1e-5.
-    scale = float(ref.logits.abs().max())
-    assert float((out.logits - ref.logits).abs().max()) < 0.05 * scale
+    with torch.no_grad():
+        hf = copy.deepcopy(model).to(torch.bfloat16)(ids[None], output_hidden_states=True)
+        ref = hf64(ids[None], output_hidden_states=True)
+    assert_close_to_float64(out.logits, hf.logits[0], ref.logits[0], what="bf16 logits", dtype=torch.bfloat16)
+    assert_close_to_float64(out.hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="bf16 hidden",
+                            dtype=torch.bfloat16)
 
 
 def test_config_of_saved_checkpoint(pair) -> None:
@@ -122,7 +150,7 @@ def test_config_of_saved_checkpoint(pair) -> None:
         assert engine.model.lm_head.weight is engine.model.embed_tokens.weight
 
 
-def test_batched_forward_with_cache_matches_hf(pair) -> None:
+def test_batched_forward_with_cache_matches_hf(pair, hf64) -> None:
     """The model itself batches (B=2) over a shared cache; two causal chunks equal HF per row."""
     model, engine = pair
     cfg = engine.model.cfg
@@ -133,5 +161,5 @@ def test_batched_forward_with_cache_matches_hf(pair) -> None:
     with torch.no_grad():
         first, _ = engine.model(ids[:, :18], positions[:, :18], causal_mask(18, batch=2), cache, start=0)
         second, _ = engine.model(ids[:, 18:], positions[:, 18:], causal_mask(12, past=18, batch=2), cache, start=18)
-        ref = model(ids).logits
-    torch.testing.assert_close(torch.cat((first, second), dim=1), ref, rtol=0, atol=ATOL)
+        hf, ref = model(ids).logits, hf64(ids).logits
+    assert_close_to_float64(torch.cat((first, second), dim=1), hf, ref, what="batched logits")
