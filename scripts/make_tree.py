@@ -17,7 +17,7 @@ import torch
 
 from builder.fixture.corpus import load_corpus
 from builder.recipe.loader import load_recipe
-from builder.speculative.factory import build_decoder
+from builder.engines.factory import build_decoder
 from builder.speculative.medusa.accuracy import rank_accuracy
 from builder.speculative.tree_search import best_choices, expected_accepted
 
@@ -33,11 +33,12 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     args = ap.parse_args()
     torch.manual_seed(0)
-    dec = build_decoder(load_recipe(args.recipe))
-    drafter = dec.make_drafter()
+    loaded = load_recipe(args.recipe)
+    dec = build_decoder(loaded, engine="torch")
     files = load_corpus().val[: args.prompts]
     prompts = [dec.tokenizer.encode(f.text).ids[:96] for f in files]
-    acc = rank_accuracy(dec.engine, drafter.heads, prompts, ranks=args.ranks)
+    model = dec.engine.model
+    acc = rank_accuracy(model, dec.engine.medusa, prompts, ranks=args.ranks)
     choices = best_choices(acc, args.nodes)
     out = REPO / "recipes" / "trees" / f"{args.name}.json"
     source = (f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "

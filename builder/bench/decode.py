@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from builder.bench.acceptance import decoders, run_method
+from builder.data.humaneval import heldout_prompts
+from builder.engines.factory import local_dir
 from builder.recipe.loader import LoadedRecipe
-from builder.speculative.factory import local_dir
-from builder.speculative.profile import _decoders, heldout_prompts, run_method
 
 
 def _hf_rows(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int, lookup: int) -> list[dict[str, Any]]:
@@ -41,7 +42,7 @@ def _hf_rows(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int, looku
 
 
 def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, lookup: int = 10) -> dict[str, Any]:
-    decs = _decoders(loaded)
+    decs = decoders(loaded)
     prompts = [decs[0].tokenizer.encode(p).ids for p in heldout_prompts(num_prompts)]
     rows = _hf_rows(loaded[0], prompts, max_new, lookup)
     rows += [run_method(d, prompts, max_new) for d in decs]

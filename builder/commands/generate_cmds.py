@@ -1,4 +1,4 @@
-"""`trtspec generate` and `trtspec profile-acceptance` over the torch reference engine."""
+"""`trtspec generate` and `trtspec profile-acceptance`: ONNX Runtime engine by default on CPU recipes, torch reference on request."""
 
 from __future__ import annotations
 
@@ -11,6 +11,19 @@ from builder.commands.options import echo_warnings, load_checked, set_option
 from builder.errors import UserError
 
 METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead"])
+ENGINE_OPTION = click.option(
+    "--engine", type=click.Choice(["auto", "onnxruntime", "torch"]), default="auto", show_default=True,
+    help="auto: onnxruntime for CPU recipes; torch: the plain-torch reference engine (the oracle).")
+
+
+def _engine(loaded, engine: str) -> str:
+    if engine != "auto":
+        return engine
+    if loaded.recipe.target.device != "cpu":
+        raise UserError(f"target {loaded.recipe.target.device} needs a TensorRT engine built on a GPU host "
+                        "(trtspec build); on this machine pass --engine torch or --engine onnxruntime",
+                        field="--engine", allowed="torch, onnxruntime")
+    return "onnxruntime"
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab: int) -> list[int]:
@@ -56,15 +69,17 @@ class _Streamer:
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling uniforms.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@ENGINE_OPTION
 @set_option
-def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, overrides):
-    """Generate text from RECIPE's model with speculative decoding (torch reference engine, CPU)."""
-    from builder.speculative.factory import build_decoder
-    from builder.speculative.loop import Sampling, generate as run_generate
+def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, engine, overrides):
+    """Generate text from RECIPE's model with speculative decoding (on this machine's CPU)."""
+    from builder.engines.factory import build_decoder
+    from builder.speculative.decoding import generate as run_generate
+    from builder.speculative.engine import Sampling
 
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
-    dec = build_decoder(loaded, method)
+    dec = build_decoder(loaded, method, engine=_engine(loaded, engine))
     ids = _prompt_ids(prompt, prompt_ids, dec.tokenizer, dec.engine.vocab_size)
     room = dec.engine.max_seq_len - len(ids)
     if max_new_tokens > room:
@@ -75,9 +90,9 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
                      dec.stop_ids, on_tokens=stream)
     if as_json:
         click.echo(json.dumps({
-            "method": dec.label, "prompt_ids": ids, "token_ids": g.token_ids, "text": dec.tokenizer.decode(g.token_ids),
+            "method": dec.label, "engine": dec.engine.name, "prompt_ids": ids, "token_ids": g.token_ids, "text": dec.tokenizer.decode(g.token_ids),
             "steps": g.steps, "accepted_per_step": g.accepted_per_step, "tau": round(g.tau, 4),
-            "prefill_s": round(g.prefill_s, 4), "decode_s": round(g.decode_s, 4),
+            "finish_reason": g.finish_reason,
         }))
     else:
         click.echo()
@@ -91,18 +106,19 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
 @click.option("--max-new-tokens", default=64, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the markdown table.")
+@ENGINE_OPTION
 @set_option
-def profile_acceptance(recipes, num_prompts, max_new_tokens, output, as_json, overrides):
+def profile_acceptance(recipes, num_prompts, max_new_tokens, output, as_json, engine, overrides):
     """τ, acceptance per depth, steps and tokens/s for every method, side by side.
 
     Methods: none and lookahead always, plus the speculative method of each RECIPE (pass several,
     e.g. recipes/tiny-llama3*.yaml, to compare Medusa, EAGLE-1 and EAGLE-2). The first recipe's model is
     the target for all.
     """
-    from builder.speculative.profile import markdown_table, profile
+    from builder.bench.acceptance import markdown_table, profile
 
     loaded = [load_checked(r, overrides)[0] for r in recipes]
-    report = profile(loaded, num_prompts, max_new_tokens)
+    report = profile(loaded, num_prompts, max_new_tokens, engine=_engine(loaded[0], engine))
     text = json.dumps(report, indent=2)
     if output:
         with open(output, "w") as fh:

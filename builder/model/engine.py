@@ -19,7 +19,15 @@ from builder.errors import UserError
 from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama, causal_mask
 from builder.model.loader import load_model, resolve_dtype
-from builder.speculative.engine import StepOutput
+
+from dataclasses import dataclass
+
+
+@dataclass
+class StepOutput:  # the batch-1 interface's output; this module is being replaced by builder.engines
+    logits: torch.Tensor  # [T, vocab] fp32
+    hidden: torch.Tensor  # [T, hidden] fp32
+
 
 DEFAULT_MAX_SEQ_LEN = 2048  # KV capacity when from_pretrained is not told one
 

@@ -1,21 +1,30 @@
-"""EAGLE draft trees: EAGLE-1 static trees and EAGLE-2 dynamic trees, as pure functions.
+"""EAGLE draft trees: EAGLE-1 static trees and EAGLE-2 dynamic trees, as pure functions. NumPy.
 
 EAGLE has one draft head (a one-layer draft model) applied autoregressively: expanding a node runs
 the draft model on that node's token and yields the top-k (token, log-prob) of its children. The
-part that runs the draft model stays outside; these functions take a callable
+part that runs the draft model stays outside. The tree algorithms are generators that *ask* for
+expansions, level by level, so one batched draft-model call can serve the same level of many
+sequences' trees:
 
-    expand(frontier_tokens, frontier_parents) -> (topk_tokens, topk_logprobs)
-        frontier_tokens  [F] int64   the tokens of the nodes to expand now (the *frontier*)
-        frontier_parents [F] int64   for each frontier node, the row of its parent in the previous
-                                     call's frontier (-1 on the first call, whose frontier is the
-                                     root alone) — what a draft model needs to pick the parent's
-                                     hidden state and extend its own tree mask (EAGLE's `out_ids`)
-        topk_tokens      [F, K] int64  children candidates per frontier node, best first
-        topk_logprobs    [F, K] fp32   their draft log-probabilities (<= 0)
+    gen = dynamic_tree_steps(root_token, depth=…, top_k=…, total_nodes=…)
+    request = next(gen)                 # (frontier_tokens [F] int64, frontier_parents [F] int64)
+    request = gen.send((topk_tokens [F, K] int64, topk_logprobs [F, K] fp32))   # … until StopIteration
+                                        # StopIteration.value is the GrownTree
+
+    frontier_tokens   the tokens of the nodes to expand now (the *frontier*); the first request is
+                      the root alone
+    frontier_parents  for each frontier node, the row of its parent in the previous request's
+                      frontier (-1 on the first request) — what a draft model needs to pick the
+                      parent's hidden state and extend its own tree mask (EAGLE's `out_ids`)
+    topk_tokens       children candidates per frontier node, best first
+    topk_logprobs     their draft log-probabilities (<= 0)
+
+`dynamic_tree(root, expand, …)` / `grow_static_tree(tree, root, expand)` drive the same generators
+with a callable `expand(frontier_tokens, frontier_parents) -> (topk_tokens, topk_logprobs)`.
 
 EAGLE-1 (`grow_static_tree`): the tree is fixed by choices (`builder.speculative.tree.tree_from_choices`);
 node i takes rank `rank[i]` among its parent's top-k. Every depth's nodes that have children are
-expanded in one call.
+expanded in one request.
 
 EAGLE-2 (`dynamic_tree`, after SafeAILab/EAGLE `eagle/model/cnets.py` `topK_genrate`): level 1 is
 the root's top-k; then `depth - 1` times, the `top_k` candidates of the newest level with the highest
@@ -30,14 +39,18 @@ selection checks it). Here `depth` counts draft levels: EAGLE's own `depth=d` ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from functools import lru_cache
+from typing import Callable, Generator, Sequence
 
-import torch
+import numpy as np
 
 from builder.speculative.engine import Draft
 from builder.speculative.tree import Tree, tree_draft, tree_from_choices, tree_from_parents
 
-Expand = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Frontier = tuple[np.ndarray, np.ndarray]  # tokens [F] int64, parent rows [F] int64
+TopK = tuple[np.ndarray, np.ndarray]  # [F, K] int64, [F, K] fp32
+Expand = Callable[[np.ndarray, np.ndarray], TopK]
+TreeSteps = Generator[Frontier, TopK, "GrownTree"]
 
 
 @dataclass(frozen=True)
@@ -45,14 +58,13 @@ class GrownTree:
     """A tree with its draft tokens and draft log-probs; node 0 is the root."""
 
     tree: Tree
-    tokens: torch.Tensor  # [T] int64
-    logprobs: torch.Tensor  # [T] fp32; log q(token | path to parent); root 0
-    scores: torch.Tensor  # [T] fp32; cumulative draft log-prob from the root; root 0
+    tokens: np.ndarray  # [T] int64
+    logprobs: np.ndarray  # [T] fp32; log q(token | path to parent); root 0
+    scores: np.ndarray  # [T] fp32; cumulative draft log-prob from the root; root 0
 
 
 def eagle_draft(grown: GrownTree) -> Draft:
-    """The step's Draft. A top-k tree is a deterministic draft, so q = 1 (draft_probs None): passing
-    the draft softmax would make rejection mode inexact (see `builder.speculative.verify`)."""
+    """The step's Draft. A top-k tree is a deterministic draft (q = 1), as rejection mode requires."""
     return tree_draft(grown.tree, grown.tokens)
 
 
@@ -61,105 +73,146 @@ def static_tree(choices: Sequence[Sequence[int]]) -> Tree:
     return tree_from_choices(choices)
 
 
-def _call_expand(expand: Expand, tokens: torch.Tensor, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run `expand` and check its shapes and log-probs: ([F, K] int64, [F, K] fp32)."""
-    topk_tokens, topk_logprobs = expand(tokens, parents)
-    f = int(tokens.shape[0])
-    if topk_tokens.dim() != 2 or topk_tokens.shape[0] != f or topk_logprobs.shape != topk_tokens.shape:
-        raise ValueError(
-            f"expand returned {tuple(topk_tokens.shape)} / {tuple(topk_logprobs.shape)} for {f} frontier nodes; "
-            "expected two [F, K] tensors"
-        )
-    lp = topk_logprobs.to(torch.float32)
-    if torch.isnan(lp).any() or (lp > 0).any():
+def _checked(answer: TopK, f: int) -> TopK:
+    """Check an expansion's shapes and log-probs: ([F, K] int64, [F, K] fp32)."""
+    topk_tokens, topk_logprobs = (np.asarray(a) for a in answer)
+    if topk_tokens.ndim != 2 or topk_tokens.shape[0] != f or topk_logprobs.shape != topk_tokens.shape:
+        raise ValueError(f"expand returned {tuple(topk_tokens.shape)} / {tuple(topk_logprobs.shape)} for {f} "
+                         "frontier nodes; expected two [F, K] arrays")  # fmt: skip
+    lp = topk_logprobs.astype(np.float32, copy=False)
+    if np.isnan(lp).any() or (lp > 0).any():
         raise ValueError("expand returned log-probs that are NaN or > 0")
-    return topk_tokens.to(torch.int64), lp
+    return topk_tokens.astype(np.int64, copy=False), lp
 
 
-def grow_static_tree(tree: Tree, root_token: int, expand: Expand) -> GrownTree:
+def drive(gen: TreeSteps, expand: Expand) -> GrownTree:
+    """Run a tree generator to the end with a callable expand."""
+    try:
+        tokens, parents = next(gen)
+        while True:
+            tokens, parents = gen.send(expand(tokens, parents))
+    except StopIteration as stop:
+        return stop.value
+
+
+@dataclass(frozen=True)
+class _StaticPlan:
+    """Per-depth expansion schedule of a static tree, computed once per tree."""
+
+    frontiers: tuple[np.ndarray, ...]  # per depth d: nodes of depth d with children [F_d]
+    frontier_parents: tuple[np.ndarray, ...]  # per depth: parent's row in the previous frontier (-1 at d=0)
+    children: tuple[np.ndarray, ...]  # per depth: nodes of depth d+1
+    child_rows: tuple[np.ndarray, ...]  # per depth: their parent's row in frontier d
+    child_ranks: tuple[np.ndarray, ...]  # per depth: their rank
+
+
+@lru_cache(maxsize=16)
+def _plan(tree: Tree) -> _StaticPlan:
+    assert tree.rank is not None
+    parents, depth = tree.parents, tree.depth
+    has_child = np.zeros(tree.num_nodes, dtype=bool)
+    has_child[parents[1:]] = True
+    fr, fp, ch, cr, rk = [], [], [], [], []
+    row_of = np.full(tree.num_nodes, -1, dtype=np.int64)
+    prev_row = row_of.copy()
+    for d in range(tree.max_depth):
+        frontier = np.flatnonzero((depth == d) & has_child)
+        row_of[:] = -1
+        row_of[frontier] = np.arange(len(frontier))
+        fr.append(frontier)
+        fp.append(np.where(frontier == 0, -1, prev_row[np.maximum(parents[frontier], 0)]))
+        kids = np.flatnonzero(depth == d + 1)
+        ch.append(kids)
+        cr.append(row_of[parents[kids]])
+        rk.append(tree.rank[kids])
+        prev_row = row_of.copy()
+    return _StaticPlan(*(tuple(x) for x in (fr, fp, ch, cr, rk)))
+
+
+def static_tree_steps(tree: Tree, root_token: int) -> TreeSteps:
     """EAGLE-1: fill a static tree depth by depth; node i = rank[i]-th child candidate of its parent."""
     if tree.rank is None:
         raise ValueError("grow_static_tree needs a tree built from choices (rank per node)")
-    t = tree.num_nodes
-    tokens = torch.zeros(t, dtype=torch.int64)  # [T]
-    logprobs = torch.zeros(t, dtype=torch.float32)  # [T]
-    tokens[0] = int(root_token)
-    parents, depth = tree.parents.tolist(), tree.depth.tolist()
-    inner = set(parents[1:])  # nodes with children
-    prev_row_of: dict[int, int] = {0: -1}  # frontier node -> its row in the call that expanded it
+    plan = _plan(tree)
+    tokens = np.zeros(tree.num_nodes, dtype=np.int64)  # [T]
+    logprobs = np.zeros(tree.num_nodes, dtype=np.float32)  # [T]
+    tokens[0] = root_token
     for d in range(tree.max_depth):
-        frontier = [i for i in range(t) if depth[i] == d and i in inner]
-        row_of = {node: r for r, node in enumerate(frontier)}
-        f_parents = torch.tensor([prev_row_of[parents[n]] if n else -1 for n in frontier], dtype=torch.int64)
-        topk_tokens, topk_lp = _call_expand(expand, tokens[frontier], f_parents)
-        for child in range(1, t):
-            if depth[child] == d + 1:
-                row, rank = row_of[parents[child]], int(tree.rank[child])
-                if rank >= topk_tokens.shape[1]:
-                    raise ValueError(f"node {child} needs top-k rank {rank}, expand gave K={topk_tokens.shape[1]}")
-                tokens[child], logprobs[child] = topk_tokens[row, rank], topk_lp[row, rank]
-        prev_row_of = row_of
-    scores = torch.zeros(t, dtype=torch.float32)  # [T] cumulative; parents precede children
-    for i in range(1, t):
-        scores[i] = scores[parents[i]] + logprobs[i]
+        frontier = plan.frontiers[d]
+        topk_tokens, topk_lp = _checked((yield tokens[frontier], plan.frontier_parents[d]), len(frontier))
+        rows, ranks = plan.child_rows[d], plan.child_ranks[d]
+        if len(ranks) and int(ranks.max()) >= topk_tokens.shape[1]:
+            raise ValueError(f"the tree needs top-k rank {int(ranks.max())}, expand gave K={topk_tokens.shape[1]}")
+        tokens[plan.children[d]] = topk_tokens[rows, ranks]
+        logprobs[plan.children[d]] = topk_lp[rows, ranks]
+    scores = np.zeros(tree.num_nodes, dtype=np.float32)  # [T] cumulative; parents precede children
+    for i in range(1, tree.num_nodes):
+        scores[i] = scores[tree.parents[i]] + logprobs[i]
     return GrownTree(tree, tokens, logprobs, scores)
 
 
-def rank_candidates(scores: torch.Tensor) -> torch.Tensor:  # scores [C] fp32
+def grow_static_tree(tree: Tree, root_token: int, expand: Expand) -> GrownTree:
+    return drive(static_tree_steps(tree, root_token), expand)
+
+
+def rank_candidates(scores: np.ndarray) -> np.ndarray:  # scores [C] fp32
     """Candidate indices [C] by cumulative log-prob, best first; ties go to the lower index."""
-    return torch.sort(-scores, stable=True).indices
+    return np.argsort(-scores, kind="stable")
 
 
-def dynamic_tree(root_token: int, expand: Expand, *, depth: int, top_k: int, total_nodes: int) -> GrownTree:
+def dynamic_tree_steps(root_token: int, *, depth: int, top_k: int, total_nodes: int) -> TreeSteps:
     """EAGLE-2: expand the best `top_k` frontier per level for `depth` levels, keep `total_nodes`."""
     if depth < 1 or top_k < 1 or total_nodes < 1:
         raise ValueError(f"need depth, top_k, total_nodes >= 1; got {depth}, {top_k}, {total_nodes}")
     cand_tokens, cand_lp, cand_scores, cand_parent = [], [], [], []  # per level: [F*K] each
-    f_tokens = torch.tensor([int(root_token)], dtype=torch.int64)  # [F]
-    f_parents = torch.tensor([-1], dtype=torch.int64)  # [F] row in previous frontier
-    f_cand = torch.tensor([-1], dtype=torch.int64)  # [F] candidate index (-1 = root)
-    f_scores = torch.zeros(1, dtype=torch.float32)  # [F]
+    f_tokens = np.array([root_token], dtype=np.int64)  # [F]
+    f_parents = np.array([-1], dtype=np.int64)  # [F] row in previous frontier
+    f_cand = np.array([-1], dtype=np.int64)  # [F] candidate index (-1 = root)
+    f_scores = np.zeros(1, dtype=np.float32)  # [F]
     offset = 0
     for level in range(depth):
-        topk_tokens, topk_lp = _call_expand(expand, f_tokens, f_parents)  # [F, K]
-        k = int(topk_tokens.shape[1])
-        scores = (f_scores[:, None] + topk_lp).flatten()  # [F*K] cumulative
-        cand_tokens.append(topk_tokens.flatten())
-        cand_lp.append(topk_lp.flatten())
+        topk_tokens, topk_lp = _checked((yield f_tokens, f_parents), len(f_tokens))  # [F, K]
+        k = topk_tokens.shape[1]
+        scores = (f_scores[:, None] + topk_lp).reshape(-1)  # [F*K] cumulative
+        cand_tokens.append(topk_tokens.reshape(-1))
+        cand_lp.append(topk_lp.reshape(-1))
         cand_scores.append(scores)
-        cand_parent.append(f_cand.repeat_interleave(k))
+        cand_parent.append(np.repeat(f_cand, k))
         if level + 1 == depth:
             break
         best = rank_candidates(scores)[:top_k]  # [top_k] indices into this level
-        f_tokens, f_parents = topk_tokens.flatten()[best], best // k
+        f_tokens, f_parents = topk_tokens.reshape(-1)[best], best // k
         f_cand, f_scores = offset + best, scores[best]
-        offset += int(scores.shape[0])
-    tokens, lps, scores, parent = (torch.cat(x) for x in (cand_tokens, cand_lp, cand_scores, cand_parent))
+        offset += len(scores)
+    tokens, lps, scores, parent = (np.concatenate(x) for x in (cand_tokens, cand_lp, cand_scores, cand_parent))
     kept = _select(scores, parent, total_nodes)  # [T-1] candidate indices, generation order
-    node_of = {int(c): i + 1 for i, c in enumerate(kept)}
-    parents = [-1] + [node_of.get(int(parent[c]), 0) for c in kept]
-    zero_i, zero_f = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.float32)
+    node_of = np.zeros(len(scores) + 1, dtype=np.int64)  # candidate index + 1 -> node (root: 0)
+    node_of[kept + 1] = np.arange(1, len(kept) + 1)
+    parents = np.concatenate([[-1], node_of[parent[kept] + 1]])
     return GrownTree(
         tree_from_parents(parents),
-        torch.cat([zero_i + int(root_token), tokens[kept]]),
-        torch.cat([zero_f, lps[kept]]),
-        torch.cat([zero_f, scores[kept]]),
+        np.concatenate([[root_token], tokens[kept]]).astype(np.int64),
+        np.concatenate([[0.0], lps[kept]]).astype(np.float32),
+        np.concatenate([[0.0], scores[kept]]).astype(np.float32),
     )
 
 
-def _select(scores: torch.Tensor, parent: torch.Tensor, budget: int) -> torch.Tensor:
+def dynamic_tree(root_token: int, expand: Expand, *, depth: int, top_k: int, total_nodes: int) -> GrownTree:
+    return drive(dynamic_tree_steps(root_token, depth=depth, top_k=top_k, total_nodes=total_nodes), expand)
+
+
+def _select(scores: np.ndarray, parent: np.ndarray, budget: int) -> np.ndarray:
     """The best `budget` candidates whose parents are kept too, in generation (index) order.
 
     scores [C] fp32 cumulative log-probs; parent [C] int64 candidate index of the parent (-1 = root).
     """
-    kept: list[int] = []
-    kept_set: set[int] = set()
-    for c in rank_candidates(scores).tolist():
-        if len(kept) == budget:
-            break
-        p = int(parent[c])
-        if p != -1 and p not in kept_set:
-            raise AssertionError(f"candidate {c} ranks above its parent {p}: cumulative log-probs must not increase")
-        kept.append(c)
-        kept_set.add(c)
-    return torch.tensor(sorted(kept), dtype=torch.int64)
+    kept = rank_candidates(scores)[:budget]
+    chosen = np.zeros(len(scores) + 1, dtype=bool)  # candidate index + 1; slot 0 = the root
+    chosen[0] = True
+    chosen[kept + 1] = True
+    orphans = kept[~chosen[parent[kept] + 1]]
+    if len(orphans):
+        c = int(orphans[0])
+        raise AssertionError(f"candidate {c} ranks above its parent {int(parent[c])}: cumulative log-probs "
+                             "must not increase")  # fmt: skip
+    return np.sort(kept)

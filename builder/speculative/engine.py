@@ -1,82 +1,219 @@
-"""The engine and drafter interfaces the decoding loop runs over.
+"""The runtime interface: batched engines that verify inside the step, drafters, draft networks.
 
-Engines: the torch reference (builder/model), ONNX Runtime and TensorRT (builder/engines, later).
-Batch size 1 in the loop; engines may batch internally. Tensors are torch CPU tensors at this
-interface; other engines convert at their boundary. See the glossary in `builder.speculative`.
+Engines (`builder/engines`: the torch reference, ONNX Runtime, later TensorRT) hold the target model
+and the KV cache of up to `max_batch_size` sequences, each with its own committed length. Sequences
+join (`start`: prefill) and leave (`release`) between steps. One `step` runs the target over every
+given sequence's draft (tree attention), verifies it (the `tree_verify` contract, inside the engine:
+logits never leave it), commits the accepted chain's KV and returns per sequence what the decoding
+loop and the drafters need next. Arrays at this interface are NumPy (cheap per call); engines convert
+at their boundary. Words as in the glossary (`builder.speculative`).
+
+    engine.start(prompts, sampling)       -> seq ids, PrefillResult (first token per sequence)
+    engine.step(seqs, drafts, sampling)   -> StepResult (accepted chain, emitted tokens, hidden, …)
+    engine.release(seq)
+
+Sampling randomness is an input (`SamplingBatch.uniforms`): the loop draws it from each request's own
+seeded generator, so a request's output does not depend on what it was batched with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
-if TYPE_CHECKING:  # keep `import builder.speculative.engine` free of torch
-    import torch
+import numpy as np
+
+from plugins.tree_verify.contract import TEMPERATURE_EPS
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One sequence's draft for one step: nodes with an explicit attention mask, and the paths to verify.
+
+    Drafts made from a static tree share the tree's (read-only) mask, depth and paths arrays.
+    All drafters are deterministic (top-k trees, n-grams): q = 1 in rejection mode.
+    """
+
+    tokens: np.ndarray  # [T] int64; node 0 = root (the newest emitted token, not yet cached)
+    mask: np.ndarray  # [T, T] bool; mask[i, j]: node i attends node j; only j <= i, diagonal true
+    depth: np.ndarray  # [T] int64; node i sits at position committed_len + depth[i]
+    paths: np.ndarray  # [P, D+1] int32 node indices, -1 padded; every row starts with 0
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def width(self) -> int:  # D+1
+        return int(self.paths.shape[1])
+
+
+_ROOT_MASK = np.ones((1, 1), dtype=bool)
+_ROOT_DEPTH = np.zeros(1, dtype=np.int64)
+_ROOT_PATHS = np.zeros((1, 1), dtype=np.int32)
+for _a in (_ROOT_MASK, _ROOT_DEPTH, _ROOT_PATHS):
+    _a.flags.writeable = False
+
+
+def root_only(root_token: int) -> Draft:
+    """A tree of the root alone: one plain decoding step."""
+    return Draft(np.array([root_token], dtype=np.int64), _ROOT_MASK, _ROOT_DEPTH, _ROOT_PATHS)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One request's sampling settings. temperature 0 = greedy; uniforms come from `seed`."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= TEMPERATURE_EPS
 
 
 @dataclass
-class StepOutput:
-    logits: "torch.Tensor"  # [T, vocab] fp32, one row per input token / node
-    hidden: "torch.Tensor"  # [T, hidden] last hidden state after the final norm (Medusa/EAGLE input)
+class SamplingBatch:
+    """Verification inputs of one engine call, one row per sequence (tree_verify's contract)."""
+
+    temperature: np.ndarray  # [B] fp32; <= TEMPERATURE_EPS verifies the row greedily
+    top_p: np.ndarray  # [B] fp32 in (0, 1]
+    uniforms: np.ndarray  # [B, W] fp32 in [0, 1); W >= every draft's D+1
+
+    @property
+    def greedy(self) -> bool:
+        return bool((self.temperature <= TEMPERATURE_EPS).all())
+
+    @classmethod
+    def all_greedy(cls, batch: int, width: int) -> "SamplingBatch":
+        return cls(np.zeros(batch, np.float32), np.ones(batch, np.float32), np.zeros((batch, width), np.float32))
+
+
+@dataclass
+class PrefillResult:
+    """What `Engine.start` returns for the sequences it started (in the order given)."""
+
+    tokens: np.ndarray  # [B] int64 the first generated token of each sequence
+    hidden: list[np.ndarray]  # B × [n_b, C] fp32 hidden state (after the final norm) at every prompt position
+    medusa_topk: np.ndarray | None = None  # [B, H, K] int64 each Medusa head's top-k at the last position
+
+
+@dataclass
+class StepResult:
+    """What one `Engine.step` returns, one row per given sequence (in the order given)."""
+
+    accepted_len: np.ndarray  # [B] int64 tokens emitted = accepted draft tokens + 1 (bonus), >= 1
+    chain: np.ndarray  # [B, W] int64 accepted node indices, root first (accepted_len of them), -1 padded
+    tokens: np.ndarray  # [B, W] int64 emitted tokens (accepted drafts, then the bonus token), -1 padded
+    hidden: np.ndarray  # [B, W, C] fp32 hidden state at the chain's nodes (rows >= accepted_len unspecified)
+    node_argmax: np.ndarray  # [B, T] int64 the target's greedy token at every node (Lookahead's window)
+    medusa_topk: np.ndarray | None = None  # [B, H, K] int64 Medusa heads' top-k at the last accepted node
+
+    def emitted(self, row: int) -> list[int]:
+        return self.tokens[row, : self.accepted_len[row]].tolist()
+
+    def accepted_chain(self, row: int) -> list[int]:
+        return self.chain[row, : self.accepted_len[row]].tolist()
 
 
 class Engine(Protocol):
-    """Target model with a KV cache that supports tree steps and path commits."""
+    """A target model over the KV caches of up to `max_batch_size` sequences."""
 
+    name: str  # "torch" | "onnxruntime" | "tensorrt"
     vocab_size: int
     hidden_size: int
+    max_seq_len: int  # KV capacity per sequence, in tokens
+    max_batch_size: int
 
-    def reset(self) -> None:
-        """Drop all cached state."""
+    def start(self, prompts: Sequence[Sequence[int]], sampling: SamplingBatch) -> tuple[list[int], PrefillResult]:
+        """Prefill new sequences (uniforms [B, 1]); returns their ids and first tokens."""
+        ...
 
-    def prefill(self, token_ids: Sequence[int]) -> StepOutput:
-        """Run the prompt causally and commit its KV; returns logits/hidden for every prompt token."""
+    def step(self, seqs: Sequence[int], drafts: Sequence[Draft], sampling: SamplingBatch) -> StepResult:
+        """Run, verify and commit one draft per given sequence (at most one draft per sequence).
 
-    def step(
-        self,
-        tokens: "torch.Tensor",  # [T] int64 node tokens; node 0 = root (newest emitted token, not cached)
-        mask: "torch.Tensor",  # [T, T] bool; mask[i, j]: node i attends node j (diagonal true)
-        depth: "torch.Tensor",  # [T] int64; node i sits at position committed_len + depth[i]
-    ) -> StepOutput:
-        """One target pass over T nodes appended after the committed sequence.
-
-        Every node also attends to the whole committed sequence. The nodes' KV is held tentatively
-        until `commit`. A tree is the usual case (mask = ancestor matrix); Lookahead's window is not a
-        tree, which is why the mask is explicit.
+        Afterwards each sequence's cache holds its committed tokens followed by its accepted chain
+        (root first), as if they had run causally; the bonus token is the next step's root.
         """
+        ...
 
-    def commit(self, nodes: Sequence[int]) -> None:
-        """Keep the KV of these nodes of the last step, in order (a root-first chain), drop the rest.
+    def release(self, seq: int) -> None:
+        """Forget a sequence; its cache rows are reused."""
+        ...
 
-        Afterwards the cache holds exactly the committed sequence followed by these nodes, as if they
-        had been run causally.
-        """
+    def committed_len(self, seq: int) -> int:
+        """Tokens whose KV is committed for this sequence."""
+        ...
 
-    @property
-    def committed_len(self) -> int:
-        """Number of tokens whose KV is committed."""
+
+class Drafter(Protocol):
+    """Proposes drafts for a batch of sequences (Medusa heads, EAGLE draft layer, Lookahead n-grams)."""
+
+    def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
+        """Begin new sequences after the engine's prefill."""
+        ...
+
+    def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
+        """Each sequence's next draft, rooted at its newest emitted token."""
+        ...
+
+    def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
+        """Learn a step's result (the drafts are the ones `propose` returned, same order)."""
+        ...
+
+    def release(self, seq: int) -> None:
+        """Forget a sequence."""
         ...
 
 
 @dataclass
-class Draft:
-    """One step's draft: nodes with an explicit attention mask, and the paths to verify."""
+class DraftOutput:
+    """One EAGLE draft-network call: predicted hidden states and their top-k continuations."""
 
-    tokens: "torch.Tensor"  # [T] int64; node 0 = root
-    mask: "torch.Tensor"  # [T, T] bool attention mask among the nodes
-    depth: "torch.Tensor"  # [T] int64 position offset from committed_len (root 0)
-    paths: "torch.Tensor"  # [P, D+1] int64 node indices, -1 padded; every row starts with 0
-    draft_probs: "torch.Tensor | None" = None  # [T] fp32 q(token) for rejection mode; None = 1.0
+    hidden: np.ndarray  # [B, F, C] fp32 the draft's prediction of the target's next hidden state
+    topk_tokens: np.ndarray  # [B, F, K] int64 best first
+    topk_logprobs: np.ndarray  # [B, F, K] fp32 draft log-probabilities (<= 0)
 
 
-class Drafter(Protocol):
-    """Proposes drafts (Medusa heads, EAGLE draft layer, Lookahead n-grams)."""
+class EagleNet(Protocol):
+    """The EAGLE draft layer with its own KV cache per sequence (torch and ONNX Runtime faces).
 
-    def reset(self, prompt_ids: Sequence[int], prefill: StepOutput) -> None:
-        """Start a new sequence after the engine's prefill."""
+    A pair (h[i], t[i+1]) — target hidden state at position i, token at i+1 — sits at position i.
+    `extend` runs and commits new pairs causally; `expand` runs tentative tree nodes after the
+    committed pairs (dropped by the next `extend`).
+    """
 
-    def propose(self, root_token: int) -> Draft:
-        """The next step's draft, rooted at the newest emitted token."""
+    top_k: int
+    hidden_size: int
 
-    def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:
-        """Learn the step's result: accepted node indices (root-first) and emitted tokens (incl. bonus)."""
+    def start(self, seqs: Sequence[int]) -> None:
+        ...
+
+    def release(self, seq: int) -> None:
+        ...
+
+    def committed_len(self, seq: int) -> int:
+        ...
+
+    def extend(
+        self,
+        seqs: Sequence[int],
+        tokens: np.ndarray,  # [B, M] int64 t[i+1] of each new pair, right-padded
+        hidden: np.ndarray,  # [B, M, C] fp32 h[i]
+        num_new: np.ndarray,  # [B] int64 valid pairs per row (>= 1)
+    ) -> DraftOutput:
+        """Run and commit new pairs; the output holds each row's LAST valid pair only (F = 1)."""
+        ...
+
+    def expand(
+        self,
+        seqs: Sequence[int],
+        tokens: np.ndarray,  # [B, F] int64 the frontier nodes' tokens
+        hidden: np.ndarray,  # [B, F, C] fp32 their parents' draft outputs
+        position_ids: np.ndarray,  # [B, F] int64
+        write_offset: int,  # tentative slots already used this step (the frontier goes after them)
+        tree_mask: np.ndarray,  # [B, F, write_offset + F] bool over the tentative slots
+    ) -> DraftOutput:
+        """Run a tentative tree level (every row has F valid nodes)."""
+        ...

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from builder.model.engine import TorchEngine
+from builder.model.llama import Llama
 
 
 def make_hf_llama(path: Path, *, vocab: int = 512, hidden: int = 64, layers: int = 2, heads: int = 4,
@@ -26,28 +26,28 @@ def make_hf_llama(path: Path, *, vocab: int = 512, hidden: int = 64, layers: int
     return path
 
 
-def random_medusa(engine: TorchEngine, num_heads: int = 4, seed: int = 1, std: float = 0.2):
+def random_medusa(model: Llama, num_heads: int = 4, seed: int = 1, std: float = 0.2):
     from builder.speculative.medusa.heads import MedusaHeads
 
     torch.manual_seed(seed)
-    heads = MedusaHeads(num_heads, 1, engine.hidden_size, engine.vocab_size)
+    heads = MedusaHeads(num_heads, 1, model.cfg.hidden_size, model.cfg.vocab_size)
     with torch.no_grad():
         for p in heads.parameters():
             p.normal_(0, std)
     return heads
 
 
-def random_eagle(engine: TorchEngine, seed: int = 2, std: float = 0.2):
+def random_eagle(model: Llama, seed: int = 2, std: float = 0.2):
     import dataclasses
 
     from builder.speculative.eagle.draft_model import EagleDraft
 
     torch.manual_seed(seed)
-    cfg = dataclasses.replace(engine.model.cfg, num_hidden_layers=1)
+    cfg = dataclasses.replace(model.cfg, num_hidden_layers=1)
     draft = EagleDraft(cfg)
     with torch.no_grad():
         for p in draft.parameters():
             p.normal_(0, std)
-        draft.embed_tokens.weight.copy_(engine.model.embed_tokens.weight)
-    draft.set_lm_head(engine.model.lm_head.weight)
+        draft.embed_tokens.weight.copy_(model.embed_tokens.weight)
+    draft.set_lm_head(model.lm_head.weight)
     return draft

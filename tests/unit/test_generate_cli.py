@@ -12,7 +12,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from builder.model.engine import TorchEngine
+from builder.model.loader import load_model
 from tests.unit.recipe_helpers import run
 from tests.unit.speculative_models import make_hf_llama, random_eagle, random_medusa
 
@@ -32,12 +32,12 @@ def ckpt(tmp_path_factory):
     tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<s>", "</s>"],
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.save(str(base / "tokenizer.json"))
-    engine = TorchEngine.from_pretrained(base, max_seq_len=256)
-    heads = random_medusa(engine, num_heads=4)
+    model = load_model(base)
+    heads = random_medusa(model, num_heads=4)
     (root / "medusa").mkdir()
     save_file({k: v.contiguous() for k, v in heads.state_dict().items()}, str(root / "medusa" / "medusa_lm_head.safetensors"))
     (root / "medusa" / "config.json").write_text(json.dumps(heads.config_dict(str(base))))
-    draft = random_eagle(engine)
+    draft = random_eagle(model)
     (root / "eagle").mkdir()
     save_file({k: v.contiguous() for k, v in draft.state_dict().items()}, str(root / "eagle" / "model.safetensors"))
     (root / "eagle" / "config.json").write_text(json.dumps(draft.config_dict(1, 2, "float32")))
@@ -74,13 +74,19 @@ SPECS = {
 }
 
 
+ENGINES = ["torch"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("method", list(SPECS))
-def test_generate_json_equals_hf_greedy(ckpt, method):
+def test_generate_json_equals_hf_greedy(ckpt, method, engine):
     path = recipe(ckpt, SPECS[method], f"{method}.yaml")
     ids = [5, 17, 33, 101, 7]
-    result = run("generate", path, "--prompt-ids", ",".join(map(str, ids)), "--max-new-tokens", "40", "--json")
+    result = run("generate", path, "--prompt-ids", ",".join(map(str, ids)), "--max-new-tokens", "40", "--json",
+                 "--engine", engine)
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
+    assert out["engine"] == engine
     assert out["token_ids"] == hf_greedy(ckpt, ids, 40)
     assert out["steps"] == len(out["accepted_per_step"]) and out["text"] is not None
 
@@ -88,15 +94,16 @@ def test_generate_json_equals_hf_greedy(ckpt, method):
 def test_set_model_checkpoint_and_method_override(ckpt, tmp_path):
     bogus = recipe(ckpt, SPECS["lookahead"])
     result = run("generate", bogus, "--set", f"model.checkpoint={ckpt / 'base'}", "--method", "none",
-                 "--prompt-ids", "9,8,7", "--max-new-tokens", "12", "--json")
+                 "--prompt-ids", "9,8,7", "--max-new-tokens", "12", "--json", "--engine", ENGINES[-1])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["token_ids"] == hf_greedy(ckpt, [9, 8, 7], 12)
 
 
 def test_streamed_text_matches_tokens(ckpt):
     path = recipe(ckpt, SPECS["lookahead"])
-    streamed = run("generate", path, "--prompt", "def add(a, b):", "--max-new-tokens", "20")
-    as_json = run("generate", path, "--prompt", "def add(a, b):", "--max-new-tokens", "20", "--json")
+    streamed = run("generate", path, "--prompt", "def add(a, b):", "--max-new-tokens", "20", "--engine", ENGINES[-1])
+    as_json = run("generate", path, "--prompt", "def add(a, b):", "--max-new-tokens", "20", "--json",
+                  "--engine", ENGINES[-1])
     assert streamed.exit_code == 0 and as_json.exit_code == 0
     assert streamed.stdout.rstrip("\n") == json.loads(as_json.stdout)["text"]
 
@@ -104,7 +111,7 @@ def test_streamed_text_matches_tokens(ckpt):
 def test_sampling_is_reproducible(ckpt):
     path = recipe(ckpt, SPECS["medusa"])
     args = ["generate", path, "--prompt-ids", "3,4,5", "--max-new-tokens", "24", "--temperature", "0.9",
-            "--top-p", "0.95", "--json"]
+            "--top-p", "0.95", "--json", "--engine", ENGINES[-1]]
     a = json.loads(run(*args, "--seed", "1").stdout)["token_ids"]
     b = json.loads(run(*args, "--seed", "1").stdout)["token_ids"]
     c = json.loads(run(*args, "--seed", "2").stdout)["token_ids"]
@@ -119,21 +126,23 @@ def test_sampling_is_reproducible(ckpt):
     (["--prompt-ids", "1", "--max-new-tokens", "5000"], "exceeds build.max_seq_len"),
 ])
 def test_generate_user_errors(ckpt, args, expect):
-    result = run("generate", recipe(ckpt, SPECS["lookahead"]), *args)
+    result = run("generate", recipe(ckpt, SPECS["lookahead"]), *args, "--engine", ENGINES[-1])
     assert result.exit_code == 2, result.output
     assert expect in result.stderr and "Traceback" not in result.stderr
 
 
 def test_missing_checkpoint_is_a_user_error(ckpt, tmp_path):
     path = recipe(ckpt)
-    result = run("generate", path, "--set", f"model.checkpoint={tmp_path / 'nope'}", "--prompt-ids", "1")
+    result = run("generate", path, "--set", f"model.checkpoint={tmp_path / 'nope'}", "--prompt-ids", "1",
+                 "--engine", ENGINES[-1])
     assert result.exit_code == 2 and "checkpoint missing" in result.stderr
 
 
 def test_profile_acceptance_reports_every_method(ckpt, tmp_path):
     paths = [recipe(ckpt, SPECS[m], f"p-{m}.yaml") for m in ("medusa", "eagle")]
     out = tmp_path / "profile.json"
-    result = run("profile-acceptance", *paths, "--num-prompts", "2", "--max-new-tokens", "8", "-o", str(out))
+    result = run("profile-acceptance", *paths, "--num-prompts", "2", "--max-new-tokens", "8", "-o", str(out),
+                 "--engine", ENGINES[-1])
     assert result.exit_code == 0, result.stderr
     report = json.loads(out.read_text())
     assert [r["method"] for r in report["methods"]] == ["none", "lookahead(W=4,N=4,G=4)", "medusa", "eagle-2"]

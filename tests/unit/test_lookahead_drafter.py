@@ -1,4 +1,4 @@
-"""LookaheadDrafter in a greedy decoding loop over a toy target: output must equal plain greedy decoding.
+"""Lookahead (LookaheadState) in a greedy decoding loop over a toy target: output must equal plain greedy.
 
 The toy target's next token is a fixed table lookup on the last two tokens of a node's context, where
 the context is the committed sequence plus the node's attended nodes ordered by depth. So the
@@ -9,59 +9,38 @@ oracle stays exact. A bigram-state table makes the greedy text periodic, which L
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from builder.speculative.engine import Draft, StepOutput
-from builder.speculative.lookahead.drafter import LookaheadDrafter
+from builder.speculative.engine import Draft
+from builder.speculative.lookahead.drafter import LookaheadDrafter, LookaheadState
 
 VOCAB = 11
-TABLE = torch.randint(0, VOCAB, (VOCAB, VOCAB), generator=torch.Generator().manual_seed(5))  # [V, V]
+TABLE = torch.randint(0, VOCAB, (VOCAB, VOCAB), generator=torch.Generator().manual_seed(5)).numpy()  # [V, V]
 
 
 def next_token(context: list[int]) -> int:
     return int(TABLE[context[-2], context[-1]])
 
 
-def one_hot(rows: list[int]) -> torch.Tensor:  # [T, V] fp32 logits
-    return torch.nn.functional.one_hot(torch.tensor(rows), VOCAB).to(torch.float32)
+class ToyTarget:
+    """The target's greedy token at every node of a draft, from `next_token` (no KV; the text is kept)."""
+
+    def __init__(self, prompt: list[int]) -> None:
+        self.seq = list(prompt)
+
+    def step(self, draft: Draft) -> list[int]:
+        out = []
+        for i in range(draft.num_nodes):
+            seen = sorted((int(draft.depth[j]), j) for j in range(draft.num_nodes) if draft.mask[i, j])
+            assert [d for d, _ in seen] == list(range(int(draft.depth[i]) + 1)), f"node {i} has a broken context"
+            out.append(next_token(self.seq + [int(draft.tokens[j]) for _, j in seen]))
+        return out
 
 
-class ToyEngine:
-    """Implements the Engine interface over `next_token` (no KV; the committed text is kept)."""
-
-    vocab_size, hidden_size = VOCAB, 1
-
-    def reset(self) -> None:
-        self.seq: list[int] = []
-        self.last: list[int] = []
-
-    def prefill(self, token_ids: list[int]) -> StepOutput:
-        self.seq = list(token_ids)
-        rows = [next_token(self.seq[: i + 1]) for i in range(1, len(self.seq))]
-        logits = one_hot([0] + rows)
-        return StepOutput(logits, torch.zeros(len(self.seq), 1))
-
-    def step(self, tokens: torch.Tensor, mask: torch.Tensor, depth: torch.Tensor) -> StepOutput:
-        rows = []
-        for i in range(tokens.shape[0]):
-            seen = sorted((int(depth[j]), j) for j in range(tokens.shape[0]) if mask[i, j])
-            assert [d for d, _ in seen] == list(range(int(depth[i]) + 1)), f"node {i} has a broken context"
-            rows.append(next_token(self.seq + [int(tokens[j]) for _, j in seen]))
-        self.last = tokens.tolist()
-        return StepOutput(one_hot(rows), torch.zeros(tokens.shape[0], 1))
-
-    def commit(self, nodes: list[int]) -> None:
-        self.seq += [self.last[n] for n in nodes]
-
-    @property
-    def committed_len(self) -> int:
-        return len(self.seq)
-
-
-def greedy_verify(draft: Draft, logits: torch.Tensor) -> tuple[list[int], list[int]]:
+def greedy_verify(draft: Draft, target: list[int]) -> tuple[list[int], list[int]]:
     """Longest path whose draft tokens equal the target's argmax at their parents; + bonus token."""
-    target = logits.argmax(dim=-1).tolist()
     best = [0]
     for row in draft.paths.tolist():
         accepted = [0]
@@ -74,20 +53,18 @@ def greedy_verify(draft: Draft, logits: torch.Tensor) -> tuple[list[int], list[i
     return best, [int(draft.tokens[n]) for n in best[1:]] + [target[best[-1]]]
 
 
-def run(drafter: LookaheadDrafter, prompt: list[int], length: int) -> tuple[list[int], int, list[int]]:
-    engine = ToyEngine()
-    engine.reset()
-    out = engine.prefill(prompt)
-    drafter.reset(prompt, out)
+def run(state: LookaheadState, prompt: list[int], length: int) -> tuple[list[int], int, list[int]]:
+    engine = ToyTarget(prompt)
+    state.reset(prompt)
     root = next_token(prompt)
     text, steps, sizes = [root], 0, []
     while len(text) < length:
-        draft = drafter.propose(root)
-        sizes.append(int(draft.tokens.shape[0]))
-        out = engine.step(draft.tokens, draft.mask, draft.depth)
-        accepted, emitted = greedy_verify(draft, out.logits)
-        engine.commit(accepted)
-        drafter.update(draft, out, accepted, emitted)
+        draft = state.propose(root)
+        sizes.append(draft.num_nodes)
+        target = engine.step(draft)
+        accepted, emitted = greedy_verify(draft, target)
+        engine.seq += [int(draft.tokens[n]) for n in accepted]
+        state.update(draft, target, emitted)
         text += emitted
         root = emitted[-1]
         steps += 1
@@ -107,17 +84,17 @@ PROMPT = [1, 2, 3, 4, 5, 6, 7]
 
 @pytest.mark.parametrize("w,n,g", [(4, 3, 3), (3, 4, 2), (5, 5, 4), (2, 2, 1), (4, 4, 0)])
 def test_lookahead_equals_plain_greedy(w: int, n: int, g: int) -> None:
-    text, steps, sizes = run(LookaheadDrafter(w, n, g), PROMPT, 60)
+    text, steps, sizes = run(LookaheadState(w, n, g), PROMPT, 60)
     assert text == plain_greedy(PROMPT, 60)
     max_draft_len = (n - 2) + (w - 1 + g) * (n - 1)
-    assert max(sizes) <= max_draft_len + 1
+    assert max(sizes) <= max_draft_len + 1 == LookaheadDrafter(w, n, g).max_nodes
     if g > 0:  # τ: the periodic text (period 3) is found in the pool and accepted; bigrams are ambiguous
         assert 60 / steps > (1.5 if n >= 3 else 1.2)
 
 
 def test_window_alone_feeds_the_pool() -> None:
     """Without n-grams from the text, accepted drafts can only come from the Jacobi window."""
-    drafter = LookaheadDrafter(5, 4, 4, pool_from_text=False)
+    drafter = LookaheadState(5, 4, 4, pool_from_text=False)
     text, steps, _ = run(drafter, PROMPT, 60)
     assert text == plain_greedy(PROMPT, 60)
     assert len(drafter.pool) > 0
@@ -125,14 +102,13 @@ def test_window_alone_feeds_the_pool() -> None:
 
 
 def test_update_needs_the_latest_draft() -> None:
-    drafter = LookaheadDrafter(2, 3, 1)
-    drafter.reset(PROMPT, None)
+    drafter = LookaheadState(2, 3, 1)
+    drafter.reset(PROMPT)
     draft = drafter.propose(3)
-    t = int(draft.tokens.shape[0])
-    out = StepOutput(torch.zeros(t, VOCAB), torch.zeros(t, 1))
-    copy = Draft(draft.tokens.clone(), draft.mask, draft.depth, draft.paths)
+    target = [0] * draft.num_nodes
+    copy = Draft(draft.tokens.copy(), draft.mask, draft.depth, draft.paths)
     with pytest.raises(ValueError, match="latest propose"):
-        drafter.update(copy, out, [0], [1])
-    drafter.update(draft, out, [0], [1])
+        drafter.update(copy, target, [1])
+    drafter.update(draft, target, [1])
     with pytest.raises(ValueError, match="latest propose"):
-        drafter.update(draft, out, [0], [1])  # already consumed
+        drafter.update(draft, target, [1])  # already consumed

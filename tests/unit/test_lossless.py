@@ -1,40 +1,48 @@
 """Greedy speculative decoding is lossless: every method == plain greedy == HF transformers.
 
 Random-weight tiny Llama 3 (GQA 4q/2kv, rope θ 500000) with random Medusa heads and a random EAGLE
-draft; ≥ 20 prompts × 64 new tokens per method. fp32 equality is the rule; a mismatch is accepted
-only at a demonstrated near-tie (top-2 logit gap < 1e-5 in the plain reference), and reported.
+draft; 20 prompts × 64 new tokens per method, one request at a time and 4 requests of different
+lengths batched. fp32 equality is the rule; a mismatch is accepted only at a demonstrated near-tie
+(top-2 logit gap < 1e-5 in the reference model), and reported.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
-from builder.model.engine import TorchEngine
+from builder.engines.torch_eagle import TorchEagleNet
+from builder.engines.torch_engine import TorchEngine
+from builder.model.llama import Llama, causal_mask
+from builder.model.loader import load_model
 from builder.speculative.choices import load_choices
+from builder.speculative.decoding import Decoder, Request, generate
 from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
 from builder.speculative.eagle_tree import static_tree
 from builder.speculative.engine import Draft
 from builder.speculative.lookahead.drafter import LookaheadDrafter
-from builder.speculative.loop import generate
 from builder.speculative.medusa.drafter import MedusaDrafter
 from builder.speculative.tree import tree_from_choices
+from tests.unit.engine_cases import draft_from
 from tests.unit.speculative_models import make_hf_llama, random_eagle, random_medusa
 
 NEW = 64
 NEAR_TIE = 1e-5
+MC = load_choices("mc_sim_7b_63")
+BATCH = 4
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     path = make_hf_llama(tmp_path_factory.mktemp("tiny") / "model")
-    engine = TorchEngine.from_pretrained(path, max_seq_len=512)
-    gen = torch.Generator().manual_seed(123)
-    prompts = [torch.randint(3, 512, (int(n),), generator=gen).tolist()
-               for n in torch.randint(2, 40, (20,), generator=gen)]
-    return path, engine, prompts
+    model = load_model(path)
+    rng = np.random.default_rng(123)
+    prompts = [[int(t) for t in rng.integers(3, 512, int(n))] for n in rng.integers(2, 40, 20)]
+    return path, model, prompts
 
 
 @pytest.fixture(scope="module")
@@ -54,96 +62,130 @@ def hf_greedy(setup):
     return outs
 
 
-def assert_lossless(engine: TorchEngine, prompt: list[int], ref: list[int], got: list[int], label: str) -> None:
+def assert_lossless(model: Llama, prompt: list[int], ref: list[int], got: list[int], label: str) -> None:
+    """got == ref, or the first difference sits at a near-tie of the reference model."""
     if got == ref:
         return
     i = next((k for k, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
-    engine.reset()
-    logits = engine.prefill(prompt + ref[:i]).logits[-1]
-    top2 = logits.topk(2).values
+    ids = prompt + ref[:i]
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([ids]), torch.arange(len(ids))[None], causal_mask(len(ids)))
+    top2 = logits[0, -1].topk(2).values
     gap = float(top2[0] - top2[1])
     assert gap < NEAR_TIE, f"{label}: diverges at token {i} ({ref[i:i+3]} vs {got[i:i+3]}) with top-2 gap {gap:.2e}"
     warnings.warn(f"{label}: diverged at a near-tie (token {i}, top-2 gap {gap:.1e})")
 
 
+def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine, Callable]:
+    """The torch reference engine and a drafter factory for a method on the random model."""
+    kw = dict(max_seq_len=512, max_batch_size=batch)
+    if method == "none":
+        return TorchEngine(model, **kw), lambda: None
+    if method == "lookahead":
+        return TorchEngine(model, **kw), lambda: LookaheadDrafter(4, 4, 4)
+    if method == "medusa":
+        tree = tree_from_choices(MC)
+        engine = TorchEngine(model, medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1, **kw)
+        return engine, lambda: MedusaDrafter(tree)
+    draft = random_eagle(model)
+    tree = static_tree(MC) if method == "eagle1" else DynamicSpec(depth=5, top_k=8, total_nodes=32)
+    top_k = int(tree.rank.max()) + 1 if method == "eagle1" else 8
+    net = TorchEagleNet(draft, top_k, 512 + 64, batch)
+    return TorchEngine(model, **kw), lambda: EagleDrafter(net, tree)
+
+
+METHODS = ["medusa", "eagle1", "eagle2", "lookahead"]
+
+
 def test_plain_greedy_equals_hf(setup, hf_greedy):
-    _, engine, prompts = setup
+    _, model, prompts = setup
+    engine, _ = torch_method(model, "none")
     for p, ref in zip(prompts, hf_greedy):
-        assert_lossless(engine, p, ref, generate(engine, p, NEW).token_ids, "plain")
+        assert_lossless(model, p, ref, generate(engine, p, NEW).token_ids, "plain")
 
 
-def _drafters(engine):
-    heads, draft = random_medusa(engine), random_eagle(engine)
-    mc = load_choices("mc_sim_7b_63")
-    return {
-        "medusa": lambda: MedusaDrafter(heads, tree_from_choices(mc)),
-        "eagle1": lambda: EagleDrafter(draft, static_tree(mc), engine.max_seq_len),
-        "eagle2": lambda: EagleDrafter(draft, DynamicSpec(depth=5, top_k=8, total_nodes=32), engine.max_seq_len),
-        "lookahead": lambda: LookaheadDrafter(4, 4, 4),
-    }
-
-
-@pytest.mark.parametrize("method", ["medusa", "eagle1", "eagle2", "lookahead"])
+@pytest.mark.parametrize("method", METHODS)
 def test_speculative_equals_plain_and_hf(setup, hf_greedy, method):
-    _, engine, prompts = setup
-    make = _drafters(engine)[method]
+    _, model, prompts = setup
+    engine, make = torch_method(model, method)
     steps = 0
     for p, ref in zip(prompts, hf_greedy):
         g = generate(engine, p, NEW, make())
         assert len(g.token_ids) == NEW
-        assert_lossless(engine, p, ref, g.token_ids, f"{method} prompt {p[:4]}")
+        assert_lossless(model, p, ref, g.token_ids, f"{method} prompt {p[:4]}")
         steps += g.steps
     assert steps <= len(prompts) * (NEW - 1)  # never more target steps than plain decoding
 
 
+@pytest.mark.parametrize("method", ["none", *METHODS])
+def test_batched_requests_equal_hf(setup, hf_greedy, method):
+    """All 20 prompts through one Decoder with 4 slots (requests join as others finish)."""
+    _, model, prompts = setup
+    engine, make = torch_method(model, method, batch=BATCH)
+    lengths = [NEW - (i % 3) * 7 for i in range(len(prompts))]  # different lengths: slots free at different steps
+    gens = Decoder(engine, make()).run([Request(tuple(p), n) for p, n in zip(prompts, lengths)])
+    for p, ref, n, g in zip(prompts, hf_greedy, lengths, gens):
+        assert_lossless(model, p, ref[:n], g.token_ids, f"{method} batched")
+
+
 class ChainDrafter:
-    """A chain of `depth` tokens: the known future (perfect) or uniformly random tokens."""
+    """A chain of `depth` tokens for one sequence: the known future (perfect) or uniformly random tokens."""
 
-    def __init__(self, depth: int, future: list[int] | None = None, vocab: int = 512, seed: int = 0) -> None:
+    def __init__(self, depth: int, future: list[int] | None = None, vocab: int = 512, seed: int = 0):
         self.depth, self.future, self.vocab = depth, future, vocab
-        self.gen = torch.Generator().manual_seed(seed)
-        self.done = 0  # tokens emitted so far
+        self.rng = np.random.default_rng(seed)
+        self.done: dict[int, int] = {}  # tokens emitted so far per sequence
+        self.max_nodes = depth + 1
 
-    def reset(self, prompt_ids, prefill) -> None:
-        self.done = 1  # the first token comes from prefill
+    def start(self, seqs, prompts, prefill) -> None:
+        for s in seqs:
+            self.done[s] = 1  # the first token comes from prefill
 
-    def propose(self, root_token: int) -> Draft:
-        if self.future is not None:
-            nxt = self.future[self.done: self.done + self.depth]
-        else:
-            nxt = torch.randint(0, self.vocab, (self.depth,), generator=self.gen).tolist()
-        t = 1 + len(nxt)
-        return Draft(tokens=torch.tensor([root_token, *nxt]), mask=torch.ones(t, t, dtype=torch.bool).tril(),
-                     depth=torch.arange(t), paths=torch.arange(t)[None])
+    def propose(self, seqs, roots) -> list[Draft]:
+        out = []
+        for s, root in zip(seqs, roots):
+            if self.future is not None:
+                nxt = self.future[self.done[s] : self.done[s] + self.depth]
+            else:
+                nxt = self.rng.integers(0, self.vocab, self.depth).tolist()
+            out.append(draft_from(list(range(-1, len(nxt))), [root, *nxt]))
+        return out
 
-    def update(self, draft, out, accepted, emitted) -> None:
-        self.done += len(emitted)
+    def update(self, seqs, drafts, result) -> None:
+        for row, s in enumerate(seqs):
+            self.done[s] += int(result.accepted_len[row])
+
+    def release(self, seq) -> None:
+        self.done.pop(seq, None)
 
 
 def test_perfect_drafter_accepts_every_node(setup, hf_greedy):
-    _, engine, prompts = setup
+    _, model, prompts = setup
+    engine, _ = torch_method(model, "none")
     for p, ref in zip(prompts[:5], hf_greedy[:5]):
         g = generate(engine, p, NEW, ChainDrafter(5, future=ref))
         assert g.token_ids == ref
-        full = [a for a in g.accepted_per_step[:-1]]  # the last step may be cut short by the end of ref
+        full = g.accepted_per_step[:-1]  # the last step may be cut short by the end of ref
         assert full and all(a == 5 for a in full), g.accepted_per_step
         assert g.tau > 5.5
 
 
 def test_random_drafter_accepts_almost_nothing_and_stays_lossless(setup, hf_greedy):
-    _, engine, prompts = setup
+    _, model, prompts = setup
+    engine, _ = torch_method(model, "none")
     accepted, steps = 0, 0
     for i, (p, ref) in enumerate(zip(prompts, hf_greedy)):
         g = generate(engine, p, NEW, ChainDrafter(4, seed=i))
-        assert_lossless(engine, p, ref, g.token_ids, "random")
+        assert_lossless(model, p, ref, g.token_ids, "random")
         accepted += sum(g.accepted_per_step)
         steps += g.steps
     assert accepted / steps < 0.05  # ~1/512 per node expected
 
 
 def test_stop_token_ends_generation(setup, hf_greedy):
-    _, engine, prompts = setup
+    _, model, prompts = setup
+    engine, _ = torch_method(model, "none")
     ref = hf_greedy[0]
     stop = ref[10]
     g = generate(engine, prompts[0], NEW, LookaheadDrafter(4, 4, 4), stop_ids=[stop])
-    assert g.token_ids == ref[: ref.index(stop) + 1]
+    assert g.token_ids == ref[: ref.index(stop) + 1] and g.finish_reason == "stop"

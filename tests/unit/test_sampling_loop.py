@@ -17,9 +17,12 @@ from collections import Counter
 import pytest
 import torch
 
-from builder.model.engine import TorchEngine
+from builder.engines.torch_engine import TorchEngine
+from builder.model.llama import causal_mask
+from builder.model.loader import load_model
+from builder.speculative.decoding import generate
+from builder.speculative.engine import Sampling
 from builder.speculative.lookahead.drafter import LookaheadDrafter
-from builder.speculative.loop import Sampling, generate
 from builder.speculative.medusa.drafter import MedusaDrafter
 from builder.speculative.tree import tree_from_choices
 from tests.unit.speculative_models import make_hf_llama, random_medusa
@@ -29,19 +32,22 @@ PROMPT = [1, 5, 3]
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def model(tmp_path_factory):
     path = make_hf_llama(tmp_path_factory.mktemp("v8") / "m", vocab=V, hidden=32, layers=1, heads=4, kv_heads=2,
                          std=0.5, seed=7)
-    return TorchEngine.from_pretrained(path, max_seq_len=64)
+    return load_model(path)
 
 
-def exact_law(engine: TorchEngine, temp: float) -> dict[tuple[int, int], float]:
-    engine.reset()
-    p1 = torch.softmax(engine.prefill(PROMPT).logits[-1].double() / temp, -1)
+def last_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids]), torch.arange(len(ids))[None], causal_mask(len(ids)))[0][0, -1]
+
+
+def exact_law(model, temp: float) -> dict[tuple[int, int], float]:
+    p1 = torch.softmax(last_logits(model, PROMPT).double() / temp, -1)
     law = {}
     for a in range(V):
-        engine.reset()
-        p2 = torch.softmax(engine.prefill(PROMPT + [a]).logits[-1].double() / temp, -1)
+        p2 = torch.softmax(last_logits(model, PROMPT + [a]).double() / temp, -1)
         for b in range(V):
             law[(a, b)] = float(p1[a] * p2[b])
     return law
@@ -76,16 +82,17 @@ def sample(engine, make_drafter, temp: float) -> Counter:
 
 
 @pytest.mark.parametrize("method", ["none", "medusa", "lookahead"])
-def test_loop_samples_follow_the_target(engine, method):
-    heads = random_medusa(engine, num_heads=2, std=0.5)
+def test_loop_samples_follow_the_target(model, method):
     tree = tree_from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0]])
-    make = {"none": lambda: None, "medusa": lambda: MedusaDrafter(heads, tree),
+    medusa = dict(medusa=random_medusa(model, num_heads=2, std=0.5), medusa_topk=3) if method == "medusa" else {}
+    engine = TorchEngine(model, max_seq_len=64, **medusa)
+    make = {"none": lambda: None, "medusa": lambda: MedusaDrafter(tree),
             "lookahead": lambda: LookaheadDrafter(2, 3, 2)}[method]
     counts = sample(engine, make, TEMP)
-    p = chi2_pvalue(counts, exact_law(engine, TEMP), N)
+    p = chi2_pvalue(counts, exact_law(model, TEMP), N)
     assert p > 1e-4, f"{method}: samples do not follow the target (χ² p = {p:.2e})"
 
 
-def test_the_check_rejects_a_wrong_distribution(engine):
-    counts = sample(engine, lambda: None, 0.6)  # drawn at temperature 0.6 ...
-    assert chi2_pvalue(counts, exact_law(engine, TEMP), N) < 1e-4  # ... compared against temperature 1.0
+def test_the_check_rejects_a_wrong_distribution(model):
+    counts = sample(TorchEngine(model, max_seq_len=64), lambda: None, 0.6)  # drawn at temperature 0.6 ...
+    assert chi2_pvalue(counts, exact_law(model, TEMP), N) < 1e-4  # ... compared against temperature 1.0

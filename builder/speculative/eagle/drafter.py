@@ -1,11 +1,12 @@
-"""EAGLE drafter: the draft layer runs over (target hidden, next token) pairs and grows a tree.
+"""EAGLE drafter: the draft layer runs over (target hidden, next token) pairs and grows a tree per sequence.
 
 Pairs: (h[i], t[i+1]) at position i, as in `builder.speculative.eagle.draft_model`. After a step that
 accepted the chain root, a1..ak and emitted a1..ak, bonus, the new pairs are (h_root, a1), …,
-(h_ak, bonus); they are committed to the draft's own KV cache at the next `propose`, whose last
-output predicts the hidden state at the bonus token (the new root). Tree nodes are then drafted
-with tree attention in the tentative tail of that cache (EAGLE-1: static choices; EAGLE-2: dynamic
-expansion + reranking, `builder.speculative.eagle_tree`).
+(h_ak, bonus); `propose` commits them to the draft's own KV cache (`EagleNet.extend`), whose last
+output predicts the hidden state at the bonus token (the new root) and gives the tree's first level.
+The trees then grow level by level (EAGLE-1: static choices; EAGLE-2: dynamic expansion + reranking,
+`builder.speculative.eagle_tree`), one `EagleNet.expand` call per level for the whole batch, each
+level's nodes written to the tentative tail of the draft cache with tree attention.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
+import numpy as np
 
-from builder.speculative.eagle.draft_model import EagleDraft
-from builder.speculative.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree
-from builder.speculative.engine import Draft, StepOutput
+from builder.speculative.eagle_tree import TreeSteps, dynamic_tree_steps, eagle_draft, static_tree_steps
+from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult
 from builder.speculative.tree import Tree
 
 
@@ -29,90 +29,116 @@ class DynamicSpec:
 
 
 @dataclass
-class _Row:
-    out: torch.Tensor  # [C] draft output (predicted hidden) at this node
-    slot: int | None  # tentative cache slot (None: the root, whose pair is committed)
-    ancestors: list[int]  # tentative slots of its ancestors
-    depth: int
+class _Pending:
+    hidden: np.ndarray  # [m, C] target hidden states of the pairs not yet run
+    tokens: list[int]  # [m - 1] their next tokens (the last pair's token is the next root)
+
+
+@dataclass
+class _Growth:
+    """One sequence's tree being grown: its generator and the frontier it asked to expand."""
+
+    gen: TreeSteps
+    tokens: np.ndarray  # [F] frontier tokens
+    parents: np.ndarray  # [F] parent rows in the previous frontier
+    outs: np.ndarray  # [F_prev, C] draft outputs of the previous frontier
+    anc: np.ndarray  # [F_prev, U_prev] bool tentative columns each previous-frontier node attends
+    result: object = None  # the GrownTree once the generator is done
 
 
 class EagleDrafter:
-    def __init__(self, draft: EagleDraft, tree: Tree | DynamicSpec, capacity: int) -> None:
-        self.draft, self.tree = draft.eval(), tree
-        budget = tree.depth * tree.top_k if isinstance(tree, DynamicSpec) else tree.num_nodes
-        self.capacity = capacity + budget + 1
-        self.top_k = tree.top_k if isinstance(tree, DynamicSpec) else int(tree.rank.max()) + 1
-        self.cache = draft.new_cache(self.capacity)
-        self.pending_hidden = torch.empty(0)  # [m, C] target hidden states of pairs not yet run
-        self.pending_tokens: list[int] = []  # [m - 1] their next tokens (the last one is the root)
+    """EAGLE-1 (static tree) or EAGLE-2 (DynamicSpec) over a batched `EagleNet`."""
 
-    def reset(self, prompt_ids: Sequence[int], prefill: StepOutput) -> None:
-        self.cache.reset()
-        self.pending_hidden = prefill.hidden
-        self.pending_tokens = list(prompt_ids[1:])
-
-    @torch.inference_mode()
-    def propose(self, root_token: int) -> Draft:
-        root_out = self._run_pending(root_token)  # [C]
-        self._rows: list[_Row] = []
-        self._used = 0
-        self._root_pos = self.cache.committed - 1
-        self._root = _Row(root_out, None, [], 0)
-        if isinstance(self.tree, DynamicSpec):
-            t = self.tree
-            grown = dynamic_tree(root_token, self._expand, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
+    def __init__(self, net: EagleNet, tree: Tree | DynamicSpec) -> None:
+        self.net, self.tree = net, tree
+        if isinstance(tree, DynamicSpec):
+            if tree.top_k > net.top_k:
+                raise ValueError(f"EAGLE-2 top_k {tree.top_k} exceeds the draft net's top-k ({net.top_k})")
+            self.max_nodes = tree.total_nodes + 1
         else:
-            grown = grow_static_tree(self.tree, root_token, self._expand)
-        return eagle_draft(grown)
+            if tree.rank is None or int(tree.rank.max()) >= net.top_k:
+                raise ValueError(f"the static tree needs top-k ranks up to {None if tree.rank is None else int(tree.rank.max())}, "
+                                 f"the draft net gives {net.top_k}")  # fmt: skip
+            self.max_nodes = tree.num_nodes
+        self._pending: dict[int, _Pending] = {}
 
-    def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:
-        self.pending_hidden = out.hidden[list(accepted)]  # (k+1, C)
-        self.pending_tokens = list(emitted[:-1])
+    def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
+        self.net.start(seqs)
+        for i, s in enumerate(seqs):
+            self._pending[s] = _Pending(prefill.hidden[i].copy(), [int(t) for t in prompts[i][1:]])
 
-    def _run_pending(self, root_token: int) -> torch.Tensor:
-        tokens = torch.tensor([*self.pending_tokens, root_token], dtype=torch.int64)  # [m]
-        m = len(tokens)
-        assert self.pending_hidden.shape[0] == m, (self.pending_hidden.shape, m)
-        start = self.cache.reserve(m)
-        pos = torch.arange(start, start + m)
-        mask = torch.ones(m, start + m, dtype=torch.bool)
-        mask[:, start:] = torch.tril(mask[:, start:])  # causal among the new pairs
-        hidden = self.pending_hidden.to(self.draft.dtype)
-        out = self.draft(tokens[None], hidden[None], pos[None], mask[None], self.cache, start)  # (1, m, C)
-        self.cache.commit_all()
-        return out[0, -1]
+    def release(self, seq: int) -> None:
+        self._pending.pop(seq, None)
+        self.net.release(seq)
 
-    def _expand(self, tokens: torch.Tensor, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # tokens [F], parents [F] rows of the previous frontier (-1: the root) -> top-k [F, K] each
-        if int(parents[0]) == -1:
-            rows = [self._root]
-        else:
-            rows = self._run_frontier(tokens, parents)
-        self._rows = rows
-        outs = torch.stack([r.out for r in rows])  # (F, C)
-        logp = torch.log_softmax(self.draft.logits(outs).float(), dim=-1)  # (F, V)
-        top = logp.topk(self.top_k, dim=-1)
-        return top.indices, top.values
+    def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
+        for row, s in enumerate(seqs):
+            k = int(result.accepted_len[row])
+            self._pending[s] = _Pending(result.hidden[row, :k].copy(), result.tokens[row, : k - 1].tolist())
 
-    def _run_frontier(self, tokens: torch.Tensor, parents: torch.Tensor) -> list[_Row]:
-        prev = self._rows
-        f = len(tokens)
-        committed = self.cache.committed
-        start = committed + self._used
-        self.cache.reserve(self._used + f)
-        mask = torch.zeros(f, start + f, dtype=torch.bool)
-        mask[:, :committed] = True
-        rows: list[_Row] = []
-        for r, p in enumerate(parents.tolist()):
-            parent = prev[p]
-            anc = parent.ancestors + ([] if parent.slot is None else [parent.slot])
-            mask[r, [committed + s for s in anc]] = True
-            mask[r, start + r] = True
-            rows.append(_Row(parent.out, self._used + r, anc, parent.depth + 1))
-        hidden = torch.stack([row.out for row in rows]).to(self.draft.dtype)  # (F, C) parents' outputs
-        pos = torch.tensor([self._root_pos + row.depth for row in rows])
-        out = self.draft(tokens[None], hidden[None], pos[None], mask[None], self.cache, start)[0]  # (F, C)
-        self._used += f
-        for r, row in enumerate(rows):
-            row.out = out[r]
-        return rows
+    def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
+        root_out = self._extend(seqs, roots)  # DraftOutput with F = 1: the roots' level
+        growths = [self._grow(int(r)) for r in roots]
+        answer = [(root_out.topk_tokens[i], root_out.topk_logprobs[i]) for i in range(len(seqs))]
+        for i, g in enumerate(growths):
+            g.outs = root_out.hidden[i]  # (1, C)
+            g.anc = np.zeros((1, 0), dtype=bool)  # the root is committed: no tentative column
+            self._advance(g, answer[i])
+        root_pos = np.array([self.net.committed_len(s) - 1 for s in seqs], dtype=np.int64)  # the roots' positions
+        used, level = 0, 1
+        while any(g.result is None for g in growths):
+            used = self._expand_level(seqs, growths, root_pos + level, used)
+            level += 1
+        return [eagle_draft(g.result) for g in growths]  # type: ignore[arg-type]
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _grow(self, root: int) -> _Growth:
+        t = self.tree
+        gen = (dynamic_tree_steps(root, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
+               if isinstance(t, DynamicSpec) else static_tree_steps(t, root))  # fmt: skip
+        tokens, parents = next(gen)  # the root's own request, answered by extend
+        return _Growth(gen, tokens, parents, np.empty(0), np.empty(0))
+
+    @staticmethod
+    def _advance(g: _Growth, answer: tuple[np.ndarray, np.ndarray]) -> None:
+        try:
+            g.tokens, g.parents = g.gen.send(answer)
+        except StopIteration as stop:
+            g.result = stop.value
+
+    def _extend(self, seqs: Sequence[int], roots: Sequence[int]) -> DraftOutput:
+        pend = [self._pending[s] for s in seqs]
+        m = np.array([len(p.tokens) + 1 for p in pend], dtype=np.int64)  # [B]
+        c = pend[0].hidden.shape[1]
+        tokens = np.zeros((len(seqs), int(m.max())), dtype=np.int64)  # [B, M]
+        hidden = np.zeros((len(seqs), int(m.max()), c), dtype=np.float32)  # [B, M, C]
+        for i, (p, r) in enumerate(zip(pend, roots)):
+            tokens[i, : m[i]] = [*p.tokens, int(r)]
+            hidden[i, : m[i]] = p.hidden
+        return self.net.extend(seqs, tokens, hidden, m)
+
+    def _expand_level(self, seqs: Sequence[int], growths: list[_Growth], positions: np.ndarray, used: int) -> int:
+        """One batched expand call for every unfinished tree's frontier; returns tentative slots used."""
+        live = [g.result is None for g in growths]
+        f = max(len(g.tokens) for g, ok in zip(growths, live) if ok)
+        b, c = len(seqs), self.net.hidden_size
+        tokens = np.zeros((b, f), dtype=np.int64)
+        hidden = np.zeros((b, f, c), dtype=np.float32)
+        mask = np.zeros((b, f, used + f), dtype=bool)
+        mask[:, np.arange(f), used + np.arange(f)] = True  # every node (padding too) attends itself
+        anc_new = []
+        for i, (g, ok) in enumerate(zip(growths, live)):
+            n = len(g.tokens) if ok else 0
+            if n:
+                tokens[i, :n] = g.tokens
+                hidden[i, :n] = g.outs[g.parents]
+                mask[i, :n, : g.anc.shape[1]] = g.anc[g.parents]
+            anc_new.append(mask[i, :n])
+        out = self.net.expand(seqs, tokens, hidden, np.repeat(positions[:, None], f, axis=1), used, mask)
+        for i, (g, ok) in enumerate(zip(growths, live)):
+            if ok:
+                n = len(g.tokens)
+                g.outs, g.anc = out.hidden[i, :n], anc_new[i]
+                self._advance(g, (out.topk_tokens[i, :n], out.topk_logprobs[i, :n]))
+        return used + f

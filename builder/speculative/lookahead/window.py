@@ -45,7 +45,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
+import numpy as np
 
 from builder.speculative.engine import Draft
 from builder.speculative.lookahead.pool import Ngram
@@ -147,19 +147,14 @@ def _draft(
 ) -> Draft:
     """Draft from per-node tokens, depths and attended nodes; paths = the verification branches."""
     t = len(tokens)
-    mask = torch.zeros(t, t, dtype=torch.bool)  # [T, T]
+    mask = np.zeros((t, t), dtype=bool)  # [T, T]
     for i, row in enumerate(attends):
         mask[i, row] = True
     rows = [[0, *b] for b in branches] or [[0]]
-    paths = torch.full((len(rows), n), -1, dtype=torch.int64)  # [P, N]: D = N-1
+    paths = np.full((len(rows), n), -1, dtype=np.int32)  # [P, N]: D = N-1
     for r, row in enumerate(rows):
-        paths[r, : len(row)] = torch.tensor(row)
-    return Draft(
-        tokens=torch.tensor(tokens, dtype=torch.int64),
-        mask=mask,
-        depth=torch.tensor(depth, dtype=torch.int64),
-        paths=paths,
-    )
+        paths[r, : len(row)] = row
+    return Draft(tokens=np.array(tokens, dtype=np.int64), mask=mask, depth=np.array(depth, dtype=np.int64), paths=paths)
 
 
 def advance_window(window: Window, layout: StepLayout, target_tokens: Sequence[int]) -> tuple[Window, list[Ngram]]:

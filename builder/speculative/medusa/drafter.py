@@ -1,38 +1,51 @@
-"""Medusa drafter: heads on the last accepted node's hidden state fill a static tree's tokens."""
+"""Medusa drafter: head k's top-k at the newest accepted node fill depth k+1 of a static tree.
+
+The heads run inside the engine (`Engine` built with Medusa heads: one fused GEMM in the exported
+step graph, the `MedusaHeads` module in the torch reference), on the hidden state of each step's last
+accepted node; the engine returns their top-k (`StepResult.medusa_topk`), so this drafter only
+places tokens on the tree.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-import torch
+import numpy as np
 
-from builder.speculative.engine import Draft, StepOutput
-from builder.speculative.medusa.heads import MedusaHeads
+from builder.speculative.engine import Draft, PrefillResult, StepResult
 from builder.speculative.tree import Tree, medusa_draft
 
 
 class MedusaDrafter:
-    """Head k's top-k at the newest hidden state are the candidates for depth k+1 of the tree."""
-
-    def __init__(self, heads: MedusaHeads, tree: Tree) -> None:
+    def __init__(self, tree: Tree) -> None:
         if tree.head is None or tree.rank is None:
             raise ValueError("Medusa needs a tree built from choices")
-        if tree.max_depth > heads.num_heads:
-            raise ValueError(f"tree depth {tree.max_depth} exceeds {heads.num_heads} Medusa heads")
-        self.heads, self.tree = heads.eval(), tree
-        self.top_k = int(tree.rank.max()) + 1
-        self.hidden: torch.Tensor | None = None  # [C] hidden state of the newest accepted node
+        self.tree = tree
+        self.max_nodes = tree.num_nodes
+        self.top_k = int(tree.rank.max()) + 1  # ranks the engine's heads must return
+        self.num_heads = tree.max_depth
+        self._topk: dict[int, np.ndarray] = {}  # [H, K] per sequence
 
-    def reset(self, prompt_ids: Sequence[int], prefill: StepOutput) -> None:
-        self.hidden = prefill.hidden[-1]
+    def _take(self, topk: np.ndarray | None) -> np.ndarray:
+        if topk is None:
+            raise ValueError("the engine runs no Medusa heads (build it with the recipe's Medusa checkpoint)")
+        h, k = topk.shape[-2:]
+        if h < self.num_heads or k < self.top_k:
+            raise ValueError(f"the engine's Medusa top-k is [{h}, {k}]; the tree needs [{self.num_heads}, {self.top_k}]")
+        return topk
 
-    @torch.inference_mode()
-    def propose(self, root_token: int) -> Draft:
-        assert self.hidden is not None, "reset() first"
-        x = self.hidden.to(self.heads[0][-1].weight.dtype)
-        logits = torch.stack([self.heads[k](x) for k in range(self.tree.max_depth)])  # (depth, V) heads in use
-        topk = logits.float().topk(self.top_k, dim=-1).indices  # (depth, K)
-        return medusa_draft(self.tree, root_token, topk)
+    def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
+        topk = self._take(prefill.medusa_topk)
+        for i, s in enumerate(seqs):
+            self._topk[s] = topk[i].copy()
 
-    def update(self, draft: Draft, out: StepOutput, accepted: Sequence[int], emitted: Sequence[int]) -> None:
-        self.hidden = out.hidden[accepted[-1]]
+    def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
+        return [medusa_draft(self.tree, int(r), self._topk[s]) for s, r in zip(seqs, roots)]
+
+    def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
+        topk = self._take(result.medusa_topk)
+        for row, s in enumerate(seqs):
+            self._topk[s] = topk[row].copy()  # engines may reuse their output buffers
+
+    def release(self, seq: int) -> None:
+        self._topk.pop(seq, None)

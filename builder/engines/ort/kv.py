@@ -1,0 +1,46 @@
+"""KV buffers for an ONNX Runtime graph: one zeroed NumPy array, bound in place as past and present.
+
+Layout [L, 2 (key, value), B_max, KV, CAP, D]. The running batch is rows 0..B-1 (see
+`builder.engines.rows`), so layer l's key cache for rows [r0, r1) is the contiguous view
+buf[l, 0, r0:r1], wrapped once in an OrtValue (no copy) and bound as both `past_key_l` and
+`present_key_l`: the graph writes new keys into the buffer itself. Zeros everywhere (never NaN), as
+the `standard` attention variant reads masked slots too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+
+class KVBuffers:
+    def __init__(self, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
+                 dtype: type = np.float32) -> None:  # fmt: skip
+        self.buf = np.zeros((layers, 2, batch, kv_heads, capacity, head_dim), dtype=dtype)
+        self.layers, self.capacity = layers, capacity
+        self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.buf.nbytes
+
+    def ortvalues(self, r0: int, r1: int) -> list[tuple[ort.OrtValue, ort.OrtValue]]:
+        """(key, value) OrtValues over rows [r0, r1) of every layer (cached; they share the buffer)."""
+        views = self._views.get((r0, r1))
+        if views is None:
+            views = [(ort.OrtValue.ortvalue_from_numpy(self.buf[l, 0, r0:r1]),
+                      ort.OrtValue.ortvalue_from_numpy(self.buf[l, 1, r0:r1])) for l in range(self.layers)]  # fmt: skip
+            self._views[(r0, r1)] = views
+        return views
+
+    def compact(self, row: int, start: int, nodes: np.ndarray) -> None:
+        """Move the KV of slots start + nodes[k] to start + k (a committed chain); no-op when in place."""
+        k = len(nodes)
+        if k == 0 or (nodes == np.arange(k)).all():
+            return
+        cache = self.buf[:, :, row]  # (L, 2, KV, CAP, D) view
+        cache[:, :, :, start : start + k] = cache[:, :, :, start + nodes]  # the fancy index copies first
+
+    def move_row(self, dst: int, src: int, length: int) -> None:
+        """Copy the first `length` slots of row `src` into row `dst` (a departure leaves rows dense)."""
+        self.buf[:, :, dst, :, :length] = self.buf[:, :, src, :, :length]

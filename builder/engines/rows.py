@@ -1,0 +1,61 @@
+"""Sequence ids ↔ dense batch rows: active sequences always occupy rows 0..n-1.
+
+Engines keep per-sequence state (KV caches) in batch-major buffers; keeping the active rows dense
+makes "the running batch" a contiguous prefix of every buffer, so no step gathers or copies caches.
+When a sequence leaves, the sequence in the last row moves into its row (one copy per departure).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+
+class RowTable:
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._ids: list[int] = []  # sequence id per row
+        self._row: dict[int, int] = {}
+        self._next = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, n: int) -> list[int]:
+        """New sequence ids for rows len..len+n-1."""
+        if len(self._ids) + n > self.capacity:
+            raise ValueError(f"{n} new sequences exceed the batch capacity ({len(self._ids)} of "
+                             f"{self.capacity} rows in use)")
+        ids = [next(self._next) for _ in range(n)]
+        for sid in ids:
+            self._row[sid] = len(self._ids)
+            self._ids.append(sid)
+        return ids
+
+    def row(self, seq: int) -> int:
+        try:
+            return self._row[seq]
+        except KeyError:
+            raise KeyError(f"unknown sequence {seq}") from None
+
+    def rows(self, seqs: list[int] | tuple[int, ...]) -> list[int]:
+        return [self.row(s) for s in seqs]
+
+    def remove(self, seq: int) -> tuple[int, int] | None:
+        """Drop a sequence; returns (hole, last) when the last row's sequence moved into the hole."""
+        hole = self._row.pop(seq) if seq in self._row else None
+        if hole is None:
+            raise KeyError(f"unknown sequence {seq}")
+        last = len(self._ids) - 1
+        moved = self._ids.pop()
+        if hole == last:
+            return None
+        self._ids[hole] = moved
+        self._row[moved] = hole
+        return hole, last
+
+    @property
+    def ids(self) -> list[int]:
+        """Sequence ids in row order."""
+        return list(self._ids)

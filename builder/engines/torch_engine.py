@@ -1,0 +1,163 @@
+"""`TorchEngine`: the reference `Engine` (builder.speculative.engine) over the plain-torch Llama.
+
+Readable over fast: each sequence has its own batch-1 `KVCache`; `step` runs the sequences one by
+one (tree attention through an explicit mask), verifies each draft with the torch reference of the
+`tree_verify` contract and commits the accepted chain by compaction. It is the oracle the ONNX
+Runtime and TensorRT engines are tested against. Outputs are fp32 whatever the model dtype. Medusa
+heads, when given, run on the last accepted node's hidden state (as the fused ONNX graph does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from builder.engines.rows import RowTable
+from builder.errors import UserError
+from builder.model.kv_cache import KVCache
+from builder.model.llama import Llama, causal_mask
+from builder.model.loader import load_model, resolve_dtype
+from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
+from builder.speculative.medusa.heads import MedusaHeads
+from plugins.tree_verify.contract import TEMPERATURE_EPS
+from plugins.tree_verify.reference import tree_verify
+
+DEFAULT_MAX_SEQ_LEN = 2048  # KV capacity when from_pretrained is not told one
+
+
+class TorchEngine:
+    """Llama 3 target with one preallocated KV cache of `max_seq_len` tokens per sequence."""
+
+    name = "torch"
+
+    def __init__(self, model: Llama, max_seq_len: int, max_batch_size: int = 1,
+                 medusa: MedusaHeads | None = None, medusa_topk: int = 0) -> None:  # fmt: skip
+        cfg = model.cfg
+        if not 0 < max_seq_len <= cfg.max_position_embeddings:
+            raise UserError(f"max_seq_len {max_seq_len} must be in 1..max_position_embeddings "
+                            f"({cfg.max_position_embeddings})", field="max_seq_len")
+        if medusa is not None and medusa_topk < 1:
+            raise ValueError("Medusa heads need medusa_topk >= 1")
+        self.model = model.eval()
+        self.vocab_size, self.hidden_size = cfg.vocab_size, cfg.hidden_size
+        self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
+        self.medusa, self.medusa_topk = (None if medusa is None else medusa.eval()), medusa_topk
+        self.rows = RowTable(max_batch_size)
+        device = model.embed_tokens.weight.device
+        self._free = [KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, max_seq_len,
+                              dtype=model.dtype, device=device) for _ in range(max_batch_size)]  # fmt: skip
+        self._cache: dict[int, KVCache] = {}
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype | str = torch.float32, max_seq_len: int | None = None,
+                        allow_pickle: bool = False, **kwargs) -> TorchEngine:  # fmt: skip
+        """Engine over the HF checkpoint in directory `path` (see `builder.model.loader`).
+
+        `max_seq_len` is the KV capacity in tokens; None means min(2048, max_position_embeddings).
+        """
+        model = load_model(path, resolve_dtype(dtype), allow_pickle=allow_pickle)
+        if max_seq_len is None:
+            max_seq_len = min(DEFAULT_MAX_SEQ_LEN, model.cfg.max_position_embeddings)
+        return cls(model, max_seq_len, **kwargs)
+
+    def committed_len(self, seq: int) -> int:
+        return self._cache[seq].committed
+
+    def release(self, seq: int) -> None:
+        self.rows.remove(seq)
+        cache = self._cache.pop(seq)
+        cache.reset()
+        self._free.append(cache)
+
+    @torch.no_grad()
+    def start(self, prompts: Sequence[Sequence[int]], sampling: SamplingBatch) -> tuple[list[int], PrefillResult]:
+        for p in prompts:
+            self._check_tokens(np.asarray(p, dtype=np.int64), "prompt")
+            if not 0 < len(p) <= self.max_seq_len:
+                raise ValueError(f"prompt of {len(p)} tokens: need 1..{self.max_seq_len}")
+        ids = self.rows.add(len(prompts))
+        first, hidden, topk = [], [], []
+        for row, (sid, prompt) in enumerate(zip(ids, prompts)):
+            cache = self._cache[sid] = self._free.pop()
+            tokens = torch.as_tensor(list(prompt), dtype=torch.int64)  # [n]
+            n = len(tokens)
+            cache.reserve(n)
+            logits, h = self.model(tokens[None], torch.arange(n)[None], causal_mask(n), cache, 0)  # (1, n, V), (1, n, C)
+            cache.commit_all()
+            res = self._verify(logits[:, -1:], tokens[None, -1:], np.zeros((1, 1), np.int32), sampling, row)
+            first.append(int(res.output_tokens[0, 0]))
+            hidden.append(h[0].float().numpy())
+            if self.medusa is not None:
+                topk.append(self._medusa(h[0, -1]))
+        return ids, PrefillResult(np.array(first, dtype=np.int64), hidden, np.stack(topk) if topk else None)
+
+    @torch.no_grad()
+    def step(self, seqs: Sequence[int], drafts: Sequence[Draft], sampling: SamplingBatch) -> StepResult:
+        if len(seqs) != len(drafts) or len(set(seqs)) != len(seqs):
+            raise ValueError("step needs one draft per distinct sequence")
+        b, t, w = len(seqs), max(d.num_nodes for d in drafts), max(d.width for d in drafts)
+        out = StepResult(np.ones(b, np.int64), np.full((b, w), -1, np.int64), np.full((b, w), -1, np.int64),
+                         np.zeros((b, w, self.hidden_size), np.float32), np.full((b, t), -1, np.int64),
+                         np.zeros((b, self.medusa.num_heads, self.medusa_topk), np.int64) if self.medusa else None)  # fmt: skip
+        for row, (sid, draft) in enumerate(zip(seqs, drafts)):
+            check_draft(draft, self.vocab_size)
+            cache = self._cache[sid]
+            n = draft.num_nodes
+            start = cache.reserve(n)
+            full = torch.cat((torch.ones(n, start, dtype=torch.bool), torch.from_numpy(np.array(draft.mask))), dim=1)
+            positions = torch.from_numpy(start + draft.depth)[None]  # (1, T)
+            logits, h = self.model(torch.from_numpy(draft.tokens)[None], positions, full[None], cache, start)
+            res = self._verify(logits, torch.from_numpy(draft.tokens)[None], draft.paths, sampling, row)
+            k = int(res.accepted_len[0])
+            chain = draft.paths[int(res.best_path[0]), :k].astype(np.int64)
+            cache.commit(chain.tolist())
+            out.accepted_len[row], out.chain[row, :k] = k, chain
+            out.tokens[row, :k] = res.output_tokens[0, :k].numpy()
+            out.hidden[row, :k] = h[0, chain].float().numpy()
+            out.node_argmax[row, :n] = logits[0].float().argmax(-1).numpy()
+            if self.medusa is not None and out.medusa_topk is not None:
+                out.medusa_topk[row] = self._medusa(h[0, int(chain[-1])])
+        return out
+
+    def _verify(self, logits: torch.Tensor, tokens: torch.Tensor, paths: np.ndarray, sampling: SamplingBatch, row: int):
+        # logits [1, T, V], tokens [1, T], paths [P, W] -> tree_verify result for one sequence
+        w = paths.shape[1]
+        kwargs = {}
+        mode = "greedy" if sampling.temperature[row] <= TEMPERATURE_EPS else "rejection"
+        if mode == "rejection":
+            kwargs = dict(temperature=torch.from_numpy(sampling.temperature[row : row + 1]),
+                          top_p=torch.from_numpy(sampling.top_p[row : row + 1]),
+                          uniforms=torch.from_numpy(np.ascontiguousarray(sampling.uniforms[row : row + 1, :w])))
+        pa = torch.from_numpy(paths.astype(np.int32))
+        from plugins.tree_verify.contract import INPUTS  # TODO(batched paths): drop once the contract is [B, P, W]
+
+        if len(next(s for s in INPUTS if s.name == "paths").dims) == 3:
+            pa = pa[None]
+        return tree_verify(logits.float(), tokens.to(torch.int32), pa, mode=mode, **kwargs)
+
+    def _medusa(self, hidden: torch.Tensor) -> np.ndarray:  # hidden [C] -> [H, K] int64
+        assert self.medusa is not None
+        logits = self.medusa(hidden.to(self.medusa[0][-1].weight.dtype)).float()  # (H, V)
+        return logits.topk(self.medusa_topk, dim=-1).indices.numpy()
+
+    def _check_tokens(self, tokens: np.ndarray, what: str) -> None:
+        if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"{what} token ids must lie in [0, {self.vocab_size}), got {tokens.tolist()}")
+
+
+def check_draft(draft: Draft, vocab_size: int) -> None:
+    """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range)."""
+    t = draft.num_nodes
+    if draft.tokens.shape != (t,) or t == 0 or draft.tokens.dtype != np.int64:
+        raise ValueError(f"tokens must be a non-empty int64 [T] array, got {draft.tokens.dtype} {draft.tokens.shape}")
+    if int(draft.tokens.min()) < 0 or int(draft.tokens.max()) >= vocab_size:
+        raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
+    if draft.mask.shape != (t, t) or draft.mask.dtype != bool:
+        raise ValueError(f"mask must be bool [{t}, {t}], got {draft.mask.dtype} {draft.mask.shape}")
+    if not draft.mask.diagonal().all() or np.triu(draft.mask, 1).any():
+        raise ValueError("mask must have a true diagonal and attend earlier nodes only (j <= i)")
+    if draft.depth.shape != (t,) or int(draft.depth.min()) < 0 or draft.depth[0] != 0:
+        raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0, got {draft.depth.tolist()}")

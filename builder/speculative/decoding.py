@@ -1,0 +1,222 @@
+"""The decoding loop: one algorithm over any engine (torch reference, ONNX Runtime, TensorRT) and drafter.
+
+    ids, first = engine.start(prompts)            # prefill; the first token is verified at the root
+    loop:  drafts = drafter.propose(seqs, roots)  # Medusa heads | EAGLE tree | Lookahead n-grams
+           out = engine.step(seqs, drafts)        # one target pass, tree_verify and commit inside
+           drafter.update(seqs, drafts, out)
+
+`Decoder` runs many requests at once (in-flight batching): requests join between steps (`add`) and
+leave when done; `run` drives a list of requests through it. Without a drafter (or with speculation
+off for a request) every step is a root-only tree (T = 1): plain autoregressive decoding through the
+very same engine and verification, which is what makes "speculative output == plain output" a real
+test. Each request draws its sampling uniforms from its own seeded generator, so its output does not
+depend on which other requests shared its steps. Words as in the glossary (`builder.speculative`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sampling, SamplingBatch, root_only
+
+OnTokens = Callable[[int, list[int]], None]  # (request index, newly emitted tokens)
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    sampling: Sampling = Sampling()
+    stop_ids: tuple[int, ...] = ()
+    speculate: bool = True  # False: plain decoding for this request even when a drafter is present
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]  # generated tokens only
+    steps: int = 0  # target steps after prefill
+    accepted_per_step: list[int] = field(default_factory=list)  # accepted draft tokens per step (bonus excluded)
+    finish_reason: str = ""  # "length" | "stop"
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: tokens emitted per target step (bonus token included)."""
+        return (sum(self.accepted_per_step) + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def accepted_at_depth(self) -> list[int]:
+        """Steps whose accepted length reached depth d, for d = 1, 2, …"""
+        most = max(self.accepted_per_step, default=0)
+        return [sum(a >= d for a in self.accepted_per_step) for d in range(1, most + 1)]
+
+
+@dataclass
+class Timing:
+    """Wall time spent per phase, summed over a Decoder's life (seconds)."""
+
+    prefill: float = 0.0
+    draft: float = 0.0  # propose + update
+    target: float = 0.0  # engine.step: target pass, verification, commit
+    steps: int = 0
+
+    def per_step_ms(self) -> dict[str, float]:
+        n = max(self.steps, 1)
+        return {"draft_ms": 1e3 * self.draft / n, "target_ms": 1e3 * self.target / n}
+
+
+@dataclass
+class _Seq:
+    index: int  # the request's index in the caller's list
+    req: Request
+    gen: Generation
+    rng: np.random.Generator
+    drafting: bool
+    id: int = -1  # the engine's sequence id
+
+
+class Decoder:
+    """In-flight batching over one engine and at most one (batched) drafter."""
+
+    def __init__(self, engine: Engine, drafter: Drafter | None = None) -> None:
+        self.engine, self.drafter = engine, drafter
+        self.active: list[_Seq] = []
+        self.timing = Timing()
+
+    @property
+    def free_slots(self) -> int:
+        return self.engine.max_batch_size - len(self.active)
+
+    def add(self, requests: Sequence[Request], first_index: int = 0, on_tokens: OnTokens | None = None) -> list[_Seq]:
+        """Prefill requests into the running batch (at most `free_slots` of them)."""
+        if len(requests) > self.free_slots:
+            raise ValueError(f"{len(requests)} requests but {self.free_slots} free slots")
+        t0 = time.perf_counter()
+        seqs = [_Seq(first_index + i, r, Generation([]), np.random.default_rng(r.sampling.seed),
+                     self.drafter is not None and r.speculate) for i, r in enumerate(requests)]
+        ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
+        for s, sid, tok in zip(seqs, ids, pre.tokens.tolist()):
+            s.id = sid
+        drafting = [i for i, s in enumerate(seqs) if s.drafting]
+        if drafting:
+            assert self.drafter is not None
+            self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
+                               _rows(pre, drafting))
+        self.timing.prefill += time.perf_counter() - t0
+        for s, tok in zip(seqs, pre.tokens.tolist()):
+            self.active.append(s)
+            self._emit(s, [int(tok)], on_tokens)
+        self._retire()
+        return seqs
+
+    def step(self, on_tokens: OnTokens | None = None) -> list[_Seq]:
+        """One target step for every active sequence; returns the sequences that finished."""
+        if not self.active:
+            return []
+        t0 = time.perf_counter()
+        for s in self.active:  # a tree that no longer fits: finish this sequence plainly
+            if s.drafting and self.engine.committed_len(s.id) + self._max_nodes() > self.engine.max_seq_len:
+                self._stop_drafting(s)
+        order = [s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting]
+        k = sum(s.drafting for s in order)
+        roots = [s.gen.token_ids[-1] for s in order]
+        drafts: list[Draft] = self.drafter.propose([s.id for s in order[:k]], roots[:k]) if k else []
+        drafts += [root_only(r) for r in roots[k:]]
+        t1 = time.perf_counter()
+        out = self.engine.step([s.id for s in order], drafts, self._sampling(order, [d.width for d in drafts]))
+        t2 = time.perf_counter()
+        if k:
+            assert self.drafter is not None
+            self.drafter.update([s.id for s in order[:k]], drafts[:k], out)
+        t3 = time.perf_counter()
+        self.timing.draft += (t1 - t0) + (t3 - t2)
+        self.timing.target += t2 - t1
+        self.timing.steps += 1
+        for row, s in enumerate(order):
+            s.gen.steps += 1
+            s.gen.accepted_per_step.append(int(out.accepted_len[row]) - 1)
+            self._emit(s, out.emitted(row), on_tokens)
+        return self._retire()
+
+    def run(self, requests: Sequence[Request], on_tokens: OnTokens | None = None) -> list[Generation]:
+        """Decode every request, admitting new ones as slots free up; results in request order."""
+        done: dict[int, Generation] = {}
+        pending = list(enumerate(requests))
+        while pending or self.active:
+            if pending and self.free_slots:
+                take, pending = pending[: self.free_slots], pending[self.free_slots :]
+                for s in self.add([r for _, r in take], take[0][0], on_tokens):
+                    if s.gen.finish_reason:
+                        done[s.index] = s.gen
+            for s in self.step(on_tokens):
+                done[s.index] = s.gen
+        return [done[i] for i in range(len(requests))]
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _max_nodes(self) -> int:
+        return int(getattr(self.drafter, "max_nodes", self.engine.max_seq_len))
+
+    def _sampling(self, seqs: Sequence[_Seq], widths: Sequence[int]) -> SamplingBatch:
+        w = max(widths)
+        batch = SamplingBatch(np.array([s.req.sampling.temperature for s in seqs], np.float32),
+                              np.array([s.req.sampling.top_p for s in seqs], np.float32),
+                              np.zeros((len(seqs), w), np.float32))  # fmt: skip
+        for row, (s, width) in enumerate(zip(seqs, widths)):
+            if not s.req.sampling.greedy:
+                batch.uniforms[row, :width] = s.rng.random(width, dtype=np.float32)
+        return batch
+
+    def _emit(self, s: _Seq, tokens: list[int], on_tokens: OnTokens | None) -> None:
+        room = s.req.max_new_tokens - len(s.gen.token_ids)
+        tokens = tokens[: max(room, 0)]
+        stops = set(s.req.stop_ids)
+        for i, tok in enumerate(tokens):
+            if tok in stops:
+                tokens = tokens[: i + 1]
+                s.gen.finish_reason = "stop"
+                break
+        s.gen.token_ids.extend(tokens)
+        if not s.gen.finish_reason and len(s.gen.token_ids) >= s.req.max_new_tokens:
+            s.gen.finish_reason = "length"
+        if on_tokens is not None and tokens:
+            on_tokens(s.index, tokens)
+
+    def _stop_drafting(self, s: _Seq) -> None:
+        s.drafting = False
+        if self.drafter is not None:
+            self.drafter.release(s.id)
+
+    def _retire(self) -> list[_Seq]:
+        finished = [s for s in self.active if s.gen.finish_reason]
+        for s in finished:
+            if s.drafting:
+                self._stop_drafting(s)
+            self.engine.release(s.id)
+        self.active = [s for s in self.active if not s.gen.finish_reason]
+        return finished
+
+
+def _rows(pre: PrefillResult, rows: list[int]) -> PrefillResult:
+    """The given rows of a PrefillResult (the requests that draft)."""
+    return PrefillResult(pre.tokens[rows], [pre.hidden[i] for i in rows],
+                         None if pre.medusa_topk is None else pre.medusa_topk[rows])
+
+
+def generate(
+    engine: Engine,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    drafter: Drafter | None = None,
+    sampling: Sampling = Sampling(),
+    stop_ids: Sequence[int] = (),
+    on_tokens: Callable[[list[int]], None] | None = None,
+) -> Generation:
+    """Generate up to `max_new_tokens` after `prompt_ids` (one request); stops after a stop token."""
+    dec = Decoder(engine, drafter)
+    req = Request(tuple(int(t) for t in prompt_ids), max_new_tokens, sampling, tuple(stop_ids))
+    callback = None if on_tokens is None else (lambda _i, toks: on_tokens(toks))
+    return dec.run([req], callback)[0]
