@@ -44,12 +44,12 @@ def rope_inv_freq(cfg: LlamaConfig) -> torch.Tensor:  # -> [D/2] fp32
 
 
 def rope_cos_sin(
-    inv_freq: torch.Tensor,  # [D/2] fp32
+    inv_freq: torch.Tensor,  # [D/2] fp32 (float64 for a float64 model)
     position_ids: torch.Tensor,  # [B, T] int64
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # -> cos, sin: [B, T, D] in `dtype`
-    """cos/sin tables for the given positions, computed in fp32 then cast."""
-    freqs = position_ids.float()[..., None] * inv_freq  # (B, T, D/2)
+    """cos/sin tables for the given positions, computed in inv_freq's dtype then cast."""
+    freqs = position_ids.to(inv_freq.dtype)[..., None] * inv_freq  # (B, T, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D): HF layout, halves not interleaved
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -66,8 +66,13 @@ def apply_rope(
     return x * cos + rotated * sin
 
 
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """x in fp32, or in its own dtype when wider (HF's fp32 upcast, without rounding float64 down)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, normalised in fp32 and cast back before the weight (as HF does)."""
+    """x / rms(x) * weight, normalised in fp32 (or wider) and cast back before the weight (as HF does)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -75,7 +80,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., C] -> [..., C]
-        x32 = x.float()
+        x32 = _at_least_fp32(x)
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
 
@@ -114,7 +119,7 @@ class Attention(nn.Module):
         v = v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, S)
         scores = scores.masked_fill(~mask[:, None], float("-inf"))  # (B, H, T, S)
-        probs = F.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S)
+        probs = F.softmax(_at_least_fp32(scores), dim=-1).to(q.dtype)  # (B, H, T, S)
         out = probs @ v  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, H*D)
         return self.o_proj(out)
@@ -192,7 +197,8 @@ class Llama(nn.Module):
             raise ValueError(f"mask must be bool {(B, T, S)}, got {mask.dtype} {tuple(mask.shape)}")
         if cache is None and start != 0:
             raise ValueError("start must be 0 without a cache")
-        cos_sin = rope_cos_sin(self.inv_freq.to(tokens.device), position_ids, self.dtype)
+        inv_freq = self.inv_freq.to(torch.promote_types(self.dtype, torch.float32))  # fp32 values, float64 math for float64
+        cos_sin = rope_cos_sin(inv_freq.to(tokens.device), position_ids, self.dtype)
         x = self.embed_tokens(tokens)  # (B, T, C)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos_sin, mask, None if cache is None else cache.layer(i), start)

@@ -13,9 +13,9 @@ import torch
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from builder.model.config import LlamaConfig
-from builder.model.engine import TorchEngine
 from builder.model.kv_cache import KVCache
-from builder.model.llama import causal_mask, rope_inv_freq
+from builder.model.llama import Llama, causal_mask, rope_inv_freq
+from builder.model.loader import load_model
 from tests.unit.model_utils import TINY, hf_float64, hf_logits, hf_model, save_checkpoint, torch_threads
 from tests.unit.numerics import assert_close_to_float64, assert_near_tie
 
@@ -26,12 +26,33 @@ def _one_torch_thread():
         yield
 
 
+class Cached:
+    """Our reference Llama with a batch-1 KV cache: causal chunks appended after what is cached."""
+
+    def __init__(self, model: Llama, capacity: int = 128) -> None:
+        cfg = model.cfg
+        self.model, self.vocab_size = model, cfg.vocab_size
+        self.cache = KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, capacity, model.dtype)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    @torch.no_grad()
+    def run(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:  # -> logits [n, V], hidden [n, C] fp32
+        n = len(ids)
+        start = self.cache.reserve(n)
+        logits, hidden = self.model(torch.tensor([ids]), torch.arange(start, start + n)[None],
+                                    causal_mask(n, past=start), self.cache, start)  # fmt: skip
+        self.cache.commit_all()
+        return logits[0].float(), hidden[0].float()
+
+
 @pytest.fixture(scope="module", params=sorted(TINY))
 def pair(request, tmp_path_factory):
-    """(HF model, our engine loaded from its save_pretrained checkpoint) for each tiny shape."""
+    """(HF model, our reference model loaded from its save_pretrained checkpoint, with a cache)."""
     model = hf_model(seed=sorted(TINY).index(request.param), **TINY[request.param])
     path = save_checkpoint(model, tmp_path_factory.mktemp(request.param))
-    return model, TorchEngine.from_pretrained(path)
+    return model, Cached(load_model(path))
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +78,15 @@ def test_prefill_logits_and_hidden_match_hf(pair, hf64) -> None:
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, engine.vocab_size, (70,), generator=gen).tolist()  # past orig. ctx 32
     engine.reset()
-    out = engine.prefill(ids)
+    logits, hidden = engine.run(ids)
     with torch.no_grad():
         hf = model(torch.tensor([ids]), output_hidden_states=True)
         ref = hf64(torch.tensor([ids]), output_hidden_states=True)
-    assert out.logits.shape == (70, engine.vocab_size) and out.logits.dtype == torch.float32
-    assert_close_to_float64(out.logits, hf.logits[0], ref.logits[0], what="prefill logits")
-    assert_close_to_float64(out.hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="prefill hidden")
+    assert logits.shape == (70, engine.vocab_size) and logits.dtype == torch.float32
+    assert_close_to_float64(logits, hf.logits[0], ref.logits[0], what="prefill logits")
+    assert_close_to_float64(hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="prefill hidden")
 
 
-@pytest.mark.xfail(strict=True, reason="builder/model/llama.py rounds to fp32 inside RMSNorm, softmax and the RoPE "
-                   "table even for a float64 model (`.float()`, fp32 inv_freq products); promoting instead of "
-                   "casting makes this pass (then drop the mark)")
 def test_reference_model_in_float64_is_the_same_math(pair, hf64) -> None:
     """In float64, ours equals HF's math to ~1e-10 of the scale: the formulas agree, rounding aside."""
     _, engine = pair
@@ -85,23 +103,17 @@ def test_chunked_prefill_and_single_token_steps_match_hf(pair, hf64) -> None:
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(0, engine.vocab_size, (24,), generator=gen).tolist()
     engine.reset()
-    parts = [engine.prefill(ids[:10]).logits, engine.prefill(ids[10:16]).logits]
-    for i in range(16, 24):
-        parts.append(engine.step(torch.tensor([ids[i]]), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.int64)).logits)
-        engine.commit([0])
+    parts = [engine.run(ids[:10])[0], engine.run(ids[10:16])[0]] + [engine.run([i])[0] for i in ids[16:24]]
     assert_close_to_float64(torch.cat(parts), hf_logits(model, ids), hf_logits(hf64, ids), what="chunked + steps")
-    assert engine.committed_len == 24
+    assert engine.cache.committed == 24
 
 
-def greedy(engine: TorchEngine, prompt: list[int], n: int) -> list[int]:
-    """Plain greedy decoding through the Engine interface: one single-node step per token."""
+def greedy(engine: Cached, prompt: list[int], n: int) -> list[int]:
+    """Plain greedy decoding with the KV cache: the prompt, then one token per pass."""
     engine.reset()
-    out = [int(engine.prefill(prompt).logits[-1].argmax())]
-    one, zero = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.int64)
+    out = [int(engine.run(prompt)[0][-1].argmax())]
     while len(out) < n:
-        logits = engine.step(torch.tensor([out[-1]]), one, zero).logits
-        engine.commit([0])
-        out.append(int(logits[0].argmax()))
+        out.append(int(engine.run([out[-1]])[0][0].argmax()))
     return out
 
 
@@ -127,16 +139,15 @@ def test_bf16_engine_is_as_close_as_hf_bf16(pair, hf64, tmp_path) -> None:
     """The same rule as fp32 with bf16's unit roundoff: ours in bf16 errs no more than HF in bf16."""
     model, _ = pair
     path = save_checkpoint(model, tmp_path / "ckpt")
-    bf16 = TorchEngine.from_pretrained(path, dtype="bfloat16", max_seq_len=64)
+    bf16 = Cached(load_model(path, torch.bfloat16), capacity=64)
     assert bf16.model.embed_tokens.weight.dtype == torch.bfloat16
     ids = torch.arange(20)
-    out = bf16.prefill(ids.tolist())
-    assert out.logits.dtype == torch.float32 and out.hidden.dtype == torch.float32
+    logits, hidden = bf16.run(ids.tolist())
     with torch.no_grad():
         hf = copy.deepcopy(model).to(torch.bfloat16)(ids[None], output_hidden_states=True)
         ref = hf64(ids[None], output_hidden_states=True)
-    assert_close_to_float64(out.logits, hf.logits[0], ref.logits[0], what="bf16 logits", dtype=torch.bfloat16)
-    assert_close_to_float64(out.hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="bf16 hidden",
+    assert_close_to_float64(logits, hf.logits[0], ref.logits[0], what="bf16 logits", dtype=torch.bfloat16)
+    assert_close_to_float64(hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="bf16 hidden",
                             dtype=torch.bfloat16)
 
 
