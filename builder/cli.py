@@ -47,8 +47,13 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             for line in str(exc).splitlines():
-                click.echo(f"error: {line}", err=True)
+                click.echo(f"error: {_clip(line)}", err=True)
             ctx.exit(2)
+
+
+def _clip(line: str, limit: int = 1000) -> str:
+    """One error line, cut so that a hostile value cannot flood the terminal."""
+    return line if len(line) <= limit else f"{line[:limit]}… ({len(line) - limit} more characters)"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,7 +65,7 @@ def cli() -> None:
     \b
     Typical flow:
       trtspec validate recipes/tiny-llama3.yaml
-      trtspec plan recipes/llama3-8b-h100-fp8-eagle.yaml --set build.max_batch_size=16
+      trtspec plan recipes/llama3-8b-1xh100-fp8-eagle.yaml --set build.max_batch_size=16
     """
 
 

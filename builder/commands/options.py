@@ -6,8 +6,8 @@ from typing import Callable
 
 import click
 
-from builder.errors import UserError
-from builder.recipe.checks import Finding, check_recipe
+from builder.recipe.checks import check_recipe
+from builder.recipe.findings import Finding
 from builder.recipe.loader import LoadedRecipe, RecipeErrors, load_recipe
 
 
@@ -24,12 +24,8 @@ def load_checked(path: str, overrides: tuple[str, ...], strict: bool = False) ->
     findings = check_recipe(loaded)
     errors = [f for f in findings if f.severity == "error" or strict]
     if errors:
-        raise RecipeErrors([_as_error(f, loaded) for f in errors])
+        raise RecipeErrors([f.as_error(loaded) for f in errors])
     return loaded, findings
-
-
-def _as_error(f: Finding, loaded: LoadedRecipe) -> UserError:
-    return UserError(f.message, location=loaded.where(f.field), field=".".join(map(str, f.field)), allowed=f.allowed)
 
 
 def echo_warnings(findings: list[Finding], loaded: LoadedRecipe) -> None:

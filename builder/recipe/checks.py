@@ -2,41 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from builder.errors import UserError
+from builder.recipe.findings import Finding, Findings
 from builder.recipe.gpus import FP8_DEVICES, GPUS
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import architecture_from_hf, parse_checkpoint, read_config
-from builder.recipe.schema import Architecture, Recipe
+from builder.recipe.schema import Architecture
+from builder.recipe.spec_checks import check_speculative
+from builder.recipe.yaml_safe import clip
+
+__all__ = ["Checker", "Finding", "check_recipe"]
 
 
-
-@dataclass
-class Finding:
-    field: tuple[str | int, ...]
-    message: str
-    allowed: str | None = None
-    severity: Literal["error", "warning"] = "error"
-
-    def render(self, loaded: LoadedRecipe) -> str:
-        err = UserError(self.message, location=loaded.where(self.field), field=".".join(map(str, self.field)),
-                        allowed=self.allowed)
-        return f"{'warning: ' if self.severity == 'warning' else ''}{err}"
-
-
-class Checker:
+class Checker(Findings):
     """Runs every cross-field rule over one loaded recipe, collecting findings."""
 
     def __init__(self, loaded: LoadedRecipe) -> None:
-        self.loaded = loaded
-        self.recipe: Recipe = loaded.recipe
-        self.findings: list[Finding] = []
+        super().__init__(loaded)
         self.arch: Architecture | None = None
-
-    def add(self, field: tuple, message: str, allowed: str | None = None, warn: bool = False) -> None:
-        self.findings.append(Finding(field, message, allowed, "warning" if warn else "error"))
 
     def run(self) -> list[Finding]:
         for rule in (self.checkpoints, self.parallelism, self.target, self.fp8, self.lengths, self.speculative):
@@ -54,7 +41,7 @@ class Checker:
             if not ref.local.is_dir():
                 self.add(("model", "checkpoint"), f"checkpoint missing: {ref.local}", warn=True)
             else:
-                found = architecture_from_hf(read_config(ref.local), ref.local)
+                found = _checkpoint_arch(ref.local)
                 self._compare_arch(found)
                 self.arch = found
         if m.tokenizer:
@@ -67,7 +54,7 @@ class Checker:
             if draft is not None and draft.local is not None and not draft.local.is_dir():
                 self.add(("speculative", "checkpoint"), f"{spec.method} checkpoint missing: {draft.local}", warn=True)
             elif draft is not None and draft.local is not None and spec.method == "medusa":
-                self._medusa_config(read_config(draft.local))
+                self._medusa_config(_config(draft.local))
 
     def _compare_arch(self, found: Architecture) -> None:
         given = self.recipe.model.architecture
@@ -130,9 +117,27 @@ class Checker:
                      f"max_position_embeddings={self.arch.max_position_embeddings}", warn=True)
 
     def speculative(self) -> None:
-        from builder.recipe.spec_checks import check_speculative
-
         check_speculative(self)
+
+
+def _config(directory: Path) -> dict:
+    """read_config, with the failures a hostile config.json can cause as UserErrors."""
+    try:
+        return read_config(directory)
+    except UnicodeDecodeError:
+        raise UserError(f"{directory}/config.json is not UTF-8 text") from None
+    except RecursionError:
+        raise UserError(f"{directory}/config.json is nested too deeply") from None
+
+
+def _checkpoint_arch(directory: Path) -> Architecture:
+    """The checkpoint's config.json as architecture numbers; UserError when they are out of range."""
+    try:
+        return architecture_from_hf(_config(directory), directory)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"]))
+        raise UserError(f"{directory}/config.json: {where}: {err['msg']}", field="model.checkpoint") from None
 
 
 def _ref(checker: Checker, field: tuple, text: str):
@@ -140,7 +145,9 @@ def _ref(checker: Checker, field: tuple, text: str):
         return parse_checkpoint(text, checker.loaded.dir_of(field))
     except UserError as exc:
         checker.add(field, exc.message, exc.allowed)
-        return None
+    except RuntimeError as exc:  # Path.resolve on a symlink loop (Python < 3.13)
+        checker.add(field, f"cannot resolve {clip(text)!r}: {exc}")
+    return None
 
 
 def _field_of(exc: UserError, rule: str) -> tuple:
@@ -155,4 +162,3 @@ def _divisors(n: int) -> str:
 
 def check_recipe(loaded: LoadedRecipe) -> list[Finding]:
     return Checker(loaded).run()
-

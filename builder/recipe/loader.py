@@ -1,24 +1,29 @@
-"""Load a recipe: YAML (safe) with source locations, `extends:` chains, `--set` overrides, schema.
+"""Load a recipe: hardened YAML with source locations, `extends:` chains, `--set` overrides, schema.
 
 Every user error becomes a `UserError` whose location is `file:line:col` of the offending value.
+The YAML policy and limits (size, depth, values, no anchors, unique keys) live in `yaml_safe`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from builder.errors import UserError
+from builder.recipe.fields import field_bounds, section_model
 from builder.recipe.schema import Recipe
+from builder.recipe.yaml_safe import MAX_BYTES, MAX_DEPTH, MAX_FILES, Budget, Loc, Path_, clip, parse, read_file
 
-Loc = tuple[str, int, int]  # file, line, column (1-based)
-Path_ = tuple[str | int, ...]
 DISCRIMINATORS = ("method", "type")
+BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number",
+                "int_parsing_size", "float_parsing", "int_from_float"}
+MAX_REPORTED = 20  # schema problems listed per recipe; the rest are counted
+_BAD_KEY = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 @dataclass
@@ -45,38 +50,9 @@ class LoadedRecipe:
         return Path(loc[0]).resolve().parent
 
 
-def _locate(node: yaml.Node, file: str, prefix: Path_, out: dict[Path_, Loc]) -> None:
-    out[prefix] = (file, node.start_mark.line + 1, node.start_mark.column + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            _locate(value_node, file, (*prefix, key_node.value), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _locate(item, file, (*prefix, i), out)
-
-
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, Loc]]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"recipe not found: {path}") from None
-    except OSError as exc:
-        raise UserError(f"cannot read recipe {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise UserError(f"invalid YAML: {getattr(exc, 'problem', exc)}", location=where) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError("a recipe must be a mapping of sections", location=f"{path}:1:1")
-    locations: dict[Path_, Loc] = {}
-    if node is not None:
-        _locate(node, _display(path), (), locations)
-    return data, locations
+def _read_yaml(path: Path, display: str, budget: Budget) -> tuple[dict[str, Any], dict[Path_, Loc]]:
+    data, locations = parse(read_file(path, display), display, budget, mapping=True)
+    return data if data is not None else {}, locations
 
 
 def _display(path: Path) -> str:
@@ -101,44 +77,55 @@ def _retagged(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return any(k in old and k in new and old[k] != new[k] for k in DISCRIMINATORS)
 
 
-def _resolve_chain(path: Path, stack: tuple[Path, ...]) -> tuple[dict, dict[Path_, Loc], list[Path]]:
-    path = path.resolve()
+def _resolve_chain(given: Path, stack: tuple[Path, ...], budget: Budget) -> tuple[dict, dict[Path_, Loc], list[Path]]:
+    """Read `given` and the files it extends (depth first), merged; messages name `given` as spelled."""
+    path = Path(os.path.realpath(given))  # not Path.resolve: that raises on a symlink loop
     if path in stack:
         cycle = " -> ".join(str(p) for p in (*stack, path))
         raise UserError(f"extends cycle: {cycle}", location=str(stack[-1]), field="extends")
-    data, locs = _read_yaml(path)
+    budget.files -= 1
+    data, locs = _read_yaml(path, _display(given), budget)
     parents = data.pop("extends", None)
     if parents is None:
         return data, locs, [path]
+    loc = locs.get(("extends",), (_display(given), 1, 1))
+    where = f"{loc[0]}:{loc[1]}:{loc[2]}"
     parent_list = [parents] if isinstance(parents, str) else parents
     if not isinstance(parent_list, list) or not all(isinstance(p, str) for p in parent_list):
-        loc = locs.get(("extends",), (str(path), 1, 1))
-        raise UserError("must be a relative path or a list of them", location=f"{loc[0]}:{loc[1]}:{loc[2]}", field="extends")
+        raise UserError("must be a relative path or a list of them", location=where, field="extends")
     merged: dict[str, Any] = {}
     merged_locs: dict[Path_, Loc] = {}
     chain: list[Path] = []
     for parent in parent_list:
-        ppath = (path.parent / parent)
-        if not ppath.is_file():
-            loc = locs[("extends",)]
-            raise UserError(f"extended recipe not found: {ppath}", location=f"{loc[0]}:{loc[1]}:{loc[2]}", field="extends")
-        pdata, plocs, pchain = _resolve_chain(ppath, (*stack, path))
+        ppath = path.parent / parent
+        if not os.path.lexists(ppath):
+            raise UserError(f"extended recipe not found: {clip(str(ppath), 300)}", location=where, field="extends")
+        if budget.files <= 0:
+            raise UserError(f"more than {MAX_FILES} recipe files in the extends: chain (the limit)",
+                            location=where, field="extends")
+        pdata, plocs, pchain = _resolve_chain(ppath, (*stack, path), budget)
         merged, chain = _merge(merged, pdata), chain + pchain
         merged_locs.update(plocs)
     merged_locs.update({k: v for k, v in locs.items() if k and k[0] != "extends"})
     return _merge(merged, data), merged_locs, chain + [path]
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b.c=value` → (["a","b","c"], value parsed as YAML scalar/list)."""
+def parse_override(text: str, budget: Budget | None = None) -> tuple[list[str], Any, str]:
+    """`a.b.c=value` → (["a","b","c"], value parsed as YAML, its source label for locations).
+
+    The value goes through the same hardened reader as recipe files (no anchors, depth and size caps).
+    """
+    source = f"--set {clip(text)}"
     key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise UserError(f"--set {text!r}: expected dotted.path=value (e.g. build.max_batch_size=16)")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        raise UserError(f"--set {text!r}: value is not valid YAML") from None
-    return key.split("."), value
+    keys = key.split(".")
+    if not sep or not key or any(not part for part in keys):
+        raise UserError(f"--set '{clip(text)}': expected dotted.path=value (e.g. build.max_batch_size=16)")
+    if len(keys) > MAX_DEPTH or len(text) > MAX_BYTES:
+        raise UserError(f"--set '{clip(text)}': longer than a recipe may be ({MAX_DEPTH} keys, {MAX_BYTES} bytes)")
+    if _BAD_KEY.search(key):
+        raise UserError(f"--set '{clip(text)}': the field path holds a control character or an invalid code point")
+    value, _ = parse(raw, source, budget or Budget(), mapping=False) if raw.strip() else ("", {})
+    return keys, value, source
 
 
 def _apply_override(data: dict[str, Any], keys: list[str], value: Any, text: str) -> None:
@@ -148,7 +135,7 @@ def _apply_override(data: dict[str, Any], keys: list[str], value: Any, text: str
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise UserError(f"--set {text!r}: {'.'.join(keys[: i + 1])} is not a section")
+            raise UserError(f"--set '{clip(text)}': {clip('.'.join(keys[: i + 1]))} is not a section")
         node = child
     old = node.get(keys[-1])
     if isinstance(old, dict) and isinstance(value, dict) and not _retagged(old, value):
@@ -160,18 +147,23 @@ def _apply_override(data: dict[str, Any], keys: list[str], value: Any, text: str
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedRecipe:
     """Read, merge, override and validate a recipe; raise UserError (listing every problem)."""
     path = Path(path)
-    data, locations, chain = _resolve_chain(path, ())
+    budget = Budget()
+    data, locations, chain = _resolve_chain(path, (), budget)
     for text in overrides:
-        keys, value = parse_override(text)
+        keys, value, source = parse_override(text, budget)
         _apply_override(data, keys, value, text)
         for k in [p for p in locations if p[: len(keys)] == tuple(keys)]:
             del locations[k]
-        locations[tuple(keys)] = (f"--set {text}", 1, 1)
+        locations[tuple(keys)] = (source, 1, 1)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         loaded = LoadedRecipe(recipe=None, path=path, data=data, locations=locations, chain=chain)  # type: ignore[arg-type]
-        raise RecipeErrors([_to_user_error(err, loaded) for err in exc.errors()]) from None
+        errors = exc.errors()
+        shown = [_to_user_error(err, loaded) for err in errors[:MAX_REPORTED]]
+        if len(errors) > MAX_REPORTED:
+            shown.append(UserError(f"... and {len(errors) - MAX_REPORTED} more problems", location=_display(path)))
+        raise RecipeErrors(shown) from None
     return LoadedRecipe(recipe=recipe, path=path, data=data, locations=locations, chain=chain)
 
 
@@ -226,18 +218,18 @@ def _to_user_error(err: dict[str, Any], loaded: LoadedRecipe) -> UserError:
     if err["type"] == "missing":
         msg = "required field is missing"
     elif allowed and err["type"] in ("literal_error", "union_tag_invalid"):
-        msg = f"invalid value {err.get('input')!r}"
+        msg = f"invalid value {clip(repr(err.get('input')))}"
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
+    elif err["type"] in BOUND_ERRORS:
+        allowed = field_bounds(path, loaded.data)
     return UserError(msg, location=loaded.where(path), field=_dotted(path) or "(recipe)", allowed=allowed)
 
 
 def _dotted(path: Path_) -> str:
-    return ".".join(str(p) for p in path)
+    return clip(".".join(str(p) for p in path), 120)
 
 
 def _allowed_keys(parent: Path_, loaded: LoadedRecipe) -> str | None:
-    from builder.recipe.fields import section_model
-
     model = section_model(parent, loaded.data)
     return ", ".join(model.model_fields) if model is not None else None

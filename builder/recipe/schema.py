@@ -1,6 +1,8 @@
 """The recipe schema: one pydantic model drives validation, the JSON schema, --set and cache keys.
 
 Method-specific sections live beside their method (builder/speculative/<method>/config.py).
+Every number has an upper bound an engine can represent (token counts fit in int32 with room for
+products such as max_batch_size × max_seq_len) and every float is finite; strings have a length cap.
 """
 
 from __future__ import annotations
@@ -15,20 +17,26 @@ from builder.speculative.lookahead.config import LookaheadConfig
 from builder.speculative.medusa.config import MedusaConfig
 
 DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
+MAX_TOKENS = 1_048_576  # 2**20: the longest sequence (prompt + output) any field may name
+MAX_PATH = 4096  # characters in a path or hf:// reference (PATH_MAX)
 
 
 class Architecture(Section):
     """Llama 3 architecture numbers (from config.json when the checkpoint is local)."""
 
-    num_layers: int = Field(gt=0, description="Decoder layers (num_hidden_layers).")
-    hidden_size: int = Field(gt=0, description="Model width.")
-    num_attention_heads: int = Field(gt=0, description="Query heads.")
-    num_kv_heads: int = Field(gt=0, description="Key/value heads (GQA).")
-    intermediate_size: int = Field(gt=0, description="SwiGLU MLP width.")
-    vocab_size: int = Field(gt=0, description="Vocabulary size (128256 for Llama 3).")
-    rope_theta: float = Field(gt=0, description="Rotary base (500000 for Llama 3).")
-    max_position_embeddings: int = Field(8192, gt=0, description="Context length the model was trained for.")
-    head_dim: int | None = Field(None, gt=0, description="Per-head width; default hidden_size / heads.")
+    num_layers: int = Field(gt=0, le=1024, description="Decoder layers (num_hidden_layers).")
+    hidden_size: int = Field(gt=0, le=65_536, description="Model width.")
+    num_attention_heads: int = Field(gt=0, le=1024, description="Query heads.")
+    num_kv_heads: int = Field(gt=0, le=1024, description="Key/value heads (GQA).")
+    intermediate_size: int = Field(gt=0, le=262_144, description="SwiGLU MLP width.")
+    vocab_size: int = Field(gt=0, le=1_048_576, description="Vocabulary size (128256 for Llama 3).")
+    rope_theta: float = Field(  # allow_inf_nan=False: .nan / .inf are valid YAML floats, never valid settings
+        gt=0, le=1e12, allow_inf_nan=False, description="Rotary base (500000 for Llama 3)."
+    )
+    max_position_embeddings: int = Field(
+        8192, gt=0, le=MAX_TOKENS, description="Context length the model was trained for."
+    )
+    head_dim: int | None = Field(None, gt=0, le=1024, description="Per-head width; default hidden_size / heads.")
     tie_word_embeddings: bool = Field(False, description="lm_head shares the embedding matrix.")
 
     @property
@@ -39,11 +47,12 @@ class Architecture(Section):
 class ModelSection(Section):
     family: Literal["llama3"] = Field("llama3", description="Model family. Only Llama 3 (LlamaForCausalLM).")
     checkpoint: str = Field(
+        max_length=MAX_PATH,
         description="HF checkpoint: a local directory (relative paths are relative to the recipe file) "
         "or hf://org/name[@revision]."
     )
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Dtype of unquantized weights and activations.")
-    tokenizer: str | None = Field(None, description="Tokenizer directory or hf:// ref; defaults to the checkpoint.")
+    tokenizer: str | None = Field(None, max_length=MAX_PATH, description="Tokenizer directory or hf:// ref; defaults to the checkpoint.")
     architecture: Architecture | None = Field(
         None, description="Architecture numbers; required for planning when the checkpoint is not local."
     )
@@ -52,6 +61,7 @@ class ModelSection(Section):
 class Calibration(Section):
     source: str = Field(
         "builtin:stdlib",
+        max_length=MAX_PATH,
         description="builtin:stdlib (Python standard-library source), builtin:humaneval, or a JSONL file "
         "with a 'text' field per line (relative to the recipe).",
     )
@@ -72,8 +82,9 @@ class Quantization(Section):
     mode: Literal["none", "fp8"] = Field("none", description="fp8: FP8 E4M3 weights and activations (modelopt PTQ).")
     kv_cache: Literal["model_dtype", "fp8"] = Field("model_dtype", description="KV cache dtype.")
     calibration: Calibration = Field(default_factory=Calibration, description="Calibration data for FP8 scales.")
-    exclude_modules: list[str] = Field(
+    exclude_modules: list[Annotated[str, Field(max_length=256)]] = Field(
         default_factory=lambda: ["lm_head", "embed_tokens", "medusa_heads", "eagle_draft"],
+        max_length=256,
         description="Module name patterns kept in the model dtype.",
     )
 
@@ -94,11 +105,13 @@ class Parallelism(Section):
 
 class Build(Section):
     max_batch_size: int = Field(8, gt=0, le=4096, description="Sequences batched per engine step.")
-    max_input_len: int = Field(1024, gt=0, description="Longest prompt, in tokens.")
-    max_seq_len: int = Field(2048, gt=0, description="Longest prompt + generated sequence, in tokens.")
-    max_num_tokens: int = Field(8192, gt=0, description="Tokens per engine pass across the batch.")
+    max_input_len: int = Field(1024, gt=0, le=MAX_TOKENS, description="Longest prompt, in tokens.")
+    max_seq_len: int = Field(2048, gt=0, le=MAX_TOKENS, description="Longest prompt + generated sequence, in tokens.")
+    max_num_tokens: int = Field(
+        8192, gt=0, le=16_777_216, description="Tokens per engine pass across the batch (≤ 2**24, int32-safe)."
+    )
     max_draft_len: int | None = Field(
-        None, ge=0, description="Draft tokens per step; derived from the method when omitted, checked when given."
+        None, ge=0, le=2048, description="Draft tokens per step; derived from the method when omitted, checked when given."
     )
     tokens_per_block: int = Field(32, gt=0, le=1024, description="Paged KV cache block size (a power of two).")
 
@@ -119,7 +132,8 @@ class Target(Section):
         None, description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs (trtllm: interop, later)."
     )
     runtime_reserve_gib: float = Field(
-        2.0, ge=0, description="GPU memory kept for the CUDA context, cuBLAS/TensorRT workspaces (planning)."
+        2.0, ge=0, le=1024, allow_inf_nan=False,
+        description="GPU memory kept for the CUDA context, cuBLAS/TensorRT workspaces (planning).",
     )
 
     @property
@@ -141,29 +155,33 @@ class Instances(Section):
 
 class TritonSection(Section):
     model_name: str = Field(
-        "trtspec", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="Name of the ensemble model clients call."
+        "trtspec", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=255, description="Name of the ensemble model clients call."
     )
     instances: Instances = Field(default_factory=Instances, description="Instance counts per model.")
-    max_queue_delay_us: int = Field(100, ge=0, description="Dynamic-batching queue delay.")
+    max_queue_delay_us: int = Field(100, ge=0, le=60_000_000, description="Dynamic-batching queue delay (≤ 60 s).")
     decoupled: bool = Field(True, description="Stream tokens as they are accepted (decoupled transaction policy).")
     kv_cache_free_gpu_mem_fraction: float = Field(
-        0.9, gt=0, le=1, description="Share of GPU memory left free after weights that the KV cache may take."
+        0.9, gt=0, le=1, allow_inf_nan=False,
+        description="Share of GPU memory left free after weights that the KV cache may take.",
     )
     exclude_input_in_output: bool = Field(True, description="Return generated tokens only.")
-    bind_address: str = Field("127.0.0.1", description="Address the server binds (loopback unless told otherwise).")
+    bind_address: str = Field("127.0.0.1", max_length=255, description="Address the server binds (loopback unless told otherwise).")
     ports: Ports = Field(default_factory=Ports, description="Server ports.")
 
 
 class Bench(Section):
-    concurrency: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [1, 2, 4, 8], min_length=1, description="perf_analyzer concurrency levels."
+    concurrency: list[Annotated[int, Field(gt=0, le=4096)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8], min_length=1, max_length=64,
+        description="perf_analyzer concurrency levels (each 1..4096, at most 64 levels).",
     )
-    input_len: int = Field(128, gt=0, description="Prompt tokens per request.")
-    output_len: int = Field(128, gt=0, description="Generated tokens per request.")
+    input_len: int = Field(128, gt=0, le=MAX_TOKENS, description="Prompt tokens per request.")
+    output_len: int = Field(128, gt=0, le=MAX_TOKENS, description="Generated tokens per request.")
     prompt_source: str = Field(
-        "builtin:humaneval", description="builtin:humaneval, builtin:synthetic, or a JSONL file with 'text'."
+        "builtin:humaneval", max_length=MAX_PATH, description="builtin:humaneval, builtin:synthetic, or a JSONL file with 'text'."
     )
-    measurement_window_ms: int = Field(10_000, gt=0, description="perf_analyzer measurement interval.")
+    measurement_window_ms: int = Field(
+        10_000, gt=0, le=3_600_000, description="perf_analyzer measurement interval (≤ 1 hour)."
+    )
 
 
 class Recipe(Section):

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from builder.errors import UserError
+from builder.recipe.findings import Findings
 from builder.recipe.resolve import tree_choices_spec, tree_field, tree_size
-from builder.speculative.choices import check_choices, load_choices
+from builder.recipe.yaml_safe import clip
+from builder.speculative.choices import Choice, check_choices, load_choices
 from builder.speculative.lookahead.config import lookahead_draft_len
 
-if TYPE_CHECKING:
-    from builder.recipe.checks import Checker
-
 BATCH_WARN = 64
+MAX_TREE_NODES = 1024  # draft nodes in a static tree (inline, preset or file)
+MAX_TREE_DEPTH = 64
+MAX_RANK = 1023  # top-k rank of a node's token among its parent's candidates
 
 
-def check_speculative(c: "Checker") -> None:
+def check_speculative(c: Findings) -> None:
     spec, build = c.recipe.speculative, c.recipe.build
     if spec.method == "none":
         if build.max_draft_len:
@@ -31,7 +31,15 @@ def check_speculative(c: "Checker") -> None:
         except UserError as exc:
             c.add(field, exc.message, exc.allowed)
             return
+        except UnicodeDecodeError:
+            c.add(field, f"tree file {clip(str(choices_spec))!r} is not UTF-8 text")
+            return
+        except RecursionError:
+            c.add(field, f"tree file {clip(str(choices_spec))!r} is nested too deeply")
+            return
         heads = spec.num_heads if spec.method == "medusa" else None
+        if not _tree_bounds(c, field, choices):
+            return
         for problem in check_choices(choices, heads):
             c.add(field, problem)
         if not choices:
@@ -47,7 +55,7 @@ def check_speculative(c: "Checker") -> None:
               f"(max_draft_len + 1) = {need}: a full generation step would not fit", allowed=f">= {need}")
 
 
-def _eagle_version(c: "Checker") -> None:
+def _eagle_version(c: Findings) -> None:
     spec = c.recipe.speculative
     want = "static" if spec.version == 1 else "dynamic"
     if spec.tree.type != want:
@@ -60,7 +68,7 @@ def _eagle_version(c: "Checker") -> None:
                   f"{most} candidates depth={t.depth}, top_k={t.top_k} can produce", allowed=f"1..{most}")
 
 
-def _draft_len(c: "Checker", size: int) -> None:
+def _draft_len(c: Findings, size: int) -> None:
     spec, given = c.recipe.speculative, c.recipe.build.max_draft_len
     if given is None:
         return
@@ -72,3 +80,20 @@ def _draft_len(c: "Checker", size: int) -> None:
     elif given < size:
         c.add(("build", "max_draft_len"), f"max_draft_len={given} is smaller than the tree ({size} draft nodes)",
               allowed=f">= {size}")
+
+
+def _tree_bounds(c: Findings, field: tuple[str, ...], choices: list[Choice]) -> bool:
+    """False (with a finding) when a static tree is larger than any engine is built for."""
+    if len(choices) > MAX_TREE_NODES:
+        c.add(field, f"the tree has {len(choices)} draft nodes", allowed=f"at most {MAX_TREE_NODES}")
+        return False
+    deep = next((ch for ch in choices if len(ch) > MAX_TREE_DEPTH), None)
+    if deep is not None:
+        c.add(field, f"a choice has depth {len(deep)}", allowed=f"at most {MAX_TREE_DEPTH}")
+        return False
+    big = next((ch for ch in choices if any(r > MAX_RANK for r in ch)), None)
+    if big is not None:
+        c.add(field, f"choice {clip(repr(list(big)), 60)} has a top-k rank above {MAX_RANK}",
+              allowed=f"ranks 0..{MAX_RANK}")
+        return False
+    return True

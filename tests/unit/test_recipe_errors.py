@@ -92,6 +92,28 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("arch-heads", _set("model.architecture.num_attention_heads", 0), "model.architecture.num_attention_heads", "greater than 0"),
     ("arch-missing", _del("model.architecture.vocab_size"), "model.architecture.vocab_size", "required"),
     ("section-not-mapping", _set("build", [1, 2]), "build", "valid dictionary"),
+    # every number has a bound an engine can represent, shown as the allowed range
+    ("seq-len-beyond-int32", _set("build.max_seq_len", 2**31), "build.max_seq_len", "allowed: 1..1048576"),
+    ("input-len-huge", _set("build.max_input_len", 10**30), "build.max_input_len", "allowed: 1..1048576"),
+    ("num-tokens-huge", _set("build.max_num_tokens", 2**40), "build.max_num_tokens", "allowed: 1..16777216"),
+    ("draft-len-huge", _set("build.max_draft_len", 10**6), "build.max_draft_len", "allowed: 0..2048"),
+    ("vocab-huge", _set("model.architecture.vocab_size", 2**32), "model.architecture.vocab_size", "allowed: 1..1048576"),
+    ("rope-nan", _set("model.architecture.rope_theta", float("nan")), "model.architecture.rope_theta", "finite number"),
+    ("rope-inf", _set("model.architecture.rope_theta", float("inf")), "model.architecture.rope_theta", "0 < x ≤ 1e+12"),
+    ("reserve-inf", _set("target.runtime_reserve_gib", float("-inf")), "target.runtime_reserve_gib", "finite number"),
+    ("kv-fraction-nan", _set("triton.kv_cache_free_gpu_mem_fraction", float("nan")),
+     "triton.kv_cache_free_gpu_mem_fraction", "0 < x ≤ 1"),
+    ("queue-delay-huge", _set("triton.max_queue_delay_us", 10**12), "triton.max_queue_delay_us", "allowed: 0..60000000"),
+    ("window-ms-huge", _set("bench.measurement_window_ms", 10**10), "bench.measurement_window_ms", "allowed: 1..3600000"),
+    ("concurrency-item-huge", _set("bench.concurrency", [1, 10**9]), "bench.concurrency.1", "allowed: 1..4096"),
+    ("concurrency-too-many", _set("bench.concurrency", list(range(1, 100))), "bench.concurrency", "at most 64"),
+    ("output-len-huge", _set("bench.output_len", 2**31), "bench.output_len", "allowed: 1..1048576"),
+    ("checkpoint-too-long", _set("model.checkpoint", "hf://a/" + "b" * 5000), "model.checkpoint", "at most 4096 characters"),
+    ("tree-too-big", _set("speculative.tree", [[i] for i in range(1025)]), "speculative.tree", "at most 1024"),
+    ("tree-rank-huge", _set("speculative.tree", [[0], [10**40]]), "speculative.tree", "ranks 0..1023"),
+    ("lookahead-window-huge", _set("speculative", {"method": "lookahead", "window": 10**20}), "speculative.window", "allowed: 1..64"),
+    ("eagle-depth-huge", _set("speculative", {"method": "eagle", "checkpoint": "hf://a/b",
+                                                "tree": {"type": "dynamic", "depth": 2**63}}), "speculative.tree.depth", "allowed: 1..16"),
 ]
 
 
@@ -136,7 +158,7 @@ def test_all_errors_reported_at_once(tmp_path):
 @pytest.mark.parametrize("text,expect", [
     ("model: [unclosed\n", "invalid YAML"),
     ("- a list\n", "must be a mapping"),
-    ("model: !!python/object:os.system {}\n", "invalid YAML"),  # safe_load refuses python tags
+    ("model: !!python/object:os.system {}\n", "YAML tag !!python/object:os.system is not allowed"),
 ])
 def test_malformed_yaml(tmp_path, text, expect):
     result = run("validate", str(write(tmp_path / "r.yaml", text)))

@@ -11,9 +11,10 @@ from builder.recipe.base import Section
 
 class StaticTree(Section):
     type: Literal["static"] = Field(description="A fixed tree given as choices (EAGLE-1).")
-    choices: list[list[int]] | str = Field(
+    choices: list[list[int]] | Annotated[str, Field(max_length=4096)] = Field(
         "mc_sim_7b_63",
-        description="Inline choices, a preset name under recipes/trees/, or a .json path relative to the recipe.",
+        description="Inline choices, a preset name under recipes/trees/, or a .json path relative to the recipe. "
+        "At most 1024 draft nodes, 64 levels, ranks 0..1023 (checked for every source).",
     )
 
 
@@ -32,6 +33,7 @@ EagleTree = Annotated[Union[StaticTree, DynamicTree], Field(discriminator="type"
 class EagleConfig(Section):
     method: Literal["eagle"] = Field(description="EAGLE: a one-layer draft model over [token embedding; target hidden].")
     checkpoint: str = Field(
+        max_length=4096,
         description="EAGLE draft: local directory (config.json + model.safetensors) or hf://org/name[@revision]."
     )
     version: Literal[1, 2] = Field(2, description="1: static tree; 2: dynamic tree.")

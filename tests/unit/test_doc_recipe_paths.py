@@ -1,0 +1,71 @@
+"""Every recipe path the docs show (README.md and every `--help`) exists and validates.
+
+Paths are `recipes/…yaml`; globs (`recipes/tiny-llama3*.yaml`) and braces (`{none,eagle}`) are
+expanded and must match at least one file. Directories the docs mention (`recipes/checkpoints/…`,
+`recipes/trees/`) and other files (`recipes/schema.json`) are not recipes and are not collected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import COMMANDS, cli
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE_PATH = re.compile(r"recipes/[A-Za-z0-9_.*?{},/-]*?\.yaml\b")
+
+
+def _help_texts() -> dict[str, str]:
+    runner = CliRunner()
+    texts = {"trtspec --help": runner.invoke(cli, ["--help"]).output}
+    for name in COMMANDS:
+        texts[f"trtspec {name} --help"] = runner.invoke(cli, [name, "--help"]).output
+    return texts
+
+
+def _braces(pattern: str) -> list[str]:
+    """`a{x,y}b` → [`axb`, `ayb`] (nested braces are not used in the docs)."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if m is None:
+        return [pattern]
+    return [p for alt in m.group(1).split(",") for p in _braces(pattern[: m.start()] + alt + pattern[m.end():])]
+
+
+def _mentions() -> dict[str, str]:
+    """Each recipe path or pattern mentioned → where it was first seen."""
+    sources = {"README.md": (REPO / "README.md").read_text(), **_help_texts()}
+    found: dict[str, str] = {}
+    for where, text in sources.items():
+        for path in RECIPE_PATH.findall(text.replace("\n", " ")):
+            found.setdefault(path, where)
+    return found
+
+
+MENTIONS = _mentions()
+
+
+def _expand(pattern: str) -> list[str]:
+    out: list[str] = []
+    for p in _braces(pattern):
+        out += sorted(str(m.relative_to(REPO)) for m in REPO.glob(p)) if any(c in p for c in "*?") else [p]
+    return out
+
+
+def test_the_docs_mention_recipes():
+    assert len(MENTIONS) >= 5, MENTIONS  # the scan is not vacuous
+    assert any(where.startswith("trtspec") for where in MENTIONS.values()), "no recipe path in any --help"
+
+
+@pytest.mark.parametrize("pattern", sorted(MENTIONS), ids=str)
+def test_documented_recipe_paths_validate(pattern, monkeypatch):
+    monkeypatch.chdir(REPO)
+    paths = _expand(pattern)
+    assert paths, f"{pattern} (in {MENTIONS[pattern]}) matches no recipe"
+    for path in paths:
+        assert (REPO / path).is_file(), f"{path} (in {MENTIONS[pattern]}) does not exist"
+        result = CliRunner().invoke(cli, ["validate", path])
+        assert result.exit_code == 0, f"{path} (in {MENTIONS[pattern]}): {result.output}"
