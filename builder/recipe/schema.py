@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator
 
-from builder.recipe.base import Section
+from builder.section import Section
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
 from builder.speculative.medusa.config import MedusaConfig

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from builder.recipe.base import Section
+from builder.section import Section
 
 
 def lookahead_draft_len(window: int, ngram: int, verification_set: int) -> int:

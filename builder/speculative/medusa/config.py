@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from builder.recipe.base import Section
+from builder.section import Section
 
 Choices = list[list[int]]
 

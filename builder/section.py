@@ -1,4 +1,7 @@
-"""Shared pydantic base for recipe sections (extra keys forbidden, every field documented)."""
+"""Shared pydantic base for recipe sections (extra keys forbidden, every field documented).
+
+It sits below both `builder.recipe` (the schema) and `builder.speculative` (each method's config lives
+beside the method), so neither imports the other to share it."""
 
 from __future__ import annotations
 
