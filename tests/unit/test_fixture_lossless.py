@@ -13,9 +13,9 @@ import torch
 
 from builder.data.humaneval import heldout_prompts
 from builder.engines.factory import build_decoder
-from builder.model.loader import load_model
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import generate
+from tests.unit.model_utils import hf_float64
 from tests.unit.test_lossless import assert_lossless
 
 ENGINE = "torch"
@@ -27,6 +27,15 @@ RECIPES = {"medusa": "tiny-llama3-medusa.yaml", "eagle-1": "tiny-llama3-eagle1.y
 
 
 @pytest.fixture(scope="module")
+def hf_pair():
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(REPO / "tests/fixtures/tiny-llama3/base", torch_dtype=torch.float32,
+                                             attn_implementation="sdpa").eval()
+    return model, hf_float64(model)
+
+
+@pytest.fixture(scope="module")
 def plain():
     dec = build_decoder(load_recipe(REPO / "recipes" / "tiny-llama3-none.yaml"), engine=ENGINE)
     prompts = [dec.tokenizer.encode(p).ids for p in heldout_prompts(PROMPTS)]
@@ -34,25 +43,23 @@ def plain():
     return dec, prompts, outs
 
 
-def test_plain_equals_hf_on_the_fixture(plain):
-    from transformers import LlamaForCausalLM
-
+def test_plain_equals_hf_on_the_fixture(plain, hf_pair):
     dec, prompts, outs = plain
-    model = LlamaForCausalLM.from_pretrained(REPO / "tests/fixtures/tiny-llama3/base", torch_dtype=torch.float32)
+    model = hf_pair[0]
     model.generation_config.eos_token_id = None
     for p, ours in zip(prompts, outs):
         x = torch.tensor([p])
         ref = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False)[0, len(p):]
-        assert_lossless(load_model(REPO / "tests/fixtures/tiny-llama3/base"), p, ref.tolist(), ours, "fixture plain vs HF")
+        assert_lossless(hf_pair, p, ref.tolist(), ours, "fixture plain vs HF")
 
 
 @pytest.mark.parametrize("method", list(RECIPES))
-def test_method_is_lossless_and_accepts(plain, method):
+def test_method_is_lossless_and_accepts(plain, hf_pair, method):
     _, prompts, outs = plain
     dec = build_decoder(load_recipe(REPO / "recipes" / RECIPES[method]), engine=ENGINE)
     steps = tokens = 0
     for p, ref in zip(prompts, outs):
         g = generate(dec.engine, p, NEW, dec.make_drafter())  # no stop ids: same as `plain`
-        assert_lossless(load_model(REPO / "tests/fixtures/tiny-llama3/base"), p, ref, g.token_ids, f"fixture {method}")
+        assert_lossless(hf_pair, p, ref, g.token_ids, f"fixture {method}")
         steps, tokens = steps + g.steps, tokens + len(g.token_ids) - 1
     assert tokens / steps > 1.2, f"{method}: τ = {tokens / steps:.2f}, the trained draft barely accepts"
