@@ -1,0 +1,151 @@
+"""The exported EAGLE draft step graph, run in ONNX Runtime, against `EagleDraft.forward` with its KV
+cache (float64). Per row: a run of (h[i], t[i+1]) pairs (rows of different lengths, right-padded),
+then tentative tree levels written after earlier tentative nodes (write_offset), each new node
+attending the committed pairs, its tentative ancestors and itself. Compared: `hidden_out`, the cache
+contents, `topk_tokens` (exact unless at a near-tie) and `topk_logprobs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from builder.export.eagle import export_eagle
+from builder.model.config import LlamaConfig
+from builder.speculative.eagle.draft_model import EagleDraft
+from tests.unit.model_utils import LLAMA3_SCALING, hf_config
+from tests.unit.test_export_harness import (Session, assert_close, assert_close_picked, assert_ranked_like, f64,
+                                            randomize)  # fmt: skip
+
+CAP = 64
+TOP_K = 5
+
+
+def _draft(seed: int, layers: int, fc_bias: bool) -> tuple[EagleDraft, torch.Tensor]:
+    hf = hf_config(num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_theta=500000.0,
+                   rope_scaling=LLAMA3_SCALING, num_hidden_layers=layers)  # fmt: skip
+    cfg = LlamaConfig.from_hf_dict(hf.to_dict())
+    torch.manual_seed(seed)
+    draft = EagleDraft(cfg, fc_bias=fc_bias).eval()
+    randomize(draft, std=0.1)  # hidden_out ~ N(0, 1) for N(0, 1) inputs: log-probs spread over a few tokens
+    lm_head = 0.2 * torch.randn(cfg.vocab_size, cfg.hidden_size)  # [V, C] the target's
+    draft.set_lm_head(lm_head)
+    return draft, lm_head
+
+
+class Rows:
+    """Per row: the reference drafts (fp32 and float64) with their caches, the committed length and the
+    tentative nodes (per node, the set of tentative columns it attends: its ancestors and itself)."""
+
+    def __init__(self, draft: EagleDraft, batch: int) -> None:
+        self.drafts = (draft, f64(draft))  # torch fp32 ("theirs"), float64 (the oracle)
+        self.caches = [[d.new_cache(CAP) for _ in range(batch)] for d in self.drafts]
+        self.past = [0] * batch
+        self.tentative: list[list[set[int]]] = [[] for _ in range(batch)]  # per node: ancestors-or-self
+
+
+def _call(sess: Session, rows: Rows, new: list[dict], vocab: int) -> dict[str, np.ndarray]:
+    """One graph call; new[b] = dict(tokens, hidden [n, C], positions, anc: per new row the set of
+    tentative columns it attends besides itself, tentative: bool). Checks every row."""
+    B, F = len(new), max(len(r["tokens"]) for r in new)
+    wo = [len(t) for t in rows.tentative]
+    U = max(w + F for w in wo)
+    C = new[0]["hidden"].shape[1]
+    feeds = dict(tokens=np.zeros((B, F), np.int64), hidden_in=np.zeros((B, F, C), np.float32),
+                 position_ids=np.zeros((B, F), np.int64), past_len=np.array(rows.past, np.int64),
+                 write_offset=np.array(wo, np.int64), num_new=np.array([len(r["tokens"]) for r in new], np.int64),
+                 tree_mask=np.zeros((B, F, U), bool))  # fmt: skip
+    for b, r in enumerate(new):
+        n = len(r["tokens"])
+        feeds["tokens"][b, :n], feeds["hidden_in"][b, :n], feeds["position_ids"][b, :n] = (
+            r["tokens"], r["hidden"], r["positions"])
+        for i in range(F):  # every row attends itself (padding rows too)
+            feeds["tree_mask"][b, i, wo[b] + i] = True
+        for i, anc in enumerate(r["anc"]):
+            for col in anc:  # ancestors among the pairs of this call (pairs run) or earlier tentative nodes
+                feeds["tree_mask"][b, i, col] = True
+    out = sess.run(feeds)
+    for b, r in enumerate(new):
+        _check_row(sess, rows, b, r, feeds, out, wo[b])
+    return out
+
+
+def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dict, wo: int) -> None:
+    n, past = len(r["tokens"]), rows.past[b]
+    start = past + wo
+    mask = np.zeros((n, start + n), dtype=bool)  # over (cache[:start] + new)
+    mask[:, :past] = True
+    mask[:, past:] = feeds["tree_mask"][b, :n, : wo + n]
+    results = []  # per reference: hidden [n, C], log-probs [n, V], K and V [L, KV, start + n, D]
+    for draft, caches in zip(rows.drafts, rows.caches):
+        with torch.no_grad():
+            h = draft(torch.tensor([r["tokens"]]), torch.from_numpy(np.asarray(r["hidden"])).to(draft.dtype)[None],
+                      torch.tensor([r["positions"]]), torch.from_numpy(mask)[None], caches[b], start)[0]
+            logp = torch.log_softmax(draft.logits(h), dim=-1)
+        kv = caches[b].k[:, 0, :, : start + n], caches[b].v[:, 0, :, : start + n]
+        results.append([x.numpy() for x in (h, logp, *kv)])
+    theirs, ref = results
+    for i, name in ((0, "hidden_out"), (2, "keys"), (3, "values")):
+        ours = out[name][b, :n] if i == 0 else (sess.k, sess.v)[i - 2][:, b, :, : start + n]
+        assert_close(ours, theirs[i], ref[i], f"{name} row {b}")
+    ids = out["topk_tokens"][b, :n]
+    assert_ranked_like(ids, theirs[1], ref[1], f"topk_tokens row {b}")
+    assert_close_picked(out["topk_logprobs"][b, :n], ids, theirs[1], ref[1], f"topk_logprobs row {b}")
+
+
+def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: Path, pairs=(6, 3),
+              levels=((1, 1), (2, 3), (3, 1)), seed: int = 0) -> None:  # fmt: skip
+    """pairs[b] pairs per row, then levels[k][b] new tentative nodes per row at depth k, each a child of
+    a random node of the previous level (reading its hidden_out, as EAGLE does)."""
+    cfg = draft.cfg
+    res = export_eagle(draft, lm_head, tmp_path / "eagle", variant=variant, top_k=TOP_K, max_seq_len=CAP)
+    B, C, V = len(pairs), cfg.hidden_size, cfg.vocab_size
+    sess = Session(res.ort, B, cfg.num_hidden_layers, cfg.num_key_value_heads, CAP, cfg.head_dim)
+    rows, gen = Rows(draft, B), np.random.default_rng(seed)
+    new = [dict(tokens=gen.integers(0, V, n).tolist(), hidden=gen.standard_normal((n, C)).astype(np.float32),
+                positions=list(range(n)), anc=[set(range(i)) for i in range(n)]) for n in pairs]  # fmt: skip
+    out = _call(sess, rows, new, V)
+    rows.past = list(pairs)  # the pairs are committed (written in place at slots 0..n-1)
+    hidden = [[out["hidden_out"][b, n - 1]] for b, n in enumerate(pairs)]  # per tentative node; [0] = last pair
+    depth: list[list[int]] = [[] for _ in range(B)]
+    for level, counts in enumerate(levels):
+        new = []
+        for b, n in enumerate(counts):
+            prev = [i for i, d in enumerate(depth[b]) if d == level - 1]  # the previous level's nodes
+            parents = [int(gen.choice(prev)) if prev else -1 for _ in range(n)]
+            new.append(dict(tokens=gen.integers(0, V, n).tolist(),
+                            hidden=np.stack([hidden[b][p + 1] for p in parents]),
+                            positions=[rows.past[b] + level] * n,
+                            anc=[set() if p < 0 else rows.tentative[b][p] for p in parents]))  # fmt: skip
+        out = _call(sess, rows, new, V)
+        for b, r in enumerate(new):
+            wo = len(rows.tentative[b])
+            for i, anc in enumerate(r["anc"]):
+                rows.tentative[b].append(anc | {wo + i})
+                depth[b].append(level)
+                hidden[b].append(out["hidden_out"][b, i])
+
+
+@pytest.mark.parametrize("variant", ["standard", "ort"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_pairs_then_tentative_levels_match_eagle_draft(variant: str, layers: int, tmp_path: Path) -> None:
+    draft, lm_head = _draft(layers, layers, fc_bias=layers == 1)
+    _scenario(draft, lm_head, variant, tmp_path, seed=layers)
+
+
+@pytest.mark.parametrize("variant", ["standard", "ort"])
+def test_files_and_io(variant: str, tmp_path: Path) -> None:
+    draft, lm_head = _draft(0, 1, fc_bias=True)
+    res = export_eagle(draft, lm_head, tmp_path / "e", variant=variant, top_k=TOP_K, max_seq_len=CAP)
+    assert list(res.inputs) == ["tokens", "hidden_in", "position_ids", "past_len", "write_offset", "num_new",
+                                "tree_mask", "past_key_0", "past_value_0"]  # fmt: skip
+    assert list(res.outputs) == ["hidden_out", "topk_tokens", "topk_logprobs", "present_key_0", "present_value_0"]
+    model = onnx.load(str(res.ort), load_external_data=False)
+    assert len(model.graph.node) == res.node_counts["ort"].total
+    assert res.node_counts["ort"].per_layer == ({"standard": 21, "ort": 9}[variant],)  # layer 0: no input norm
+    assert dataclasses.asdict(res.node_counts["ort"]) == dataclasses.asdict(res.node_counts["canonical"])
