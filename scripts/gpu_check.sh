@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-exec "$PY" -m plugins.tree_verify.gpu_check "$@"
+exec "$PY" -m plugins.verify_checks.gpu_check "$@"

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from builder.speculative.engine import Draft, Drafter, Engine
-from builder.speculative.verify import tree_verify
+from plugins.tree_verify.reference import tree_verify
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class _Verifier:
             width = int(draft.paths.shape[1])
             kwargs = dict(temperature=torch.tensor([s.temperature]), top_p=torch.tensor([s.top_p]),
                           uniforms=torch.rand(1, width, generator=self.gen))
-        res = tree_verify(logits[None], draft.tokens[None].to(torch.int32), draft.paths.to(torch.int32),
+        res = tree_verify(logits[None], draft.tokens[None].to(torch.int32), draft.paths[None].to(torch.int32),
                           mode="greedy" if s.greedy else "rejection", **kwargs)
         n = int(res.accepted_len[0])
         chain = draft.paths[int(res.best_path[0]), :n].tolist()

@@ -27,7 +27,7 @@ def _signatures(logits: str) -> dict[str, dict[str, str]]:
         "_verify_kernel": dict(logits_ptr=logits, tokens_ptr=i32, paths_ptr=i32, temperature_ptr=f32,
                                uniforms_ptr=f32, q_ptr=f32, node_max_ptr=f32, node_arg_ptr=i32, node_tau_ptr=f32,
                                node_mass_ptr=f32, len_ptr=i32, best_ptr=i32, out_ptr=i32, T="i32", V="i32",
-                               P="i32", W="i32"),
+                               P="i32", W="i32", paths_stride="i32"),
     }  # fmt: skip
 
 

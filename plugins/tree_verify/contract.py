@@ -9,10 +9,14 @@ reference makes the sampling inputs optional in greedy mode):
 
     logits       [B, T, V]  fp32 | bf16 | fp16   target logits, one row per node (faces compute in
                                     fp32, the reference in fp64)
-    tokens       [B, T]     int32   node tokens; tokens[b, 0] is the root token (never tested)
-    paths        [P, D+1]   int32   root-to-leaf node chains, root first (paths[:, 0] == 0), -1
-                                    padded at the tail; one tree shared by the batch. Every node
-                                    has one parent (a node sits at the same depth in every path).
+    tokens       [B, T]     int32   node tokens; only those of nodes on a path, root excepted, are
+                                    read (they must lie in [0, V)); padding nodes may hold anything
+    paths        [B, P, D+1] int32  one tree per sequence: root-to-leaf node chains, root first
+                                    (paths[b, :, 0] == 0), -1 padded at the tail. Within a sequence
+                                    every node has one parent (it sits at the same depth in every
+                                    path). Trees of different sizes are padded to a common T (nodes
+                                    on no path are ignored), P (rows [0, -1, ...]) and D+1 (-1).
+                                    Callers with one shared tree pass paths[None].expand(B, -1, -1).
     temperature  [B]        fp32    rejection mode; ≤ TEMPERATURE_EPS verifies that row greedily
     top_p        [B]        fp32    rejection mode; in (0, 1]; ≥ 1 keeps the whole vocabulary
     uniforms     [B, D+1]   fp32    rejection mode; in [0, 1); uniforms[b, k] is used at the node of
@@ -26,7 +30,7 @@ Attribute: mode (int) — Mode.GREEDY = 0, Mode.REJECTION = 1.
 Outputs:
 
     accepted_len   [B]       int32  tokens emitted = accepted draft tokens + 1 (bonus), in 1..D+1;
-                                    paths[best_path[b], :accepted_len[b]] are the nodes to commit
+                                    paths[b, best_path[b], :accepted_len[b]] are the nodes to commit
     best_path      [B]       int32  the lowest path index whose first accepted_len nodes are the
                                     accepted chain
     output_tokens  [B, D+1]  int32  the accepted draft tokens (depth order), then the bonus token,
@@ -34,7 +38,8 @@ Outputs:
 
 Greedy: g[n] = argmax of logits[b, n] (ties: lowest token id). A path's accepted length is the
 longest prefix whose nodes' tokens equal g at their parent; the longest over all paths wins (ties:
-lowest path index); the bonus token is g at the last accepted node.
+lowest path index); the bonus token is g at the last accepted node. Everything is per sequence:
+row b uses paths[b] only.
 
 Rejection (temperature > TEMPERATURE_EPS): p_n = softmax(logits[b, n] / temperature), restricted
 to the top-p nucleus and renormalised. Nucleus: token i is kept iff the probability mass of tokens
@@ -46,11 +51,12 @@ renormalisation: t is kept in probability-mass units). If a child is accepted, i
 current node; if none is (or n is a leaf), the bonus token is the first token, in token-id order,
 whose cumulative residual mass exceeds t. Rounding fallbacks (unreachable in exact arithmetic):
 no such token → the last token with residual mass > 0; an empty residual → g[n].
-`builder.speculative.verify` holds the reference and the proof that the output follows the target.
+`plugins.tree_verify.reference` holds the reference and the proof that the output follows the target.
 
-Edge cases: T = 1 (paths [[0]]) emits one token, the greedy / sampled token at the root. All
-draft tokens rejected → accepted_len 1, output_tokens [bonus, -1, ...]. Padding rows of paths
-that repeat a prefix are allowed.
+Edge cases: T = 1 (paths [[[0]]]) emits one token, the greedy / sampled token at the root; so does
+a sequence whose paths are all padding rows [0, -1, ...]. All draft tokens rejected → accepted_len
+1, best_path 0, output_tokens [bonus, -1, ...]. Paths that repeat a prefix (or the same path) are
+allowed.
 """
 
 from __future__ import annotations
@@ -93,7 +99,7 @@ FLOAT_LOGITS = ("float32", "bfloat16", "float16")
 INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("logits", ("B", "T", "V"), FLOAT_LOGITS, "target logits per node"),
     TensorSpec("tokens", ("B", "T"), ("int32",), "node tokens; node 0 = root"),
-    TensorSpec("paths", ("P", "D+1"), ("int32",), "root-first node chains, -1 padded"),
+    TensorSpec("paths", ("B", "P", "D+1"), ("int32",), "per sequence: root-first node chains, -1 padded"),
     TensorSpec("temperature", ("B",), ("float32",), "sampling temperature; ≤ 1e-5 = greedy"),
     TensorSpec("top_p", ("B",), ("float32",), "nucleus mass in (0, 1]"),
     TensorSpec("uniforms", ("B", "D+1"), ("float32",), "U[0, 1) per depth"),
@@ -135,18 +141,24 @@ def check_dtypes(dtypes: Mapping[str, str]) -> None:
             raise ValueError(f"{name}: dtype {dtype}, expected one of {list(specs[name].dtypes)}")
 
 
-def check_paths(paths: Sequence[Sequence[int]], num_nodes: int) -> None:
-    """Validate a tree given as paths (rows of node indices). Raises ValueError precisely."""
-    parent: dict[int, int] = {}
-    for row, path in enumerate(paths):
-        if not path or path[0] != 0:
-            raise ValueError(f"paths[{row}] = {list(path)}: must start with the root node 0")
-        width = next((k for k, n in enumerate(path) if n < 0), len(path))
-        if any(n >= 0 for n in path[width:]):
-            raise ValueError(f"paths[{row}] = {list(path)}: -1 padding must be a suffix")
-        for k in range(1, width):
-            node = path[k]
-            if node >= num_nodes or node == 0:
-                raise ValueError(f"paths[{row}][{k}] = {node}: node out of range 1..{num_nodes - 1}")
-            if parent.setdefault(node, path[k - 1]) != path[k - 1]:
-                raise ValueError(f"node {node} has two parents ({parent[node]} and {path[k - 1]}) in paths")
+def check_paths(paths: Sequence[Sequence[Sequence[int]]], num_nodes: int) -> None:
+    """Validate each sequence's tree, paths [B][P][D+1] (node indices). Raises ValueError precisely.
+
+    Row rules: starts with the root 0; -1 padding is a suffix; nodes in 1..T-1 (node 0 only first);
+    within a sequence each node has one parent. A padding row [0, -1, ...] is valid.
+    """
+    for b, tree in enumerate(paths):
+        parent: dict[int, int] = {}
+        for row, path in enumerate(tree):
+            where = f"paths[{b}][{row}] = {list(path)}"
+            if not path or path[0] != 0:
+                raise ValueError(f"{where}: must start with the root node 0")
+            width = next((k for k, n in enumerate(path) if n < 0), len(path))
+            if any(n >= 0 for n in path[width:]):
+                raise ValueError(f"{where}: -1 padding must be a suffix")
+            for k in range(1, width):
+                node = path[k]
+                if node >= num_nodes or node == 0:
+                    raise ValueError(f"{where}: node {node} at depth {k} out of range 1..{num_nodes - 1}")
+                if parent.setdefault(node, path[k - 1]) != path[k - 1]:
+                    raise ValueError(f"paths[{b}]: node {node} has two parents ({parent[node]} and {path[k - 1]})")

@@ -1,7 +1,7 @@
 """OpenAI Triton kernel for `tree_verify`: the fast face (GPU; CPU tensors under TRITON_INTERPRET=1).
 
-Contract: `plugins/tree_verify/contract.py`; reference: `builder.speculative.verify` (same algorithm, same
-mass-unit formulation, fp32 here instead of fp64). Three launches:
+Contract: `plugins/tree_verify/contract.py`; reference: `plugins/tree_verify/reference.py` (same algorithm,
+same mass-unit formulation, fp32 here instead of fp64). Three launches:
 
 1. `_partials_kernel`, grid (B·T, S): each program streams one chunk of V of one node's logits in
    BLOCK_V blocks and keeps the running max, argmax (lowest index) and, in rejection mode, the sum
@@ -10,9 +10,11 @@ mass-unit formulation, fp32 here instead of fp64). Three launches:
    finds the nucleus threshold τ = the largest w with Σ_{w' ≥ τ} w' ≥ top_p · Σ w by a 16-ary
    search on the float bits of τ (8 passes over the row, 15 thresholds each; on a GPU mostly served
    from L2) and the nucleus mass R.
-3. `_verify_kernel`, grid (B): greedy path acceptance vectorised over paths; in rejection mode the
-   reference's walk down the tree (t = u · R, accept child c iff t < w(tok c) / q(c), else t −= …),
-   then the bonus token by inverse CDF over the last node's residual; writes the three outputs.
+3. `_verify_kernel`, grid (B): program b reads its own sequence's tree, paths[b] (a batch stride of
+   0 serves one tree shared by the batch without a copy); greedy path acceptance vectorised over
+   paths; in rejection mode the reference's walk down the tree (t = u · R, accept child c iff
+   t < w(tok c) / q(c), else t −= …), then the bonus token by inverse CDF over the last node's
+   residual; writes the three outputs.
 Only the logits are big: one read of B·T·V elements (plus the top-p search's 8 re-reads when
 top_p < 1, and one more read of one row per sequence for the bonus token).
 """
@@ -23,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from builder.speculative.verify import VerifyResult
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode, bind_dims, check_dtypes
+from plugins.tree_verify.reference import VerifyResult
 
 _EPS = tl.constexpr(TEMPERATURE_EPS)
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -209,9 +211,10 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
 @triton.jit
 def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_ptr, q_ptr,
                    node_max_ptr, node_arg_ptr, node_tau_ptr, node_mass_ptr, len_ptr, best_ptr, out_ptr,
-                   T, V, P, W, SAMPLE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr,
+                   T, V, P, W, paths_stride, SAMPLE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr,
                    BLOCK_V: tl.constexpr):  # fmt: skip
     b = tl.program_id(0)
+    paths_ptr += b.to(tl.int64) * paths_stride  # this sequence's tree [P, W]; stride 0: shared by the batch
     p = tl.arange(0, BLOCK_P)
     alive = p < P  # greedy: per path, all nodes so far equal the argmax at their parent
     length = tl.zeros([BLOCK_P], tl.int32)
@@ -244,7 +247,7 @@ def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_
 def tree_verify_triton(
     logits: torch.Tensor,  # [B, T, V] fp32 | bf16 | fp16
     tokens: torch.Tensor,  # [B, T] int32
-    paths: torch.Tensor,  # [P, D+1] int32
+    paths: torch.Tensor,  # [B, P, D+1] int32; any batch stride (0: one tree expanded over the batch)
     mode: Mode | int | str = Mode.GREEDY,
     temperature: torch.Tensor | None = None,  # [B] fp32
     top_p: torch.Tensor | None = None,  # [B] fp32
@@ -259,7 +262,7 @@ def tree_verify_triton(
     validate them with `contract.check_paths` (the reference does) where they come from."""
     mode = Mode.parse(mode)
     b, t, v = logits.shape
-    p, w = paths.shape
+    w = paths.shape[-1]  # D+1
     dev = logits.device
     temperature = torch.zeros(b, device=dev) if temperature is None else temperature
     top_p = torch.ones(b, device=dev) if top_p is None else top_p
@@ -269,7 +272,11 @@ def tree_verify_triton(
                  uniforms=uniforms, draft_probs=draft_probs)  # fmt: skip
     bind_dims({k: x.shape for k, x in named.items()})
     check_dtypes({k: str(x.dtype).removeprefix("torch.") for k, x in named.items()})
-    logits, tokens, paths, temperature, top_p, uniforms, draft_probs = (x.contiguous() for x in named.values())
+    p = paths.shape[1]
+    if not paths[:1].is_contiguous():  # each tree [P, D+1] row-major; the batch stride may be anything
+        paths = paths.contiguous()
+    del named["paths"]
+    logits, tokens, temperature, top_p, uniforms, draft_probs = (x.contiguous() for x in named.values())
     if out is None:
         out = VerifyResult(torch.empty(b, dtype=torch.int32, device=dev), torch.empty(b, dtype=torch.int32, device=dev),
                            torch.empty(b, w, dtype=torch.int32, device=dev))  # fmt: skip
@@ -292,7 +299,7 @@ def tree_verify_triton(
                                  node_mass, t, v, split, SAMPLE=sample, BLOCK_V=min(block_v, 256),
                                  BLOCK_S=triton.next_power_of_2(split))  # fmt: skip
     _verify_kernel[(b,)](logits, tokens, paths, temperature, uniforms, draft_probs, node_max, node_arg, node_tau,
-                         node_mass, out.accepted_len, out.best_path, out.output_tokens, t, v, p, w,
+                         node_mass, out.accepted_len, out.best_path, out.output_tokens, t, v, p, w, paths.stride(0),
                          SAMPLE=sample, BLOCK_P=triton.next_power_of_2(p), BLOCK_W=triton.next_power_of_2(w),
                          BLOCK_V=min(block_v, 1024))  # fmt: skip
     return out

@@ -5,16 +5,21 @@
   ("trtspec") so TensorRT's ONNX parser maps it to the plugin of `trt_plugin.py`.
 * `decompose(model)` is the ONNX Runtime route: a graph rewrite that replaces every TreeVerify node
   by standard ONNX ops (opset ≥ 18) computing the same contract, so any ORT build runs it. It is an
-  independent, vectorised formulation of the reference's algorithm: each node's verdict on its
-  children is computed for all nodes at once, then the paths are scored like the greedy ones.
+  independent, vectorised formulation of the reference's algorithm: every edge (parent, child) of
+  every path of every sequence gets its verdict at once, laid out like the paths [B, P, D]; the
+  accepted chain is the longest run of accepted edges from the root (ties: lowest path index).
+
+Greedy: the verdict on the edge at depth k of path p is tok(paths[b, p, k]) == argmax at
+paths[b, p, k − 1]; no tree structure is needed.
 
 Rejection mode, vectorised: with p the tempered top-p distribution of every node and, for each
 child c, a(c) = p_parent(tok c) / q(c) (0 for a token already drafted by an earlier sibling), the
 walk "accept c iff t < a(c), else t −= a(c)" accepts child c exactly when
-    0 ≤ u_parent − S(c) < a(c),      S(c) = Σ a(c') over the earlier siblings c' of c,
-so the verdicts are one matrix product away. The accepted chain is the longest path whose nodes
-are all accepted; the bonus token is the inverse CDF of the last node's residual (its children's
-tokens removed) at t = u_last − Σ a(children of the last node).
+    S(c) ≤ u_parent < S(c) + a(c),      S(c) = Σ a(c') over the earlier siblings c' of c,
+so the verdicts are one batched matrix product away. Per sequence, parent [B, T] comes from one
+ScatterElements over the paths' edges (-1: not a child), the sibling matrix [B, T, T] from it, and
+u_parent is uniforms[b, k − 1] for the edge at depth k. The bonus token is the inverse CDF of the
+last node's residual (its children's tokens removed) at t = u_last − Σ a(children of the last node).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from plugins.tree_verify.contract import DOMAIN, INPUTS, OP_TYPE, OP_VERSION, OUTPUTS, TEMPERATURE_EPS, Mode
 
-MIN_OPSET = 18  # ReduceMax with axes as an input
+MIN_OPSET = 18  # ReduceMax with axes as an input; ScatterElements with reduction max / min
 _ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
                "int32": "tensor(int32)"}  # fmt: skip
 F, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
@@ -38,8 +43,9 @@ def register_schema() -> None:
     if onnx.defs.has(OP_TYPE, DOMAIN):
         return
     io = onnx.defs.OpSchema.FormalParameter
-    inputs = [io(s.name, "L" if s.name == "logits" else _ONNX_TYPES[s.dtypes[0]], s.doc) for s in INPUTS]
-    outputs = [io(s.name, _ONNX_TYPES[s.dtypes[0]], s.doc) for s in OUTPUTS]
+    doc = lambda s: f"[{', '.join(s.dims)}] {s.doc}"  # noqa: E731  e.g. "[B, P, D+1] per sequence: ..."
+    inputs = [io(s.name, "L" if s.name == "logits" else _ONNX_TYPES[s.dtypes[0]], doc(s)) for s in INPUTS]
+    outputs = [io(s.name, _ONNX_TYPES[s.dtypes[0]], doc(s)) for s in OUTPUTS]
     attr = onnx.defs.OpSchema.Attribute
     schema = onnx.defs.OpSchema(
         OP_TYPE, DOMAIN, OP_VERSION,
@@ -89,11 +95,12 @@ def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 class _Graph:
-    """Emits nodes with unique output names under a prefix."""
+    """Emits nodes with unique output names under a prefix; equal constants are emitted once."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix, self._n = prefix, 0
         self.nodes: list[onnx.NodeProto] = []
+        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
 
     def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: Any) -> str:
         outs = [f"{self.prefix}/{op_type}_{self._n}_{i}" for i in range(n_out)]
@@ -102,7 +109,14 @@ class _Graph:
         return outs[0]
 
     def const(self, value: object, dtype: type = np.int64) -> str:
-        return self.op("Constant", value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
+        array = np.asarray(value, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.op("Constant", value=numpy_helper.from_array(array))
+        return self._consts[key]
+
+    def f32(self, value: float) -> str:
+        return self.const(np.float32(value), np.float32)
 
     def cast(self, x: str, to: int) -> str:
         return self.op("Cast", x, to=to)
@@ -110,8 +124,8 @@ class _Graph:
     def unsq(self, x: str, *axes: int) -> str:
         return self.op("Unsqueeze", x, self.const(list(axes)))
 
-    def dim(self, x: str, axis: int) -> str:  # [1] int64
-        return self.op("Gather", self.op("Shape", x), self.const([axis]))
+    def cols(self, x: str, start: int, stop: int = 2**62, axis: int = -1) -> str:
+        return self.op("Slice", x, self.const([start]), self.const([stop]), self.const([axis]))
 
     def reduce(self, kind: str, x: str, axes: Sequence[int], keepdims: int = 0) -> str:
         return self.op(kind, x, self.const(list(axes)), keepdims=keepdims)
@@ -122,126 +136,114 @@ def _expand(node: onnx.NodeProto) -> list[onnx.NodeProto]:
     g = _Graph(node.name or "tree_verify")
     logits, tokens, paths, temperature, top_p, uniforms, draft_probs = node.input
     x = g.cast(logits, F)  # [B, T, V] fp32 (exact for fp16 / bf16)
-    tk, pa = g.cast(tokens, I64), g.cast(paths, I64)  # [B, T], [P, W]
-    tree = _tree(g, pa, g.dim(x, 1))
-    greedy = g.op("ArgMax", x, axis=2, keepdims=0, select_last_index=0)  # [B, T] lowest id on ties
-    accepted = g.op("And", g.op("Equal", tk, g.op("Gather", greedy, tree["parent"], axis=1)),
-                    g.unsq(tree["is_kid"], 0))  # [B, T] greedy verdict on each node  # fmt: skip
+    pa = g.cast(paths, I64)  # [B, P, W]
+    kids, parents = g.cols(pa, 1), g.cols(pa, 0, -1)  # [B, P, D] each edge's child and parent
+    kid_ok = g.op("GreaterOrEqual", kids, g.const(0))  # [B, P, D] a real edge (not -1 padding)
+    kid0 = g.op("Max", kids, g.const(0))  # [B, P, D] -1 → the root (masked by kid_ok)
+    kid_at = g.unsq(kid0, 3)  # [B, P, D, 1] GatherND indices
+    par_at = g.unsq(g.op("Max", parents, g.const(0)), 3)
+    greedy = g.cast(g.op("ArgMax", x, axis=2, keepdims=0, select_last_index=0), I32)  # [B, T] lowest id on ties
+    kid_tok = g.op("GatherND", tokens, kid_at, batch_dims=1)  # [B, P, D] int32
+    accepted = g.op("Equal", kid_tok, g.op("GatherND", greedy, par_at, batch_dims=1))  # greedy verdicts
     if mode is Mode.REJECTION:
-        eps = g.const(np.float32(TEMPERATURE_EPS), np.float32)
+        eps = g.f32(TEMPERATURE_EPS)
         greedy_row = g.unsq(g.op("LessOrEqual", temperature, eps), 1)  # [B, 1]
         p = _nucleus(g, x, g.op("Max", temperature, eps), top_p)  # [B, T, V]
-        a = _draft_ratio(g, p, tk, draft_probs, tree)  # [B, T]
-        s_prev = g.op("MatMul", a, g.cast(tree["sib_lt"], F))  # [B, T] Σ a over earlier siblings
-        t = g.op("Sub", g.op("Gather", uniforms, g.op("Gather", tree["depth"], tree["parent"]), axis=1), s_prev)
-        zero = g.const(np.float32(0), np.float32)
-        in_segment = g.op("And", g.op("GreaterOrEqual", t, zero), g.op("Less", t, a))  # 0 ≤ u − S(c) < a(c)
-        verdict = g.op("And", in_segment, g.unsq(tree["is_kid"], 0))
-        accepted = g.op("Or", g.op("And", greedy_row, accepted), g.op("And", g.op("Not", greedy_row), verdict))
-    n_acc, best, row = _score_paths(g, accepted, pa)  # [B, 1], [B, 1], [B, W]
-    last = g.op("GatherElements", row, n_acc, axis=1)  # [B, 1] last accepted node
-    bonus = g.op("GatherElements", greedy, last, axis=1)  # [B, 1]
+        tree = _tree(g, kid0, parents, kid_ok, tokens)
+        a = _draft_ratio(g, p, draft_probs, tree)  # [B, T]
+        s_prev = g.op("Squeeze", g.op("MatMul", g.unsq(a, 1), tree["sib_lt"]), g.const([1]))  # [B, T] Σ a, earlier sibs
+        u = g.unsq(g.cols(uniforms, 0, -1), 1)  # [B, 1, D] the uniform of each edge's parent depth
+        lo = g.op("GatherND", s_prev, kid_at, batch_dims=1)  # [B, P, D]
+        hi = g.op("GatherND", g.op("Add", s_prev, a), kid_at, batch_dims=1)
+        verdict = g.op("And", g.op("GreaterOrEqual", u, lo), g.op("Less", u, hi))  # S(c) ≤ u < S(c) + a(c)
+        pick = g.op("And", g.unsq(greedy_row, 2), g.op("Xor", accepted, verdict))  # ORT's Where has no bool kernel:
+        accepted = g.op("Xor", verdict, pick)  # greedy rows take the greedy verdicts, the others `verdict`
+    n_acc, best, alive = _score_paths(g, g.op("And", accepted, kid_ok))  # [B, 1], [B, 1], [B, P, D]
+    last = g.op("GatherElements", g.op("GatherND", pa, best, batch_dims=1), n_acc, axis=1)  # [B, 1] last node
+    bonus = g.op("GatherElements", greedy, last, axis=1)  # [B, 1] int32
     if mode is Mode.REJECTION:
-        bonus = g.op("Where", greedy_row, bonus, _residual_sample(g, p, a, tk, uniforms, tree, n_acc, last, bonus))
-    _outputs(g, node.output, tk, row, n_acc, best, bonus)
+        sampled = _residual_sample(g, p, a, uniforms, tree, n_acc, last, g.cast(bonus, I64))
+        bonus = g.op("Where", greedy_row, bonus, g.cast(sampled, I32))
+    chain = g.op("Where", g.op("GatherND", alive, best, batch_dims=1), g.op("GatherND", kid_tok, best, batch_dims=1),
+                 g.const(-1, np.int32))  # [B, D] the accepted draft tokens, then -1  # fmt: skip
+    _outputs(g, node.output, chain, n_acc, best, bonus)
     return g.nodes
 
 
-def _tree(g: _Graph, pa: str, num_nodes: str) -> dict[str, str]:
-    """Tree structure from paths [P, W]: parent, depth, is_kid [T]; adj, sib_lt [T, T]."""
-    ar_t = g.op("Range", g.const(0), g.op("Squeeze", num_nodes), g.const(1))  # [T]
-    big = g.const([2**62])
-    par_e = g.op("Reshape", g.op("Slice", pa, g.const([0]), g.const([-1]), g.const([1])), g.const([-1]))  # [E]
-    kid_e = g.op("Reshape", g.op("Slice", pa, g.const([1]), big, g.const([1])), g.const([-1]))  # [E]
-    kid_hot = g.op("Equal", g.unsq(kid_e, 1), g.unsq(ar_t, 0))  # [E, T]
-    is_edge = g.unsq(g.op("GreaterOrEqual", kid_e, g.const(0)), 1)  # [E, 1]
-    par_hot = g.op("And", g.op("Equal", g.unsq(par_e, 1), g.unsq(ar_t, 0)), is_edge)  # [E, T]
-    adj = g.op("MatMul", g.op("Transpose", g.cast(par_hot, F)), g.cast(kid_hot, F))  # [T, T] adj[n, c]
-    adj = g.cast(g.op("Greater", adj, g.const(np.float32(0), np.float32)), F)  # 0/1 (paths repeat edges)
-    is_kid = g.op("Greater", g.reduce("ReduceMax", adj, [0]), g.const(np.float32(0), np.float32))  # [T]
-    parent = g.op("ArgMax", adj, axis=0, keepdims=0)  # [T]; root → 0 (never used: not a kid)
-    on_path = g.op("Equal", g.unsq(pa, 2), g.unsq(ar_t, 0, 1))  # [P, W, T]
-    levels = g.unsq(g.op("Range", g.const(0), g.op("Squeeze", g.dim(pa, 1)), g.const(1)), 0, 2)  # [1, W, 1]
-    depth = g.reduce("ReduceMax", g.op("Where", on_path, levels, g.const(0)), [0, 1])  # [T]
-    same_parent = g.op("Equal", g.unsq(parent, 1), g.unsq(parent, 0))  # [T(c'), T(c)]
-    both_kids = g.op("And", g.unsq(is_kid, 1), g.unsq(is_kid, 0))
-    earlier = g.op("Less", g.unsq(ar_t, 1), g.unsq(ar_t, 0))
-    sib_lt = g.op("And", g.op("And", same_parent, both_kids), earlier)  # [T, T] c' earlier sibling of c
-    return dict(parent=parent, depth=depth, is_kid=is_kid, adj=adj, sib_lt=sib_lt, ar_t=ar_t)
+def _tree(g: _Graph, kid0: str, parents: str, kid_ok: str, tokens: str) -> dict[str, str]:
+    """Per sequence, from the paths' edges [B, P, D] (child, -1 → 0; parent; real edge): parent
+    [B, T] (-1: the root, or on no path), sib_lt [B, T, T] fp32 (c' an earlier sibling of c, at
+    [b, c', c]) and the child nodes' tokens tok [B, T] int64 (0 elsewhere: never read)."""
+    edges = g.const([0, -1])  # reshape [B, P, D] → [B, P·D]
+    kid_e = g.op("Reshape", kid0, edges)  # [B, E]; a -1 child lands on the root, with parent -1
+    par_e = g.op("Reshape", g.op("Where", kid_ok, parents, g.const(-1)), edges)  # [B, E]
+    none = g.op("Expand", g.const(-1), g.op("Shape", tokens))  # [B, T]
+    parent = g.op("ScatterElements", none, kid_e, par_e, axis=1, reduction="max")  # [B, T] (edges repeat)
+    same = g.cast(g.op("Equal", g.unsq(parent, 2), g.unsq(parent, 1)), F)  # [B, T(c'), T(c)]
+    sib_lt = g.op("Trilu", same, g.const(1), upper=1)  # c' < c; a child's siblings are children
+    is_kid = g.op("GreaterOrEqual", parent, g.const(0))  # [B, T]
+    tok = g.op("Where", is_kid, g.cast(tokens, I64), g.const(0))  # [B, T] safe as an index into V
+    return dict(parent=parent, sib_lt=sib_lt, tok=tok)
 
 
 def _nucleus(g: _Graph, x: str, temperature: str, top_p: str) -> str:
     """p [B, T, V]: softmax(x / temperature) on the top-p nucleus (closed under ties), renormalised."""
-    p = g.op("Softmax", g.op("Div", x, g.op("Reshape", temperature, g.const([-1, 1, 1]))), axis=-1)
-    ranked = g.op("TopK", p, g.dim(x, 2), axis=-1, largest=1, sorted=1, n_out=2)  # [B, T, V] descending
-    before = g.op("Sub", g.op("CumSum", ranked, g.const(2)), ranked)  # mass ranked ahead
-    tp = g.op("Reshape", top_p, g.const([-1, 1, 1]))  # [B, 1, 1]
-    kept = g.reduce("ReduceSum", g.cast(g.op("Less", before, tp), I64), [2], keepdims=1)  # [B, T, 1]
-    kept = g.op("Max", kept, g.const(1))
-    tau = g.op("GatherElements", ranked, g.op("Sub", kept, g.const(1)), axis=2)  # [B, T, 1]
-    keep = g.op("Or", g.op("GreaterOrEqual", p, tau), g.op("GreaterOrEqual", tp, g.const(np.float32(1), np.float32)))
-    p = g.op("Where", keep, p, g.const(np.float32(0), np.float32))
+    p = g.op("Softmax", g.op("Div", x, g.unsq(temperature, 1, 2)), axis=-1)
+    vocab = g.op("Gather", g.op("Shape", x), g.const([2]))  # [1]
+    ranked = g.op("TopK", p, vocab, axis=-1, largest=1, sorted=1, n_out=2)  # [B, T, V] descending
+    before = g.op("CumSum", ranked, g.const(2), exclusive=1)  # mass ranked ahead (monotone)
+    tp = g.unsq(top_p, 1, 2)  # [B, 1, 1]; top_p ≥ 1 keeps every token: compare with 2 instead
+    tp = g.op("Where", g.op("GreaterOrEqual", tp, g.f32(1)), g.f32(2), tp)
+    kept = g.op("Where", g.op("Less", before, tp), ranked, g.f32(np.inf))  # the nucleus, a prefix
+    tau = g.reduce("ReduceMin", kept, [2], keepdims=1)  # [B, T, 1] its least probability
+    p = g.op("Where", g.op("GreaterOrEqual", p, tau), p, g.f32(0))
     return g.op("Div", p, g.reduce("ReduceSum", p, [2], keepdims=1))
 
 
-def _draft_ratio(g: _Graph, p: str, tk: str, q: str, tree: dict[str, str]) -> str:
+def _draft_ratio(g: _Graph, p: str, q: str, tree: dict[str, str]) -> str:
     """a [B, T] = p_parent(tok c) / q(c), 0 where an earlier sibling drafted the same token."""
-    parent_bt = g.op("Expand", g.unsq(tree["parent"], 0), g.op("Shape", tk))  # [B, T]
-    idx = g.op("Concat", g.unsq(parent_bt, 2), g.unsq(tk, 2), axis=2)  # [B, T, 2]
-    w = g.op("GatherND", p, idx, batch_dims=1)  # [B, T]
-    same_tok = g.op("Equal", g.unsq(tk, 2), g.unsq(tk, 1))  # [B, T(c'), T(c)]
-    repeat = g.reduce("ReduceMax", g.cast(g.op("And", same_tok, g.unsq(tree["sib_lt"], 0)), I32), [1])  # [B, T]
-    w = g.op("Where", g.op("Greater", repeat, g.const(0, np.int32)), g.const(np.float32(0), np.float32), w)
+    tok = g.unsq(tree["tok"], 2)  # [B, T, 1]
+    w = g.op("GatherND", p, g.op("Concat", g.unsq(g.op("Max", tree["parent"], g.const(0)), 2), tok, axis=2),
+             batch_dims=1)  # [B, T] p at (parent, token)  # fmt: skip
+    same_tok = g.cast(g.op("Equal", tok, g.unsq(tree["tok"], 1)), F)  # [B, T(c'), T(c)]
+    repeat = g.reduce("ReduceMax", g.op("Mul", same_tok, tree["sib_lt"]), [1])  # [B, T] 1: a repeated token
+    w = g.op("Where", g.op("Greater", repeat, g.f32(0)), g.f32(0), w)
     return g.op("Div", w, q)
 
 
-def _score_paths(g: _Graph, accepted: str, pa: str) -> tuple[str, str, str]:
-    """From each node's verdict [B, T]: accepted draft nodes n_acc [B, 1], best path [B, 1], its row [B, W]."""
-    kids = g.op("Slice", pa, g.const([1]), g.const([2**62]), g.const([1]))  # [P, D]
-    flat = g.op("Reshape", g.op("Max", kids, g.const(0)), g.const([-1]))  # [P·D]
-    hit = g.op("Gather", accepted, flat, axis=1)  # [B, P·D]
-    shape = g.op("Concat", g.dim(accepted, 0), g.op("Shape", kids), axis=0)
-    hit = g.op("Reshape", hit, shape, allowzero=1)  # [B, P, D] (D may be 0)
-    hit = g.op("And", hit, g.unsq(g.op("GreaterOrEqual", kids, g.const(0)), 0))
-    misses = g.op("CumSum", g.cast(g.op("Not", hit), I64), g.const(2))  # [B, P, D]
-    alive = g.cast(g.op("Equal", misses, g.const(0)), I64)
-    per_path = g.reduce("ReduceSum", alive, [2])  # [B, P]
+def _score_paths(g: _Graph, accepted: str) -> tuple[str, str, str]:
+    """From each edge's verdict [B, P, D]: accepted draft nodes n_acc [B, 1] (the longest run of
+    accepted edges from the root), the best path [B, 1] (lowest index among the longest) and
+    alive [B, P, D] (the edge and all before it accepted)."""
+    misses = g.op("CumSum", g.cast(g.op("Not", accepted), I64), g.const(2))  # [B, P, D]
+    alive = g.op("Equal", misses, g.const(0))
+    per_path = g.reduce("ReduceSum", g.cast(alive, I64), [2])  # [B, P]
     best = g.op("ArgMax", per_path, axis=1, keepdims=1, select_last_index=0)  # [B, 1] lowest index
-    n_acc = g.op("GatherElements", per_path, best, axis=1)  # [B, 1]
-    row = g.op("Gather", pa, g.op("Squeeze", best, g.const([1])), axis=0)  # [B, W]
-    return n_acc, best, row
+    return g.op("GatherElements", per_path, best, axis=1), best, alive
 
 
-def _residual_sample(g: _Graph, p: str, a: str, tk: str, uniforms: str, tree: dict[str, str],
+def _residual_sample(g: _Graph, p: str, a: str, uniforms: str, tree: dict[str, str],
                      n_acc: str, last: str, fallback: str) -> str:  # fmt: skip
-    """Rejection bonus [B, 1]: inverse CDF of the last node's residual at t = u − Σ a(children)."""
-    kids_a = g.op("MatMul", a, g.op("Transpose", tree["adj"]))  # [B, T] Σ a over each node's children
-    t = g.op("Sub", g.op("GatherElements", uniforms, n_acc, axis=1), g.op("GatherElements", kids_a, last, axis=1))
+    """Rejection bonus [B, 1] int64: inverse CDF of the last node's residual at t = u − Σ a(children)."""
+    kids_of_last = g.op("Equal", tree["parent"], last)  # [B, T]
+    spent = g.reduce("ReduceSum", g.op("Where", kids_of_last, a, g.f32(0)), [1], keepdims=1)  # [B, 1]
+    t = g.op("Sub", g.op("GatherElements", uniforms, n_acc, axis=1), spent)  # [B, 1]
     p_last = g.op("GatherND", p, last, batch_dims=1)  # [B, V]
-    kids_of_last = g.unsq(g.op("Gather", tree["adj"], g.op("Squeeze", last, g.const([1])), axis=0), 1)  # [B, 1, T]
-    ar_v = g.op("Range", g.const(0), g.op("Squeeze", g.dim(p, 2)), g.const(1))  # [V]
-    tok_hot = g.cast(g.op("Equal", g.unsq(tk, 2), g.unsq(ar_v, 0, 1)), F)  # [B, T, V]
-    removed = g.op("Greater", g.op("Squeeze", g.op("MatMul", kids_of_last, tok_hot), g.const([1])),
-                   g.const(np.float32(0), np.float32))  # [B, V]  # fmt: skip
-    res = g.op("Where", removed, g.const(np.float32(0), np.float32), p_last)  # [B, V]
+    drop = g.op("Where", kids_of_last, g.f32(0), g.f32(1))  # [B, T] min(p, 0) removes a child's token
+    res = g.op("ScatterElements", p_last, tree["tok"], drop, axis=1, reduction="min")  # [B, V] residual
     hit = g.cast(g.op("Greater", g.op("CumSum", res, g.const(1)), t), I32)  # [B, V]
-    pos = g.cast(g.op("Greater", res, g.const(np.float32(0), np.float32)), I32)
+    pos = g.cast(g.op("Greater", res, g.f32(0)), I32)
     first = g.op("ArgMax", hit, axis=1, keepdims=1, select_last_index=0)
     last_pos = g.op("ArgMax", pos, axis=1, keepdims=1, select_last_index=1)
     some = lambda v: g.op("Greater", g.reduce("ReduceMax", v, [1], keepdims=1), g.const(0, np.int32))  # noqa: E731
     return g.op("Where", some(hit), first, g.op("Where", some(pos), last_pos, fallback))
 
 
-def _outputs(g: _Graph, names: Sequence[str], tk: str, row: str, n_acc: str, best: str, bonus: str) -> None:
+def _outputs(g: _Graph, names: Sequence[str], chain: str, n_acc: str, best: str, bonus: str) -> None:
+    """chain [B, D] int32: accepted draft tokens, then -1; n_acc, best [B, 1] int64; bonus [B, 1] int32."""
     acc_len, best_path, out_tokens = names
-    nxt = g.op("Slice", row, g.const([1]), g.const([2**62]), g.const([1]))  # [B, D] chain after the root
-    pad = g.op("Expand", g.const([[-1]]), g.op("Concat", g.dim(row, 0), g.const([1]), axis=0))  # [B, 1]
-    nxt = g.op("Concat", nxt, pad, axis=1)  # [B, W]
-    toks = g.op("GatherElements", tk, g.op("Max", nxt, g.const(0)), axis=1)  # [B, W]
-    slot = g.unsq(g.op("Range", g.const(0), g.op("Squeeze", g.dim(row, 1)), g.const(1)), 0)  # [1, W]
-    tail = g.op("Where", g.op("Equal", slot, n_acc), bonus, g.const(-1))
-    out = g.op("Where", g.op("Less", slot, n_acc), toks, tail)  # [B, W]
-    g.nodes.append(helper.make_node("Cast", [out], [out_tokens], to=I32))
+    toks = g.op("Pad", chain, g.const([0, 0, 0, 1]), g.const(-1, np.int32))  # [B, W]
+    g.nodes.append(helper.make_node("ScatterElements", [toks, n_acc, bonus], [out_tokens], axis=1))  # bonus at n_acc
     emitted = g.op("Squeeze", g.op("Add", n_acc, g.const(1)), g.const([1]))  # [B] accepted + bonus
     g.nodes.append(helper.make_node("Cast", [emitted], [acc_len], to=I32))
     g.nodes.append(helper.make_node("Cast", [g.op("Squeeze", best, g.const([1]))], [best_path], to=I32))

@@ -52,14 +52,14 @@ def _register_shapes() -> None:
     def tree_verify_shapes(
         logits: trtp.TensorDesc,  # [B, T, V]
         tokens: trtp.TensorDesc,  # [B, T]
-        paths: trtp.TensorDesc,  # [P, D+1]
+        paths: trtp.TensorDesc,  # [B, P, D+1]
         temperature: trtp.TensorDesc,  # [B]
         top_p: trtp.TensorDesc,  # [B]
         uniforms: trtp.TensorDesc,  # [B, D+1]
         draft_probs: trtp.TensorDesc,  # [B, T]
         mode: int,
     ) -> Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]:
-        batch, width = logits.shape_expr[0], paths.shape_expr[1]
+        batch, width = logits.shape_expr[0], paths.shape_expr[2]
         return (
             trtp.from_shape_expr((batch,), dtype=trt.int32),  # accepted_len [B]
             trtp.from_shape_expr((batch,), dtype=trt.int32),  # best_path [B]
@@ -102,8 +102,8 @@ def _register_impl() -> None:
     ) -> None:
         import torch
 
-        from builder.speculative.verify import VerifyResult
         from plugins.tree_verify.kernel import tree_verify_triton
+        from plugins.tree_verify.reference import VerifyResult
 
         x, tok, pa, temp, tp, u, q = (_as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms,
                                                                draft_probs))  # fmt: skip

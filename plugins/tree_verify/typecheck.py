@@ -29,7 +29,7 @@ warn_unreachable = True
 [mypy-tensorrt_bindings.*,tensorrt_libs]
 ignore_errors = True
 
-[mypy-torch.*,triton.*,numpy.*,builder.*,plugins.tree_verify.kernel]
+[mypy-torch.*,triton.*,numpy.*,plugins.tree_verify.kernel,plugins.tree_verify.reference]
 follow_imports = skip
 """
 

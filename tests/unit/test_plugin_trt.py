@@ -83,7 +83,7 @@ def test_registration_follows_the_contract(fake_trt):
 
 def test_output_shapes_and_formats(fake_trt):
     desc = fake_trt.plugin.TensorDesc
-    dims = {"logits": ("B", "T", "V"), "tokens": ("B", "T"), "paths": ("P", "W"), "uniforms": ("B", "W"),
+    dims = {"logits": ("B", "T", "V"), "tokens": ("B", "T"), "paths": ("B", "P", "W"), "uniforms": ("B", "W"),
             "draft_probs": ("B", "T"), "temperature": ("B",), "top_p": ("B",)}  # fmt: skip
     outs = fake_trt.registered[f"register {PLUGIN_ID}"](*(desc(dims[n], "X") for n in INPUT_NAMES), mode=1)
     assert [(o.shape_expr, o.dtype) for o in outs] == [(("B",), "INT32"), (("B",), "INT32"), (("B", "W"), "INT32")]

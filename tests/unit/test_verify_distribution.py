@@ -7,6 +7,10 @@ law of these first two emitted tokens is
     P(y1 alone) = p_0(y1)                   for y1 ∉ {2, 4}  (the step ends with the bonus token)
     P(y1, y2)   = p_0(y1) · p_c(y2)         for y1 = tok(c), c = node 1 or node 2
 with p_n the tempered, top-p-filtered target distribution at node n (computed here independently).
+Every other row of the batch holds the same tree under other node labels (`RELABEL`: node 4 of
+that row's T = 8 is on no path, node 1's parent is node 5, the root's children come in another
+order but the repeat still after the original), and a padding row [0, -1, -1]: per-sequence trees
+must give each row the same law (the siblings' order changes the segments, not the law).
 
 Why these bounds: N rows of one call are i.i.d. draws (independent uniforms per row).
 * Pearson's χ² over the categories with expected count ≥ 5 (the others merged) has k − 1 degrees of
@@ -28,12 +32,13 @@ from collections import Counter
 import pytest
 import torch
 
-from builder.speculative.tree import tree_from_parents
-from builder.speculative.verify import tree_verify
+from plugins.tree_verify.reference import tree_verify
+from plugins.verify_checks.cases import paths_of
 
 PARENTS = [-1, 0, 0, 0, 1, 1, 2]
 TOKENS = [9, 2, 4, 2, 0, 3, 5]
 TEMPERATURE, TOP_P = 0.8, 0.9
+RELABEL = [0, 5, 2, 6, 1, 7, 3]  # node n of PARENTS is node RELABEL[n] in the other tree
 
 
 def _target(z: list[float]) -> list[float]:
@@ -57,13 +62,24 @@ def _law(logits: torch.Tensor) -> dict[tuple[int, int], float]:
 
 
 def _sample(logits: torch.Tensor, n: int, q: float, seed: int) -> Counter:
-    paths = tree_from_parents(PARENTS).paths.to(torch.int32)
+    width = len(RELABEL) + 1  # T = 8: node 7 (first tree) and node 4 (relabelled) are on no path
+    moved = [-2] * width  # the relabelled tree's parents, tokens and logits
+    tokens = torch.full((2, width), -1, dtype=torch.int32)
+    tokens[0, : len(TOKENS)] = torch.tensor(TOKENS)
+    both = torch.zeros(2, width, logits.shape[1])  # [2, T, V]
+    both[0, : len(TOKENS)] = logits
+    for n_old, n_new in enumerate(RELABEL):
+        moved[n_new] = -1 if PARENTS[n_old] < 0 else RELABEL[PARENTS[n_old]]
+        tokens[1, n_new], both[1, n_new] = TOKENS[n_old], logits[n_old]
+    trees = paths_of([PARENTS + [-2], moved])  # [2, P, D+1]
+    pad = torch.tensor([[[0, -1, -1]]], dtype=torch.int32).expand(2, 1, -1)
+    trees = torch.cat([trees, pad], dim=1)  # a padding row: last in the first tree, first in the other
+    trees[1] = trees[1].roll(1, dims=0)
+    rows = torch.arange(n) % 2  # the trees alternate over the batch
     gen = torch.Generator().manual_seed(seed)
-    draft_probs = torch.full((n, len(TOKENS)), q)
     res = tree_verify(
-        logits[None].expand(n, -1, -1), torch.tensor([TOKENS], dtype=torch.int32).expand(n, -1), paths,
-        "rejection", torch.full((n,), TEMPERATURE), torch.full((n,), TOP_P),
-        torch.rand(n, paths.shape[1], generator=gen), draft_probs,
+        both[rows], tokens[rows], trees[rows], "rejection", torch.full((n,), TEMPERATURE), torch.full((n,), TOP_P),
+        torch.rand(n, trees.shape[2], generator=gen), torch.full((n, width), q),
     )  # fmt: skip
     return Counter((row[0], row[1]) for row in res.output_tokens.tolist())
 

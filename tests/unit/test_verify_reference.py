@@ -1,5 +1,6 @@
-"""The torch reference of tree verification (`builder.speculative.verify`) against hand-worked tables and
-an independent brute-force verifier written here with plain Python lists and loops."""
+"""The torch reference of tree verification (`plugins.tree_verify.reference`) against hand-worked tables
+and an independent brute-force verifier written here with plain Python lists and loops. Batches mix
+trees: each sequence has its own paths (padding rows [0, -1, ...], the root alone, shuffled labels)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.speculative.tree import tree_from_parents
-from builder.speculative.verify import VerifyResult, tree_verify
-from plugins.tree_verify.cases import Case, compare, random_case
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode
+from plugins.tree_verify.reference import VerifyResult, tree_verify
+from plugins.verify_checks.cases import Case, compare, edge_case, paths_of, random_case
 
 
 def _rows(res: VerifyResult) -> list[tuple[int, int, list[int]]]:
     return [(int(a), int(b), o) for a, b, o in zip(res.accepted_len, res.best_path, res.output_tokens.tolist())]
 
 
-def _paths(parents: list[int]) -> torch.Tensor:
-    return tree_from_parents(parents).paths.to(torch.int32)
+def _paths(parents: list[int]) -> torch.Tensor:  # [1, P, D+1]: one sequence's tree
+    return paths_of([parents])
 
 
 # ---------------------------------------------------------------- brute force, written differently
@@ -66,7 +66,7 @@ def _bf_decide(p: list[float], kids: list[int], tok: list[int], q: list[float], 
 def _bf_row(case: Case, b: int) -> tuple[int, int, list[int]]:
     z = case.logits[b].double().tolist()
     tok, q, u = case.tokens[b].tolist(), case.draft_probs[b].tolist(), case.uniforms[b].tolist()
-    paths = case.paths.tolist()
+    paths = case.paths[b].tolist()  # this sequence's tree
     greedy = case.mode is Mode.GREEDY or float(case.temperature[b]) <= TEMPERATURE_EPS
     argmax = [_bf_argmax(row) for row in z]
     # every node's verdict on each of its children, computed independently of any walk
@@ -124,7 +124,7 @@ def test_reference_equals_brute_force(seed, batch, nodes, vocab, mode, determini
 
 def test_greedy_single_node_tie_lowest_index():
     logits = torch.tensor([[[0.1, 0.7, 0.7, 0.2]]])  # [1, 1, 4]: tie between 1 and 2
-    res = tree_verify(logits, torch.tensor([[5]], dtype=torch.int32), torch.tensor([[0]], dtype=torch.int32))
+    res = tree_verify(logits, torch.tensor([[5]], dtype=torch.int32), torch.tensor([[[0]]], dtype=torch.int32))
     assert _rows(res) == [(1, 0, [1])]
 
 
@@ -157,12 +157,32 @@ def test_greedy_table(tokens, expected):
 
 
 def test_greedy_perfect_and_hopeless_drafter():
-    case = random_case(3, 2, 10, 16, Mode.GREEDY, hit_rate=1.0)
+    case = random_case(3, 4, 10, 16, Mode.GREEDY, hit_rate=1.0)
     res = tree_verify(case.logits, case.tokens, case.paths)
-    assert res.accepted_len.tolist() == [case.paths.shape[1]] * 2  # every path accepted to its leaf
+    longest = [max(int((row >= 0).sum()) for row in tree) for tree in case.paths]  # per sequence
+    assert res.accepted_len.tolist() == longest  # every path accepted to its leaf
+    assert len({tuple(tree.flatten().tolist()) for tree in case.paths}) > 1  # the rows' trees differ
     never = case.logits.argmin(dim=-1).to(torch.int32)  # [B, T] a token that is never the argmax
     res = tree_verify(case.logits, never, case.paths)
-    assert res.accepted_len.tolist() == [1, 1]
+    assert res.accepted_len.tolist() == [1] * 4
+
+
+def test_greedy_mixed_trees_table():
+    # the hand-made batch of `edge_case`: five trees, one per sequence (its docstring works them out)
+    assert _rows(tree_verify(*edge_case(Mode.GREEDY).inputs()[:3])) == [
+        (3, 2, [3, 6, 1]), (1, 0, [7, -1, -1]), (3, 1, [5, 0, 2]), (3, 0, [2, 4, 0]), (1, 0, [3, -1, -1])]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_each_sequence_uses_only_its_own_tree(mode):
+    # a batch gives each row what that row gives alone, and a shared tree may come expanded (stride 0)
+    case = random_case(5, 4, 9, 12, mode)
+    whole = _rows(case.reference())
+    assert whole == [row for b in range(4) for row in _rows(case.rows(b, b + 1).reference())]
+    shared = random_case(6, 3, 9, 12, mode, parents=[-1, 0, 0, 1, 1, 2, 3, 3, 5])
+    assert shared.paths.stride(0) == 0
+    dense = tree_verify(shared.logits, shared.tokens, shared.paths.contiguous(), mode, *shared.inputs()[3:])
+    assert _rows(shared.reference()) == _rows(dense)
 
 
 # ---------------------------------------------------------------- rejection: hand-worked tables
@@ -235,27 +255,41 @@ def test_small_temperature_converges_to_greedy(seed, nodes, vocab):
     # would also search the repeat's subtree, rejection never accepts the repeat).
     gen = torch.Generator().manual_seed(seed)
     logits = torch.stack([torch.randperm(vocab, generator=gen).float() * 2 for _ in range(nodes)])[None]
-    paths = random_case(seed, 1, nodes, vocab, Mode.GREEDY).paths
+    paths = random_case(seed, 1, nodes, vocab, Mode.GREEDY).paths  # [1, P, D+1]
     tokens = torch.zeros(1, nodes, dtype=torch.int32)
     siblings: dict[int, int] = {}
-    edges = {(p, c) for row in paths.tolist() for p, c in zip(row, row[1:]) if c >= 0}
+    edges = {(p, c) for row in paths[0].tolist() for p, c in zip(row, row[1:]) if c >= 0}
     for parent, child in sorted(edges, key=lambda e: e[1]):
         rank = siblings[parent] = siblings.get(parent, -1) + 1  # the parent's rank-th likeliest token
         tokens[0, child] = logits[0, parent].argsort(descending=True)[rank % vocab]
     cold = tree_verify(logits, tokens, paths, "rejection", torch.full((1,), 1e-3), torch.ones(1),
-                       torch.rand(1, paths.shape[1], generator=gen))  # fmt: skip
+                       torch.rand(1, paths.shape[2], generator=gen))  # fmt: skip
     assert _rows(cold) == _rows(tree_verify(logits, tokens, paths))
 
 
 def test_bad_inputs_raise():
-    logits = torch.zeros(1, 3, 4)
-    tokens = torch.zeros(1, 3, dtype=torch.int32)
-    with pytest.raises(ValueError, match="must start with the root"):
-        tree_verify(logits, tokens, torch.tensor([[1, 2]], dtype=torch.int32))
-    with pytest.raises(ValueError, match="two parents"):
-        tree_verify(logits, tokens, torch.tensor([[0, 1, 2], [0, 2, -1]], dtype=torch.int32))
+    logits = torch.zeros(2, 3, 4)
+    tokens = torch.zeros(2, 3, dtype=torch.int32)
+    good = [[0, 1, 2], [0, -1, -1]]
+    with pytest.raises(ValueError, match=r"paths\[1\]\[0\] = \[1, 2, -1\]: must start with the root"):
+        tree_verify(logits, tokens, torch.tensor([good, [[1, 2, -1], [0, -1, -1]]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"paths\[0\]: node 2 has two parents"):
+        tree_verify(logits, tokens, torch.tensor([[[0, 1, 2], [0, 2, -1]], good], dtype=torch.int32))
+    with pytest.raises(ValueError, match="padding must be a suffix"):
+        tree_verify(logits, tokens, torch.tensor([good, [[0, -1, 2], [0, 1, -1]]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"paths: shape \[2, 2\] has rank 2"):  # [P, D+1]: the old contract
+        tree_verify(logits, tokens, torch.tensor([[0, 1], [0, 2]], dtype=torch.int32))
+    with pytest.raises(ValueError, match="paths: shape"):
+        tree_verify(logits, tokens, _paths([-1, 0, 0]))  # B = 1 against 2 rows of logits
+    with pytest.raises(ValueError, match=r"tokens\[1\]: a node on a path"):
+        tree_verify(logits, torch.tensor([[0, 1, 2], [0, -1, 0]], dtype=torch.int32),
+                    torch.tensor([good, [[0, 1, -1], [0, 2, -1]]], dtype=torch.int32))  # fmt: skip
+    # trees differ per sequence: two parents only counts within one sequence
+    mixed = torch.tensor([[[0, 1, 2], [0, 1, -1]], [[0, 2, 1], [0, -1, -1]]], dtype=torch.int32)
+    assert tree_verify(logits, tokens, mixed).accepted_len.tolist() == [3, 3]
+    one = _paths([-1, 0, 0])
     with pytest.raises(ValueError, match="uniforms"):
-        tree_verify(logits, tokens, _paths([-1, 0, 0]), "rejection", torch.ones(1), torch.ones(1),
+        tree_verify(logits[:1], tokens[:1], one, "rejection", torch.ones(1), torch.ones(1),
                     torch.tensor([[1.0, 0.0]]))  # fmt: skip
     with pytest.raises(ValueError, match="tokens: shape"):
-        tree_verify(logits, torch.zeros(2, 3, dtype=torch.int32), _paths([-1, 0, 0]))
+        tree_verify(logits[:1], torch.zeros(2, 3, dtype=torch.int32), one)

@@ -1,10 +1,12 @@
 """GPU check of `tree_verify` (run by scripts/gpu_check.sh; needs CUDA torch + triton; tensorrt optional).
 
-    python -m plugins.tree_verify.gpu_check [--vocab 128256] [--batches 1,2,4,8,16] [--json out.json]
+    python -m plugins.verify_checks.gpu_check [--vocab 128256] [--batches 1,2,4,8,16] [--json out.json]
 
-1. The Triton kernel against the reference at T = 64 (the Medusa tree mc_sim_7b_63), V = 128256,
-   B = 1..16, greedy and rejection (top_p = 1: one pass over the logits; mixed top_p: the top-p
-   search re-reads rows), bf16 logits (fp16 and fp32 at B = 1 and 16, greedy).
+1. The Triton kernel against the reference at T = 64 (the Medusa tree mc_sim_7b_63, shared by the
+   batch as a stride-0 expanded paths tensor), V = 128256, B = 1..16, greedy and rejection (top_p =
+   1: one pass over the logits; mixed top_p: the top-p search re-reads rows), bf16 logits (fp16 and
+   fp32 at B = 1 and 16, greedy); and with one tree per sequence ("own trees": the first n_b ≤ 64
+   nodes of that tree for each sequence, padded to T = 64), both modes.
 2. Times each call with triton.testing.do_bench and sets the bytes it must move (the logits,
    B·T·V·bytes, plus the small inputs/outputs) against the device's measured copy bandwidth
    (a 1 GiB device-to-device copy: read + write).
@@ -26,9 +28,9 @@ import torch
 
 from builder.speculative.choices import load_choices
 from builder.speculative.tree import tree_from_choices
-from builder.speculative.verify import VerifyResult
-from plugins.tree_verify.cases import Case, compare, random_case
 from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
+from plugins.tree_verify.reference import VerifyResult
+from plugins.verify_checks.cases import Case, compare, random_case
 
 TREE = "mc_sim_7b_63"  # 63 Medusa choices + root = 64 nodes
 
@@ -49,7 +51,7 @@ class Row:
 
 def bytes_moved(batch: int, nodes: int, vocab: int, logit_bytes: int, width: int, num_paths: int) -> int:
     """Minimum bytes per call: logits once, the small inputs and the outputs."""
-    small_in = 4 * (batch * nodes * 2 + num_paths * width + batch * (2 + width))  # tokens, q, paths, …
+    small_in = 4 * (batch * nodes * 2 + batch * num_paths * width + batch * (2 + width))  # tokens, q, paths, …
     return batch * nodes * vocab * logit_bytes + small_in + 4 * batch * (2 + width)
 
 
@@ -63,9 +65,17 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def make_case(mode: Mode, batch: int, vocab: int, dtype: torch.dtype, top_p_one: bool) -> Case:
+def make_case(mode: Mode, batch: int, vocab: int, dtype: torch.dtype, top_p_one: bool,
+              own_trees: bool = False) -> Case:  # fmt: skip
+    """T = 64 nodes: the Medusa tree shared by the batch, or (own_trees) its first n_b nodes per sequence."""
     parents = tree_from_choices(load_choices(TREE)).parents.tolist()
-    case = random_case(7, batch, len(parents), vocab, mode, dtype, parents=parents, greedy_rows=0.0)
+    if own_trees:  # nodes are in (depth, lexicographic) order: any first n nodes form a tree
+        gen = torch.Generator().manual_seed(batch)
+        sizes = [len(parents)] + torch.randint(1, len(parents) + 1, (batch - 1,), generator=gen).tolist()
+        trees = [parents[:n] + [-2] * (len(parents) - n) for n in sizes]
+        case = random_case(7, batch, len(parents), vocab, mode, dtype, trees=trees, greedy_rows=0.0)
+    else:
+        case = random_case(7, batch, len(parents), vocab, mode, dtype, parents=parents, greedy_rows=0.0)
     if top_p_one:
         case.top_p = torch.ones_like(case.top_p)
     return case.to("cuda")
@@ -83,7 +93,7 @@ def check_kernel(case: Case, label: str, copy_gbps: float) -> Row:
     result = compare(case, run())
     ms = triton.testing.do_bench(run, warmup=25, rep=200)
     b, t, v = case.logits.shape
-    moved = bytes_moved(b, t, v, case.logits.element_size(), case.paths.shape[1], case.paths.shape[0])
+    moved = bytes_moved(b, t, v, case.logits.element_size(), case.paths.shape[2], case.paths.shape[1])
     gbps = moved / ms / 1e6
     return Row("triton", label, str(case.logits.dtype).removeprefix("torch."), b, ms * 1e3, gbps,
                gbps / copy_gbps, result.rows - len(result.near_ties) - len(result.wrong),
@@ -114,11 +124,12 @@ def check_tensorrt(case: Case, label: str) -> Row:
     plan = builder.build_serialized_network(network, builder.create_builder_config())
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     context = engine.create_execution_context()
-    b, w = case.tokens.shape[0], case.paths.shape[1]
+    b, w = case.tokens.shape[0], case.paths.shape[2]
     outs = [torch.empty(b, dtype=torch.int32, device="cuda"), torch.empty(b, dtype=torch.int32, device="cuda"),
             torch.empty(b, w, dtype=torch.int32, device="cuda")]  # fmt: skip
-    for name, tensor in [*zip(INPUT_NAMES, case.inputs()), *zip(OUTPUT_NAMES, outs)]:
-        context.set_tensor_address(name, tensor.contiguous().data_ptr())
+    inputs = [x.contiguous() for x in case.inputs()]  # kept alive until the engine has run
+    for name, tensor in [*zip(INPUT_NAMES, inputs), *zip(OUTPUT_NAMES, outs)]:
+        context.set_tensor_address(name, tensor.data_ptr())
     stream = torch.cuda.current_stream()
     context.execute_async_v3(stream.cuda_stream)
     stream.synchronize()
@@ -139,7 +150,7 @@ def _verify_model(case: Case):
              torch.bfloat16: TensorProto.BFLOAT16, torch.int32: TensorProto.INT32}  # fmt: skip
     named = zip(INPUT_NAMES, case.inputs())
     inputs = [helper.make_tensor_value_info(n, types[t.dtype], list(t.shape)) for n, t in named]
-    b, w = case.tokens.shape[0], case.paths.shape[1]
+    b, w = case.tokens.shape[0], case.paths.shape[2]
     outputs = [helper.make_tensor_value_info(n, TensorProto.INT32, s) for n, s in zip(OUTPUT_NAMES, ([b], [b], [b, w]))]
     graph = helper.make_graph([onnx_op.make_node(INPUT_NAMES, OUTPUT_NAMES, case.mode)], "tree_verify", inputs, outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(DOMAIN, 1)])
@@ -168,10 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · TensorRT: {tensorrt_available()}")
     copy_gbps = copy_bandwidth()
     rows: list[Row] = []
-    configs = [(Mode.GREEDY, "greedy", True), (Mode.REJECTION, "rejection top_p=1", True),
-               (Mode.REJECTION, "rejection mixed top_p", False)]  # fmt: skip
-    for mode, label, top_p_one in configs:
-        full = make_case(mode, max(batches), args.vocab, torch.bfloat16, top_p_one)
+    configs = [(Mode.GREEDY, "greedy", True, False), (Mode.REJECTION, "rejection top_p=1", True, False),
+               (Mode.REJECTION, "rejection mixed top_p", False, False), (Mode.GREEDY, "greedy own trees", True, True),
+               (Mode.REJECTION, "rejection own trees", False, True)]  # fmt: skip
+    for mode, label, top_p_one, own_trees in configs:
+        full = make_case(mode, max(batches), args.vocab, torch.bfloat16, top_p_one, own_trees)
         rows += [check_kernel(full.rows(0, b), label, copy_gbps) for b in batches]
         if tensorrt_available():
             rows.append(check_tensorrt(full.rows(0, min(4, max(batches))), label))
