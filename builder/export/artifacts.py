@@ -4,7 +4,9 @@ a manifest (`export.json`), all staged in a temp folder and renamed into place o
 Files in `out_dir` for a graph named `stem`:
     {stem}.onnx       canonical (contains trtspec::TreeVerify where the graph verifies; checked with
                       onnx.checker full_check)
-    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, dead nodes pruned (what ORT loads)
+    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, repeated subexpressions merged (the
+                      decomposition's ArgMax over the logits is `node_argmax`'s), dead nodes pruned
+                      (what ORT loads)
     {stem}.data       the weights (tensors over 1 KiB), shared by both models
     export.json       inputs, outputs, node counts, settings
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 import onnx
 
-from builder.export.graph import NodeCounts, node_counts, prune, save, save_sharing_data, staged_dir
+from builder.export.graph import NodeCounts, dedupe, node_counts, prune, save, save_sharing_data, staged_dir
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN
 
@@ -44,7 +46,7 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
     with staged_dir(out_dir) as tmp:
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
-        ort_model = prune(onnx_op.decompose(model))
+        ort_model = prune(dedupe(onnx_op.decompose(model)))
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         inputs = tuple(i.name for i in model.graph.input)

@@ -153,9 +153,9 @@ class OrtVariant:
         with g.scope("attn_prep"):
             self.step = step
             self.cos, self.sin = g.weight("rope_cos", cos), g.weight("rope_sin", sin)  # [CAP, D/2]
-            live = _live_len(g, step)  # [] max total length over the batch
+            end = g.op("Add", step.write_at, step.num_new)  # [B] total length of each row
+            live = g.op("ReduceMax", end, keepdims=0)  # [] max over the batch
             self.total = g.op("Cast", live, to=I32)  # [] int32 total_sequence_length
-            end = g.op("Add", step.write_at, step.num_new)  # [B]
             self.seqlens_k = g.op("Cast", g.op("Sub", end, g.const(1)), to=I32)  # [B] int32
             self.query_seqlens = g.op("Cast", step.num_new, to=I32)  # [B] int32
             mask = attend_mask(g, step, live)  # [B, 1, T, S]

@@ -163,6 +163,31 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def dedupe(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Common-subexpression elimination, in place: a node with the same op, inputs and attributes as an
+    earlier one is dropped and its outputs' uses read the earlier node's. (ORT's own pass leaves nodes that
+    feed graph outputs alone; this one keeps the graph-output producer when it comes first.) Run `prune`
+    afterwards for what becomes dead."""
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    seen: dict[tuple[Any, ...], list[str]] = {}
+    rename: dict[str, str] = {}
+    keep: list[onnx.NodeProto] = []
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = rename.get(name, name)
+        key = (node.domain, node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
+        first = seen.get(key)
+        if first is None or any(o in outputs for o in node.output) or len(first) != len(node.output):
+            seen.setdefault(key, list(node.output))
+            keep.append(node)
+            continue
+        rename.update({o: f for o, f in zip(node.output, first) if o})
+    del g.node[:]
+    g.node.extend(keep)
+    return model
+
+
 def save(model: onnx.ModelProto, path: Path, data_file: str) -> None:
     """Write `model` to `path`, tensors over 1 KiB to `data_file` beside it (converts `model` in place:
     afterwards its large initializers refer to that file)."""

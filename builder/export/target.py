@@ -123,7 +123,10 @@ def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, p
     logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
     bt = g.op("Shape", verify_index)  # [2] = (B, Tv)
     logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]
-    g.op("ArgMax", logits, out="node_argmax", axis=2, keepdims=0, select_last_index=0)  # [B, Tv]
+    # ArgMax of Cast(logits, FLOAT) exactly as the TreeVerify decomposition computes its own, so that ORT's
+    # common-subexpression elimination keeps one ArgMax over [B, Tv, V] (measured ~1 ns per element).
+    same = g.op("Cast", logits, to=F32)  # [B, Tv, V] (identity for fp32)
+    g.op("ArgMax", same, out="node_argmax", axis=2, keepdims=0, select_last_index=0)  # [B, Tv]
     tokens_v = g.op("Cast", g.op("GatherElements", "tokens", verify_index, axis=1), to=I32)  # [B, Tv]
     draft_probs = _filled(g, bt, 1.0)  # [B, Tv]: our drafters are deterministic (q = 1)
     if mode == "rejection":

@@ -26,7 +26,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from builder.export.graph import F32, Graph, node_counts, prune, staged_dir
+from builder.export.graph import F32, Graph, dedupe, node_counts, prune, staged_dir
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama
@@ -220,3 +220,20 @@ def test_prune_drops_dead_nodes_and_counts_per_layer() -> None:
     onnx.checker.check_model(pruned, full_check=True)
     counts = node_counts(pruned)
     assert (counts.total, counts.per_layer, counts.by_op) == (2, (1, 1), {"Add": 1, "Relu": 1})
+
+
+def test_dedupe_merges_repeated_nodes_but_keeps_graph_outputs() -> None:
+    g = Graph("g")
+    x = g.input("x", F32, [2])
+    a, b = g.op("Abs", x), g.op("Abs", x)  # the same computation twice
+    g.op("Neg", a, out="first")  # a graph output: its producer stays even if repeated later
+    g.op("Neg", a, out="second")
+    g.op("Add", g.op("Relu", b), g.op("Relu", a), out="sum")
+    for name in ("first", "second", "sum"):
+        g.output(name, F32, [2])
+    model = prune(dedupe(g.model({"": 24})))
+    onnx.checker.check_model(model, full_check=True)
+    assert node_counts(model).by_op == {"Abs": 1, "Add": 1, "Neg": 2, "Relu": 1}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    first, second, total = sess.run(None, {"x": np.array([-1.0, 2.0], np.float32)})
+    assert first.tolist() == second.tolist() == [-1.0, -2.0] and total.tolist() == [2.0, 4.0]
