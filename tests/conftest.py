@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ if not Path("/dev/nvidiactl").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Exports and other build outputs go to a per-run temporary cache, never into the working tree.
+os.environ.setdefault("TRTSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="trtspec-test-cache-"))
 
 
 @pytest.fixture

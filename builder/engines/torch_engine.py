@@ -131,11 +131,7 @@ class TorchEngine:
             kwargs = dict(temperature=torch.from_numpy(sampling.temperature[row : row + 1]),
                           top_p=torch.from_numpy(sampling.top_p[row : row + 1]),
                           uniforms=torch.from_numpy(np.ascontiguousarray(sampling.uniforms[row : row + 1, :w])))
-        pa = torch.from_numpy(paths.astype(np.int32))
-        from plugins.tree_verify.contract import INPUTS  # TODO(batched paths): drop once the contract is [B, P, W]
-
-        if len(next(s for s in INPUTS if s.name == "paths").dims) == 3:
-            pa = pa[None]
+        pa = torch.from_numpy(paths.astype(np.int32))[None]  # [1, P, W]: this sequence's tree
         return tree_verify(logits.float(), tokens.to(torch.int32), pa, mode=mode, **kwargs)
 
     def _medusa(self, hidden: torch.Tensor) -> np.ndarray:  # hidden [C] -> [H, K] int64

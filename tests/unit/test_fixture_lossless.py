@@ -18,7 +18,7 @@ from builder.speculative.decoding import generate
 from tests.unit.model_utils import hf_float64
 from tests.unit.test_lossless import assert_lossless
 
-ENGINE = "torch"
+ENGINE = "onnxruntime"  # the default CPU engine; tests/unit/test_lossless.py covers both engines
 
 REPO = Path(__file__).resolve().parents[2]
 NEW, PROMPTS = 64, 20

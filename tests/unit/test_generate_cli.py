@@ -74,7 +74,7 @@ SPECS = {
 }
 
 
-ENGINES = ["torch"]
+ENGINES = ["torch", "onnxruntime"]  # the last one also runs the other CLI tests
 
 
 @pytest.mark.parametrize("engine", ENGINES)

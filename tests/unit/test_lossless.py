@@ -9,7 +9,8 @@ logit of HF), and reported.
 
 from __future__ import annotations
 
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -82,56 +83,82 @@ def assert_lossless(hf_pair, prompt: list[int], ref: list[int], got: list[int], 
     assert_near_tie(got[i], ref[i], logits, logits64, what=f"{label}: token {i}")
 
 
-def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine, Callable]:
-    """The torch reference engine and a drafter factory for a method on the random model."""
-    kw = dict(max_seq_len=512, max_batch_size=batch)
-    if method == "none":
-        return TorchEngine(model, **kw), lambda: None
-    if method == "lookahead":
-        return TorchEngine(model, **kw), lambda: LookaheadDrafter(4, 4, 4)
+MAX_SEQ = 512
+EAGLE2 = DynamicSpec(depth=5, top_k=8, total_nodes=32)
+
+
+def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -> tuple[Any, Callable]:
+    """An engine ("torch" reference or "onnxruntime") and a drafter factory for a method on the random model."""
+    from builder.engines.ort.build import eagle_net, target_engine
+
+    medusa = tree = None
     if method == "medusa":
         tree = tree_from_choices(MC)
-        engine = TorchEngine(model, medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1, **kw)
-        return engine, lambda: MedusaDrafter(tree)
+        medusa = dict(medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1)
+    nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1}.get(method, 64)
+    if kind == "torch":
+        engine: Any = TorchEngine(model, max_seq_len=MAX_SEQ, max_batch_size=batch, **(medusa or {}))
+    else:
+        engine = target_engine(model, cache, max_seq_len=MAX_SEQ, max_nodes=nodes, max_batch_size=batch, **(medusa or {}))
+    if method in ("none", "lookahead", "medusa"):
+        return engine, {"none": lambda: None, "lookahead": lambda: LookaheadDrafter(4, 4, 4),
+                        "medusa": lambda: MedusaDrafter(tree)}[method]  # fmt: skip
     draft = random_eagle(model)
-    tree = static_tree(MC) if method == "eagle1" else DynamicSpec(depth=5, top_k=8, total_nodes=32)
-    top_k = int(tree.rank.max()) + 1 if method == "eagle1" else 8
-    net = TorchEagleNet(draft, top_k, 512 + 64, batch)
-    return TorchEngine(model, **kw), lambda: EagleDrafter(net, tree)
+    shape = static_tree(MC) if method == "eagle1" else EAGLE2
+    top_k, tentative = (int(shape.rank.max()) + 1, 64) if method == "eagle1" else (8, EAGLE2.depth * EAGLE2.top_k)
+    if kind == "torch":
+        net: Any = TorchEagleNet(draft, top_k, MAX_SEQ + tentative + 1, batch)
+    else:
+        net = eagle_net(draft, model.lm_head.weight, cache, top_k=top_k, capacity=MAX_SEQ + tentative + 1,
+                        max_batch_size=batch)  # fmt: skip
+    return engine, lambda: EagleDrafter(net, shape)
+
+
+def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine, Callable]:
+    return make_method("torch", model, method, batch, Path())
 
 
 METHODS = ["medusa", "eagle1", "eagle2", "lookahead"]
+ENGINES = ["torch", "onnxruntime"]
 
 
-def test_plain_greedy_equals_hf(setup, hf_pair, hf_greedy):
+@pytest.fixture(scope="module")
+def ort_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ort-exports")
+
+
+@pytest.mark.parametrize("kind", ENGINES)
+def test_plain_greedy_equals_hf(setup, hf_pair, hf_greedy, ort_cache, kind):
     _, model, prompts = setup
-    engine, _ = torch_method(model, "none")
+    engine, _ = make_method(kind, model, "none", 1, ort_cache)
     for p, ref in zip(prompts, hf_greedy):
-        assert_lossless(hf_pair, p, ref, generate(engine, p, NEW).token_ids, "plain")
+        assert_lossless(hf_pair, p, ref, generate(engine, p, NEW).token_ids, f"{kind} plain")
 
 
+@pytest.mark.parametrize("kind", ENGINES)
 @pytest.mark.parametrize("method", METHODS)
-def test_speculative_equals_plain_and_hf(setup, hf_pair, hf_greedy, method):
+def test_speculative_equals_plain_and_hf(setup, hf_pair, hf_greedy, ort_cache, method, kind):
     _, model, prompts = setup
-    engine, make = torch_method(model, method)
+    engine, make = make_method(kind, model, method, 1, ort_cache)
     steps = 0
     for p, ref in zip(prompts, hf_greedy):
         g = generate(engine, p, NEW, make())
         assert len(g.token_ids) == NEW
-        assert_lossless(hf_pair, p, ref, g.token_ids, f"{method} prompt {p[:4]}")
+        assert_lossless(hf_pair, p, ref, g.token_ids, f"{kind} {method} prompt {p[:4]}")
         steps += g.steps
     assert steps <= len(prompts) * (NEW - 1)  # never more target steps than plain decoding
 
 
+@pytest.mark.parametrize("kind", ENGINES)
 @pytest.mark.parametrize("method", ["none", *METHODS])
-def test_batched_requests_equal_hf(setup, hf_pair, hf_greedy, method):
+def test_batched_requests_equal_hf(setup, hf_pair, hf_greedy, ort_cache, method, kind):
     """All 20 prompts through one Decoder with 4 slots (requests join as others finish)."""
     _, model, prompts = setup
-    engine, make = torch_method(model, method, batch=BATCH)
+    engine, make = make_method(kind, model, method, BATCH, ort_cache)
     lengths = [NEW - (i % 3) * 7 for i in range(len(prompts))]  # different lengths: slots free at different steps
     gens = Decoder(engine, make()).run([Request(tuple(p), n) for p, n in zip(prompts, lengths)])
     for p, ref, n, g in zip(prompts, hf_greedy, lengths, gens):
-        assert_lossless(hf_pair, p, ref[:n], g.token_ids, f"{method} batched")
+        assert_lossless(hf_pair, p, ref[:n], g.token_ids, f"{kind} {method} batched")
 
 
 class ChainDrafter:

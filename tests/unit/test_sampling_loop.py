@@ -81,11 +81,19 @@ def sample(engine, make_drafter, temp: float) -> Counter:
     return counts
 
 
+@pytest.mark.parametrize("kind", ["torch", "onnxruntime"])
 @pytest.mark.parametrize("method", ["none", "medusa", "lookahead"])
-def test_loop_samples_follow_the_target(model, method):
+def test_loop_samples_follow_the_target(model, method, kind, tmp_path):
+    """The torch reference verifies with plugins.tree_verify.reference; the ONNX Runtime engine runs the
+    decomposed TreeVerify (rejection graph) inside its step graph: both must reproduce the target."""
+    from builder.engines.ort.build import target_engine
+
     tree = tree_from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0]])
     medusa = dict(medusa=random_medusa(model, num_heads=2, std=0.5), medusa_topk=3) if method == "medusa" else {}
-    engine = TorchEngine(model, max_seq_len=64, **medusa)
+    if kind == "torch":
+        engine = TorchEngine(model, max_seq_len=64, **medusa)
+    else:
+        engine = target_engine(model, tmp_path, max_seq_len=32, max_nodes=16, **medusa)
     make = {"none": lambda: None, "medusa": lambda: MedusaDrafter(tree),
             "lookahead": lambda: LookaheadDrafter(2, 3, 2)}[method]
     counts = sample(engine, make, TEMP)
