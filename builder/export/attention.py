@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from builder.export.graph import BOOL, F32, I32, I64, Graph
+from builder.export.graph import I32, Graph
 
 MS = "com.microsoft"
 VARIANTS = ("standard", "ort")
@@ -185,6 +185,3 @@ class OrtVariant:
     def silu(self, g: Graph, x: str) -> str:
         return g.op("QuickGelu", x, domain=MS, alpha=1.0)
 
-
-__all__ = ["AttnShape", "LayerCache", "StepValues", "Variant", "VARIANTS", "attend_mask", "make_variant",
-           "BOOL", "F32", "I64"]  # fmt: skip

@@ -47,7 +47,7 @@ class StepTimer:
     """An ORT session over one exported graph with preallocated caches bound in place."""
 
     def __init__(self, graph: Path, model: Llama, batch: int, capacity: int, optimized: Path | None = None) -> None:
-        import onnxruntime as ort
+        import onnxruntime as ort  # type: ignore[import-untyped]
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = so.inter_op_num_threads = 1

@@ -72,7 +72,7 @@ class Graph:
 
     def const(self, value: object, dtype: type = np.int64) -> str:
         """A small constant initializer, shared by every use of the same value."""
-        arr = np.asarray(value, dtype=dtype)
+        arr: np.ndarray = np.asarray(value, dtype=dtype)
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key not in self._consts:
             self._consts[key] = self.weight("const", arr)

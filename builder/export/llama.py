@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from builder.errors import UserError
-from builder.export.attention import AttnShape, LayerCache, StepValues, Variant
+from builder.export.attention import AttnShape, LayerCache, Variant
 from builder.export.graph import F32, Graph
 from builder.model.config import LlamaConfig
 from builder.model.llama import Block
@@ -43,7 +43,7 @@ def layer_weights(block: Block) -> LayerWeights:
     a, m = block.self_attn, block.mlp
     norm = block.input_layernorm
     return LayerWeights(
-        input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight),
+        input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight),  # type: ignore[arg-type]
         qkv=np.concatenate([to_numpy(a.q_proj.weight.T), to_numpy(a.k_proj.weight.T), to_numpy(a.v_proj.weight.T)],
                            axis=1),
         o=to_numpy(a.o_proj.weight.T),
@@ -71,7 +71,7 @@ def attn_shape(cfg: LlamaConfig) -> AttnShape:
 
 def cache_io(g: Graph, cfg: LlamaConfig, capacity: int) -> list[LayerCache]:
     """Declare `past_key_{l}` / `past_value_{l}` inputs and `present_*` outputs [B, KV, CAP, D]."""
-    dims = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
+    dims: list[int | str | None] = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
     caches = []
     for i in range(cfg.num_hidden_layers):
         c = LayerCache(f"past_key_{i}", f"past_value_{i}", f"present_key_{i}", f"present_value_{i}")
@@ -82,7 +82,7 @@ def cache_io(g: Graph, cfg: LlamaConfig, capacity: int) -> list[LayerCache]:
 
 
 def declare_present(g: Graph, cfg: LlamaConfig, capacity: int, caches: list[LayerCache]) -> None:
-    dims = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
+    dims: list[int | str | None] = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
     for c in caches:
         g.output(c.present_key, F32, dims)
         g.output(c.present_value, F32, dims)

@@ -15,7 +15,7 @@ import onnx
 
 from builder.errors import UserError
 from builder.export.artifacts import ExportResult, write_models
-from builder.export.attention import StepValues, Variant, make_variant
+from builder.export.attention import StepValues, make_variant
 from builder.export.graph import BOOL, F32, I32, I64, Graph
 from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables,
                                   to_numpy)  # fmt: skip
