@@ -106,27 +106,38 @@ def _draft_tree(sc: Scenario, b: int, n: int) -> tuple[list[int], list[int]]:
     return parents, tokens
 
 
-def _step(sc: Scenario, max_nodes: int) -> None:
+def _step(sc: Scenario, max_nodes: int, fresh: dict[int, list[int]] | None = None) -> None:
+    """One call: a random tree per row, except rows in `fresh`, which start over with that prompt
+    (past_len 0, a causal chain, verify-node 0 = its last token) in the same batch (in-flight batching)."""
+    fresh = fresh or {}
+    for b in fresh:
+        sc.seq[b] = []
     B = len(sc.seq)
-    trees = [_draft_tree(sc, b, int(sc.gen.integers(1, max_nodes + 1))) for b in range(B)]
+    trees = [([-1] + list(range(len(fresh[b]) - 1)), fresh[b]) if b in fresh else
+             _draft_tree(sc, b, int(sc.gen.integers(1, max_nodes + 1))) for b in range(B)]  # fmt: skip
     T = max(len(p) for p, _ in trees)
-    paths = pad_paths([leaf_paths(p) for p, _ in trees])  # [B, P, W]
+    paths = pad_paths([[[0]] if b in fresh else leaf_paths(p) for b, (p, _) in enumerate(trees)])  # [B, P, W]
     tokens, positions = np.zeros((B, T), np.int64), np.zeros((B, T), np.int64)
     tree_mask = np.tile(np.eye(T, dtype=bool), (B, 1, 1))  # padding nodes attend themselves
+    verify_index = np.tile(np.arange(T), (B, 1))
     calls = []
     for b, (parents, toks) in enumerate(trees):
         n, past = len(parents), len(sc.seq[b])
         mask, depth = ancestors(parents)
         tokens[b, :n], positions[b, :n], positions[b, n:] = toks, past + depth, past
         tree_mask[b, :n, :n] = mask
-        calls.append(Call(past, toks, mask, (past + depth).tolist(), list(range(T)), paths[b]))
+        if b in fresh:  # verify the last prompt token; the other verify columns repeat node 0
+            verify_index[b] = [n - 1] + [0] * (T - 1)
+        calls.append(Call(past, toks, mask, (past + depth).tolist(), verify_index[b].tolist(), paths[b]))
     feeds = dict(tokens=tokens, position_ids=positions, tree_mask=tree_mask,
                  past_len=np.array([len(s) for s in sc.seq], np.int64),
                  num_nodes=np.array([len(p) for p, _ in trees], np.int64),
-                 verify_index=np.tile(np.arange(T), (B, 1)), paths=paths,
-                 **_sampling(sc.mode, B, paths.shape[2], sc.gen))  # fmt: skip
+                 verify_index=verify_index, paths=paths, **_sampling(sc.mode, B, paths.shape[2], sc.gen))  # fmt: skip
     for b, (chain, bonus) in enumerate(_run_and_check(sc, feeds, calls)):
-        _commit(sc, b, calls[b], chain, bonus)
+        if b in fresh:
+            sc.seq[b], sc.root[b] = fresh[b], bonus  # the whole prompt is committed
+        else:
+            _commit(sc, b, calls[b], chain, bonus)
 
 
 def _run_and_check(sc: Scenario, feeds: dict[str, np.ndarray], calls: list[Call]) -> list[tuple[list[int], int]]:
@@ -191,9 +202,9 @@ def _commit(sc: Scenario, b: int, call: Call, chain: list[int], bonus: int) -> N
 
 def _scenario(model, variant: str, mode: str, tmp_path: Path, medusa: MedusaHeads | None = None,
               prompt_lens=(7, 12, 4, 1), steps: int = 4, max_nodes: int = 8, seed: int = 0,
-              cap: int = CAP) -> None:  # fmt: skip
+              cap: int = CAP, restart: int | None = None) -> None:  # fmt: skip
     """Prefill, then `steps` tree steps; the longest row must stay within the cache (12 + steps·max_nodes +
-    max_nodes ≤ cap)."""
+    max_nodes ≤ cap). `restart`: at the second step that row starts over with a new prompt."""
     cfg = model.cfg
     res = export_target(model, tmp_path / "target", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
                         medusa_topk=None if medusa is None else MEDUSA_K)  # fmt: skip
@@ -201,8 +212,9 @@ def _scenario(model, variant: str, mode: str, tmp_path: Path, medusa: MedusaHead
     sc = Scenario(model, mode, sess, np.random.default_rng(seed), medusa)
     prompts = [sc.gen.integers(0, cfg.vocab_size, n).tolist() for n in prompt_lens]
     _prefill(sc, prompts)
-    for _ in range(steps):
-        _step(sc, max_nodes)
+    for i in range(steps):
+        fresh = {restart: sc.gen.integers(0, cfg.vocab_size, 10).tolist()} if i == 1 and restart is not None else {}
+        _step(sc, max_nodes, fresh)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -210,6 +222,13 @@ def _scenario(model, variant: str, mode: str, tmp_path: Path, medusa: MedusaHead
 def test_greedy_prefill_and_tree_steps_match_the_reference(variant: str, config: str, tmp_path: Path) -> None:
     model = tiny_target(1, **CONFIGS[config])
     _scenario(model, variant, "greedy", tmp_path, seed=sorted(CONFIGS).index(config))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_fresh_prompt_batched_with_tree_steps(variant: str, tmp_path: Path) -> None:
+    """In-flight batching: one row prefills (past_len 0) in the same call as other rows' tree steps."""
+    model = tiny_target(6, **CONFIGS["llama31_untied_d16"])
+    _scenario(model, variant, "greedy", tmp_path, prompt_lens=(7, 12, 4), restart=1, seed=11)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
