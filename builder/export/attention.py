@@ -28,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from builder.errors import UserError
 from builder.export.graph import I32, Graph
 
 MS = "com.microsoft"
@@ -72,12 +73,17 @@ class Variant(Protocol):
     def silu(self, g: Graph, x: str) -> str: ...
 
 
-def make_variant(name: str) -> Variant:
+def make_variant(name: str, head_dim: int) -> Variant:
+    """The variant called `name`; `ort` needs head_dim % 16 == 0 (GroupQueryAttention's CPU kernel
+    refuses other head sizes at run time: refused here at export instead)."""
     if name == "standard":
         return StandardVariant()
     if name == "ort":
+        if head_dim % 16:
+            raise UserError(f"the `ort` attention variant (GroupQueryAttention) needs head_dim % 16 == 0, got "
+                            f"{head_dim}; use the `standard` variant", field="variant", allowed="standard")  # fmt: skip
         return OrtVariant()
-    raise ValueError(f"unknown attention variant {name!r}; expected one of {VARIANTS}")
+    raise UserError(f"unknown attention variant {name!r}", field="variant", allowed=", ".join(VARIANTS))
 
 
 def attend_mask(g: Graph, step: StepValues, live: str) -> str:  # -> [B, 1, T, S] bool

@@ -40,7 +40,7 @@ def build_eagle(
                         field="lm_head")  # fmt: skip
     if not 1 <= top_k <= V:
         raise UserError(f"top_k must lie in 1..{V}, got {top_k}", field="top_k")
-    var = make_variant(variant)
+    var = make_variant(variant, cfg.head_dim)
     g = Graph("eagle_step")
     g.input("tokens", I64, ["B", "F"])
     g.input("hidden_in", F32, ["B", "F", C])

@@ -50,7 +50,7 @@ def build_target(
         raise ValueError("pass medusa and medusa_topk together")
     if medusa is not None and (medusa.hidden_size, medusa.vocab_size) != (cfg.hidden_size, cfg.vocab_size):
         raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
-    var = make_variant(variant)
+    var = make_variant(variant, cfg.head_dim)
     g = Graph("target_step")
     step, verify_index, paths = _step_inputs(g, mode)
     caches = cache_io(g, cfg, max_seq_len)

@@ -18,6 +18,7 @@ import onnx
 import pytest
 import torch
 
+from builder.errors import UserError
 from builder.export.target import export_target
 from builder.speculative.medusa.heads import MedusaHeads
 from plugins.tree_verify.contract import DOMAIN, OP_TYPE, Mode
@@ -274,3 +275,11 @@ def test_files_io_and_node_counts(variant: str, mode: str, tmp_path: Path) -> No
     assert list(res.outputs)[:5] == ["accepted_len", "best_path", "output_tokens", "node_argmax", "hidden"]
     per_layer = res.node_counts["ort"].per_layer
     assert len(per_layer) == 2 and per_layer[1] == {"standard": 23, "ort": 10}[variant]
+
+
+def test_ort_variant_refuses_a_head_dim_groupqueryattention_cannot_run(tmp_path: Path) -> None:
+    model = tiny_target(0, scaling=False, tied=False, head_dim=24)
+    with pytest.raises(UserError, match="head_dim % 16"):
+        export_target(model, tmp_path / "t", variant="ort", mode="greedy", max_seq_len=CAP)
+    assert not (tmp_path / "t").exists()
+    _scenario(model, "standard", "greedy", tmp_path, steps=1)  # the standard variant takes any head_dim
