@@ -83,8 +83,8 @@ class Graph:
         return self.op_n(op_type, *inputs, outs=[out or ""], domain=domain, **attrs)[0]
 
     def op_n(self, op_type: str, *inputs: str, outs: Sequence[str] | int, domain: str = "", **attrs: Any) -> list[str]:
-        """One node with several outputs: `outs` is a count or a list of names ("" = fresh, None-like
-        trailing outputs are not allowed; pass "-" to leave an optional output unproduced)."""
+        """One node with several outputs: `outs` is a count or a list of names ("" = a fresh name, "-" = an
+        optional output left unproduced); returns the output names."""
         names = [""] * outs if isinstance(outs, int) else list(outs)
         node_name = self.fresh(op_type)
         resolved = []
