@@ -11,7 +11,7 @@ past_len 300, CAP 1024, greedy graph, median ms per step, two runs of 500 each):
 
     B  T    standard   ort          node counts (per layer / whole graph)
     1  1    0.26       0.27-0.28    standard: 22-23 / 138 canonical, 175 ORT-ready (TreeVerify decomposed)
-    1  4    0.34       0.32-0.33    ort:      10    /  91 canonical, 127 ORT-ready
+    1  4    0.33-0.34  0.32-0.33    ort:      10    /  90 canonical, 127 ORT-ready
     1  13   0.76-0.78  0.78-0.79    (after ORT's own optimizations: 175 and 115)
     1  24   1.15-1.16  1.21-1.24
     4  1    0.46       0.53
