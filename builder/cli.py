@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("builder.commands.recipe_cmds", "validate", "Check recipes; exit 2 with precise errors."),
     "plan": ("builder.commands.recipe_cmds", "plan", "Show build stages, cache keys and the memory plan."),
     "schema": ("builder.commands.recipe_cmds", "schema", "Print the recipe JSON schema."),
+    "build": ("builder.commands.build_cmds", "build", "Build the recipe's engines (cached, atomic, resumable)."),
     "generate": ("builder.commands.generate_cmds", "generate", "Generate text with speculative decoding (CPU reference)."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),

@@ -17,7 +17,7 @@ import torch
 
 from builder.fixture.corpus import load_corpus
 from builder.recipe.loader import load_recipe
-from builder.engines.factory import build_decoder
+from builder.stages.decoders import build_decoder
 from builder.speculative.medusa.accuracy import rank_accuracy
 from builder.speculative.tree_search import best_choices, expected_accepted
 

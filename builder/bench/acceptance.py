@@ -8,7 +8,7 @@ from typing import Any
 from tqdm import tqdm
 
 from builder.data.humaneval import heldout_prompts
-from builder.engines.factory import Decoder, build_decoder
+from builder.stages.decoders import Decoder, build_decoder
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint

@@ -34,7 +34,8 @@ from tqdm import tqdm
 from builder.bench import peers
 from builder.bench.acceptance import decoders, run_method
 from builder.data.humaneval import heldout_prompts
-from builder.engines.factory import Decoder, load_tokenizer, local_dir
+from builder.stages.decoders import Decoder, load_tokenizer
+from builder.stages.parts import local_dir
 from builder.recipe.loader import LoadedRecipe
 from builder.speculative.engine import Draft
 

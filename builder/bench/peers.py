@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from builder.engines.ort.build import cache_root
+from builder.stages.decoders import cache_dir as cache_root
 from builder.export.graph import staged_dir
 
 NGRAM_SIZE = 3  # ORT GenAI `speculative.ngram_size`; 2 and 3 measured within noise of each other on the fixture

@@ -73,7 +73,7 @@ class _Streamer:
 @set_option
 def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, engine, overrides):
     """Generate text from RECIPE's model with speculative decoding (on this machine's CPU)."""
-    from builder.engines.factory import build_decoder
+    from builder.stages.decoders import build_decoder
     from builder.speculative.decoding import generate as run_generate
     from builder.speculative.engine import Sampling
 

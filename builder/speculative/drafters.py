@@ -1,0 +1,69 @@
+"""A drafter factory from a drafter described as plain data (as engine.json stores it).
+
+    {"method": "none"}
+    {"method": "lookahead", "window": W, "ngram": N, "verification_set": G}
+    {"method": "medusa", "choices": [[0], [0, 0], …]}
+    {"method": "eagle", "version": 1, "choices": […]}  |  {"method": "eagle", "version": 2, "dynamic": {depth, top_k, total_nodes}}
+
+EAGLE needs the draft network (`EagleNet`) the engine opened; Medusa needs an engine with fused heads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from builder.speculative.engine import Drafter, EagleNet
+from builder.speculative.lookahead.config import lookahead_draft_len
+
+DrafterFactory = Callable[[], "Drafter | None"]
+
+
+def drafter_factory(config: dict[str, Any], eagle_net: EagleNet | None = None) -> DrafterFactory:
+    method = config["method"]
+    if method == "none":
+        return lambda: None
+    if method == "lookahead":
+        from builder.speculative.lookahead.drafter import LookaheadDrafter
+
+        w, n, g = config["window"], config["ngram"], config["verification_set"]
+        LookaheadDrafter(w, n, g)  # validate now
+        return lambda: LookaheadDrafter(w, n, g)
+    if method == "medusa":
+        from builder.speculative.medusa.drafter import MedusaDrafter
+        from builder.speculative.tree import tree_from_choices
+
+        tree = tree_from_choices(config["choices"])
+        return lambda: MedusaDrafter(tree)
+    if method == "eagle":
+        from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
+        from builder.speculative.eagle_tree import static_tree
+
+        if eagle_net is None:
+            raise ValueError("EAGLE needs its draft network")
+        shape = DynamicSpec(**config["dynamic"]) if "dynamic" in config else static_tree(config["choices"])
+        net = eagle_net
+        return lambda: EagleDrafter(net, shape)
+    raise ValueError(f"unknown drafter method {method!r}")
+
+
+def drafter_shape(config: dict[str, Any]) -> dict[str, int]:
+    """Nodes per step (max_nodes), top-k the heads / draft net must return, tentative draft slots."""
+    m = config["method"]
+    if m == "lookahead":
+        return {"max_nodes": 1 + lookahead_draft_len(config["window"], config["ngram"], config["verification_set"]),
+                "top_k": 0, "tentative": 0}  # fmt: skip
+    if m == "none":
+        return {"max_nodes": 1, "top_k": 0, "tentative": 0}
+    if "dynamic" in config:
+        d = config["dynamic"]
+        return {"max_nodes": d["total_nodes"] + 1, "top_k": d["top_k"], "tentative": d["depth"] * d["top_k"]}
+    choices = config["choices"]
+    top_k = 1 + max((c[-1] for c in choices), default=0)
+    return {"max_nodes": len(choices) + 1, "top_k": top_k, "tentative": len(choices) + 1}
+
+
+def label(config: dict[str, Any]) -> str:
+    m = config["method"]
+    if m == "lookahead":
+        return f"lookahead(W={config['window']},N={config['ngram']},G={config['verification_set']})"
+    return f"eagle-{config['version']}" if m == "eagle" else m

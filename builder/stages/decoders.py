@@ -1,0 +1,91 @@
+"""An engine, a drafter factory and the tokenizer for a recipe — what `generate`, `profile-acceptance`
+and the benchmarks run.
+
+`engine="onnxruntime"` builds the recipe through the cached stages (`builder.stages.runner`, up to
+`engine`) and opens the engine folder; `engine="torch"` runs the plain-torch reference over the
+checkpoint directly (no build).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from builder.errors import UserError
+from builder.recipe.loader import LoadedRecipe
+from builder.stages.parts import Parts, local_dir, stop_ids
+
+ENGINES = ("torch", "onnxruntime")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TRTSPEC_CACHE_DIR", ".trtspec-cache"))
+
+
+@dataclass
+class Decoder:
+    engine: Any  # an Engine (builder.speculative.engine)
+    tokenizer: Any  # tokenizers.Tokenizer
+    make_drafter: Callable[[], Any]  # () -> Drafter | None (a fresh drafter per Decoder run)
+    method: str
+    label: str  # e.g. "eagle-2", "medusa", "lookahead(W=4,N=4,G=4)"
+    stop_ids: list[int]
+
+
+def load_tokenizer(path: Path):
+    """A tokenizers.Tokenizer from tokenizer.json (a file, or the directory holding it)."""
+    from tokenizers import Tokenizer
+
+    path = path / "tokenizer.json" if path.is_dir() else path
+    if not path.is_file():
+        raise UserError(f"no tokenizer.json at {path}", field="model.tokenizer")
+    return Tokenizer.from_file(str(path))
+
+
+def build_decoder(loaded: LoadedRecipe, method: str | None = None, engine: str = "onnxruntime",
+                  max_batch_size: int = 1, threads: int = 1, cache: Path | None = None) -> Decoder:  # fmt: skip
+    """Engine + drafter factory for `method` (default: the recipe's own)."""
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}", field="--engine", allowed=", ".join(ENGINES))
+    parts = Parts(loaded, method or loaded.recipe.speculative.method)
+    if engine == "torch":
+        eng, make, label = _torch(parts, max_batch_size)
+        base = parts.base_dir()
+        return Decoder(eng, load_tokenizer(parts.tokenizer_dir()), make, parts.method, label, stop_ids(base))
+    return _onnxruntime(parts, max_batch_size, threads, cache or cache_dir())
+
+
+def _onnxruntime(parts: Parts, max_batch_size: int, threads: int, cache: Path) -> Decoder:
+    from builder.engines.ort.load import open_engine
+    from builder.stages.runner import build
+
+    if parts.loaded.recipe.target.device != "cpu":
+        raise UserError(f"target {parts.loaded.recipe.target.device} builds TensorRT engines (trtspec build on a GPU "
+                        "host); here use --engine torch, or a cpu recipe", field="--engine")  # fmt: skip
+    result = build(parts.loaded, cache, until="engine")
+    same = parts.method == parts.loaded.recipe.speculative.method
+    opened = open_engine(result.folder("engine"), None if same else parts.drafter_config(), max_batch_size, threads)
+    return Decoder(opened.engine, load_tokenizer(opened.tokenizer_path), opened.make_drafter, parts.method,
+                   opened.label, opened.stop_ids)  # fmt: skip
+
+
+def _torch(parts: Parts, max_batch_size: int):
+    from builder.engines.torch_eagle import TorchEagleNet
+    from builder.engines.torch_engine import TorchEngine
+    from builder.speculative.drafters import drafter_factory, drafter_shape, label
+
+    model = parts.model()
+    config = parts.drafter_config()
+    shape = drafter_shape(config)
+    kw = dict(max_seq_len=parts.max_seq_len, max_batch_size=max_batch_size)
+    net = None
+    if parts.method == "medusa":
+        engine = TorchEngine(model, medusa=parts.medusa(model), medusa_topk=shape["top_k"], **kw)
+    else:
+        engine = TorchEngine(model, **kw)
+    if parts.method == "eagle":
+        net = TorchEagleNet(parts.eagle(model), shape["top_k"], parts.max_seq_len + shape["tentative"] + 1,
+                            max_batch_size)  # fmt: skip
+    return engine, drafter_factory(config, net), label(config)

@@ -1,0 +1,126 @@
+"""What a recipe's stages and engines are made of: checkpoints on disk, the model, the draft parts.
+
+`Parts(loaded, method)` resolves the recipe's checkpoints (hf:// references must already be in the
+local hub cache: no downloads at run time), loads the target and the method's draft (Medusa heads or
+the EAGLE draft, strictly checked), and describes the drafter (`drafter_config`) as plain data, which
+the engine folder stores so an engine can be opened without the recipe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.errors import UserError
+from builder.recipe.loader import LoadedRecipe
+from builder.recipe.resolve import parse_checkpoint, tree_field
+from builder.speculative.choices import load_choices
+
+METHODS = ("none", "medusa", "eagle", "lookahead")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DEFAULT_LOOKAHEAD = (4, 4, 4)  # W, N, G when a recipe without Lookahead settings is run with --method lookahead
+
+
+def local_dir(loaded: LoadedRecipe, field: tuple[str, ...], text: str) -> Path:
+    """A local checkpoint directory for `text`. Hub references must already be on disk: no downloads."""
+    ref = parse_checkpoint(text, loaded.dir_of(field))
+    if ref.local is not None:
+        if not ref.local.is_dir():
+            raise UserError(f"checkpoint missing: {ref.local}", field=".".join(field))
+        return ref.local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
+    except (OSError, ValueError):  # not in the local hub cache (LocalEntryNotFoundError is both)
+        rev = "" if ref.revision == "main" else f" --revision {ref.revision}"
+        raise UserError(f"{text} is not on this machine; fetch it first (`hf download {ref.repo}{rev}`) or set the "
+                        "checkpoint to a local directory", field=".".join(field)) from None
+
+
+def stop_ids(directory: Path) -> list[int]:
+    """eos_token_id(s) from generation_config.json, else config.json."""
+    for name in ("generation_config.json", "config.json"):
+        p = directory / name
+        if p.is_file():
+            eos = json.loads(p.read_text()).get("eos_token_id")
+            if eos is not None:
+                return [eos] if isinstance(eos, int) else list(eos)
+    return []
+
+
+@dataclass
+class Parts:
+    loaded: LoadedRecipe
+    method: str  # the method to run: the recipe's own, or none / lookahead
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UserError(f"unknown method {self.method!r}", field="--method", allowed=", ".join(METHODS))
+        s = self.spec
+        if self.method in ("medusa", "eagle") and s.method != self.method:
+            raise UserError(f"the recipe configures {s.method!r}, not {self.method!r}: use a recipe whose "
+                            f"speculative.method is {self.method} (e.g. recipes/tiny-llama3-{self.method}.yaml)",
+                            field="--method", allowed=", ".join(sorted({"none", "lookahead", s.method})))
+
+    @property
+    def spec(self):
+        return self.loaded.recipe.speculative
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.loaded.recipe.build.max_seq_len
+
+    def base_dir(self) -> Path:
+        return local_dir(self.loaded, ("model", "checkpoint"), self.loaded.recipe.model.checkpoint)
+
+    def tokenizer_dir(self) -> Path:
+        tok = self.loaded.recipe.model.tokenizer
+        return local_dir(self.loaded, ("model", "tokenizer"), tok) if tok else self.base_dir()
+
+    def draft_dir(self) -> Path:
+        return local_dir(self.loaded, ("speculative", "checkpoint"), self.spec.checkpoint)
+
+    def model(self):
+        from builder.model.loader import load_model, resolve_dtype
+
+        return load_model(self.base_dir(), resolve_dtype(DTYPES[self.loaded.recipe.model.dtype]))
+
+    def choices(self) -> list[tuple[int, ...]]:
+        tree = self.spec.tree if self.method == "medusa" else self.spec.tree.choices
+        return load_choices(tree, self.loaded.dir_of(tree_field(self.loaded.recipe)))
+
+    def lookahead(self) -> tuple[int, int, int]:
+        s = self.spec
+        return (s.window, s.ngram, s.verification_set) if s.method == "lookahead" else DEFAULT_LOOKAHEAD
+
+    def medusa(self, model):
+        from builder.speculative.medusa.heads import load_medusa
+
+        heads = load_medusa(self.draft_dir(), hidden_size=model.cfg.hidden_size, vocab_size=model.cfg.vocab_size,
+                            dtype=model.dtype)  # fmt: skip
+        if heads.num_heads < self.spec.num_heads:
+            raise UserError(f"the checkpoint has {heads.num_heads} heads, the recipe asks for {self.spec.num_heads}",
+                            field="speculative.num_heads")  # fmt: skip
+        return heads
+
+    def eagle(self, model):
+        from builder.speculative.eagle.draft_model import load_eagle
+
+        return load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype)
+
+    def drafter_config(self) -> dict[str, Any]:
+        """The drafter as plain data (stored in engine.json; see `drafter_from_config`)."""
+        if self.method == "lookahead":
+            w, n, g = self.lookahead()
+            return {"method": "lookahead", "window": w, "ngram": n, "verification_set": g}
+        if self.method == "medusa":
+            return {"method": "medusa", "choices": [list(c) for c in self.choices()]}
+        if self.method == "eagle":
+            t = self.spec.tree
+            shape = ({"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
+                     if t.type == "dynamic" else {"choices": [list(c) for c in self.choices()]})  # fmt: skip
+            return {"method": "eagle", "version": self.spec.version, **shape}
+        return {"method": "none"}
