@@ -20,7 +20,7 @@ from builder.errors import UserError
 from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama, causal_mask
 from builder.model.loader import load_model, resolve_dtype
-from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
+from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 from builder.speculative.medusa.heads import MedusaHeads
 from plugins.tree_verify.contract import TEMPERATURE_EPS
 from plugins.tree_verify.reference import tree_verify
@@ -142,18 +142,3 @@ class TorchEngine:
     def _check_tokens(self, tokens: np.ndarray, what: str) -> None:
         if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(f"{what} token ids must lie in [0, {self.vocab_size}), got {tokens.tolist()}")
-
-
-def check_draft(draft: Draft, vocab_size: int) -> None:
-    """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range)."""
-    t = draft.num_nodes
-    if draft.tokens.shape != (t,) or t == 0 or draft.tokens.dtype != np.int64:
-        raise ValueError(f"tokens must be a non-empty int64 [T] array, got {draft.tokens.dtype} {draft.tokens.shape}")
-    if int(draft.tokens.min()) < 0 or int(draft.tokens.max()) >= vocab_size:
-        raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
-    if draft.mask.shape != (t, t) or draft.mask.dtype != bool:
-        raise ValueError(f"mask must be bool [{t}, {t}], got {draft.mask.dtype} {draft.mask.shape}")
-    if not draft.mask.diagonal().all() or np.triu(draft.mask, 1).any():
-        raise ValueError("mask must have a true diagonal and attend earlier nodes only (j <= i)")
-    if draft.depth.shape != (t,) or int(draft.depth.min()) < 0 or draft.depth[0] != 0:
-        raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0, got {draft.depth.tolist()}")

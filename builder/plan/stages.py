@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,8 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
         stage = Stage(name, description, reads, upstream)
         stage.inputs = {path: _get(data, path) for path in reads}
         if name == "export":
+            # a developer override of the ONNX Runtime graph variant (builder.engines.ort.build.pick_variant)
+            stage.inputs["env.TRTSPEC_ORT_VARIANT"] = os.environ.get("TRTSPEC_ORT_VARIANT")
             choices = tree_choices_spec(recipe)
             if choices is not None:
                 stage.inputs["speculative.tree#choices"] = load_choices(choices, loaded.dir_of(tree_field(recipe)))

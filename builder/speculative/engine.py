@@ -117,6 +117,31 @@ class StepResult:
         return self.chain[row, : self.accepted_len[row]].tolist()
 
 
+_UPPER: dict[int, np.ndarray] = {}  # T -> [T, T] bool strictly upper triangle (cached)
+
+
+def check_draft(draft: Draft, vocab_size: int) -> None:
+    """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range).
+
+    Engines call it on every draft; the structural checks of a static tree's shared (read-only)
+    arrays are as cheap as those of a fresh draft's (one AND and a few reductions).
+    """
+    t = draft.num_nodes
+    if draft.tokens.shape != (t,) or t == 0 or draft.tokens.dtype != np.int64:
+        raise ValueError(f"tokens must be a non-empty int64 [T] array, got {draft.tokens.dtype} {draft.tokens.shape}")
+    if draft.tokens.min() < 0 or draft.tokens.max() >= vocab_size:
+        raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
+    if draft.mask.shape != (t, t) or draft.mask.dtype != bool:
+        raise ValueError(f"mask must be bool [{t}, {t}], got {draft.mask.dtype} {draft.mask.shape}")
+    upper = _UPPER.get(t)
+    if upper is None:
+        upper = _UPPER[t] = np.triu(np.ones((t, t), dtype=bool), 1)
+    if not draft.mask.diagonal().all() or (draft.mask & upper).any():
+        raise ValueError("mask must have a true diagonal and attend earlier nodes only (j <= i)")
+    if draft.depth.shape != (t,) or draft.depth.min() < 0 or draft.depth[0] != 0:
+        raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0, got {draft.depth.tolist()}")
+
+
 class Engine(Protocol):
     """A target model over the KV caches of up to `max_batch_size` sequences."""
 

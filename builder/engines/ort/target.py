@@ -18,8 +18,7 @@ import numpy as np
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, BindingCache, make_session
 from builder.engines.rows import RowTable
-from builder.engines.torch_engine import check_draft
-from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
+from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 
 
 @dataclass(frozen=True)
