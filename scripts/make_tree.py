@@ -4,7 +4,7 @@
     .venv/bin/python scripts/make_tree.py recipes/tiny-llama3-medusa.yaml --nodes 16 --name tiny_medusa_16
 
 Prompts: the fixture corpus's held-out stdlib files (never HumanEval, which the benchmarks use).
-Writes recipes/trees/NAME.json; see builder/speculative/tree_search.py for the construction.
+Writes builder/speculative/trees/NAME.json (the presets shipped in the package); see builder/speculative/tree_search.py for the construction.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     model = dec.engine.model
     acc = rank_accuracy(model, dec.engine.medusa, prompts, ranks=args.ranks)
     choices = best_choices(acc, args.nodes)
-    out = REPO / "recipes" / "trees" / f"{args.name}.json"
+    out = REPO / "builder" / "speculative" / "trees" / f"{args.name}.json"
     source = (f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
               f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})")
     rows = ",\n".join("  " + json.dumps([round(a, 4) for a in row]) for row in acc)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder.errors import UserError
 
-TREES_DIR = Path(__file__).resolve().parents[2] / "recipes" / "trees"
+TREES_DIR = Path(__file__).resolve().parent / "trees"  # presets ship inside the package
 
 Choice = tuple[int, ...]
 
@@ -21,7 +21,7 @@ def preset_names() -> list[str]:
 
 
 def load_choices(spec: list[list[int]] | str, base_dir: Path | None = None) -> list[Choice]:
-    """Inline list, preset name (recipes/trees/<name>.json) or a .json path relative to base_dir."""
+    """Inline list, preset name (builder/speculative/trees/<name>.json) or a .json path relative to base_dir."""
     if not isinstance(spec, str):
         return [tuple(c) for c in spec]
     if spec.endswith(".json"):

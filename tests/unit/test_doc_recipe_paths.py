@@ -2,7 +2,7 @@
 
 Paths are `recipes/…yaml`; globs (`recipes/tiny-llama3*.yaml`) and braces (`{none,eagle}`) are
 expanded and must match at least one file. Directories the docs mention (`recipes/checkpoints/…`,
-`recipes/trees/`) and other files (`recipes/schema.json`) are not recipes and are not collected.
+`builder/speculative/trees/`) and other files (`recipes/schema.json`) are not recipes and are not collected.
 """
 
 from __future__ import annotations

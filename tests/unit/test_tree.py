@@ -23,7 +23,7 @@ from builder.speculative.tree import (
     unpack_mask,
 )
 
-TREES = Path(__file__).resolve().parents[2] / "recipes" / "trees"
+TREES = Path(__file__).resolve().parents[2] / "builder" / "speculative" / "trees"
 
 
 def preset(name: str) -> list[tuple[int, ...]]:

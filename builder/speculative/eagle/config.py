@@ -13,7 +13,7 @@ class StaticTree(Section):
     type: Literal["static"] = Field(description="A fixed tree given as choices (EAGLE-1).")
     choices: list[list[int]] | Annotated[str, Field(max_length=4096)] = Field(
         "mc_sim_7b_63",
-        description="Inline choices, a preset name under recipes/trees/, or a .json path relative to the recipe. "
+        description="Inline choices, a preset name under builder/speculative/trees/, or a .json path relative to the recipe. "
         "At most 1024 draft nodes, 64 levels, ranks 0..1023 (checked for every source).",
     )
 

@@ -23,7 +23,7 @@ class MedusaConfig(Section):
     tree: Choices | Annotated[str, Field(max_length=4096)] = Field(
         "mc_sim_7b_63",
         description="Tree choices: an inline list of top-k rank paths, a named preset under "
-        "recipes/trees/ (e.g. mc_sim_7b_63), or a .json file path relative to the recipe. "
+        "builder/speculative/trees/ (e.g. mc_sim_7b_63), or a .json file path relative to the recipe. "
         "At most 1024 draft nodes, 64 levels, ranks 0..1023 (checked for every source).",
     )
     verification: Literal["greedy", "rejection"] = Field(
