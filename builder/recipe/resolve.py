@@ -46,7 +46,10 @@ def read_config(directory: Path) -> dict:
 
 
 def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
-    """Llama architecture numbers from an HF config.json; UserError when it is not a Llama."""
+    """Llama architecture numbers from an HF config.json, parsed by the one parser the model uses
+    (`builder.model.config.LlamaConfig`: same defaults, same checks); UserError when it is not a Llama."""
+    from builder.model.config import LlamaConfig
+
     archs = cfg.get("architectures") or []
     if cfg.get("model_type") != "llama" or (archs and "LlamaForCausalLM" not in archs):
         raise UserError(
@@ -54,22 +57,13 @@ def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
             field="model.family",
             allowed="llama (LlamaForCausalLM)",
         )
-    rope = cfg.get("rope_parameters") or {}
-    try:
-        return Architecture(
-            num_layers=cfg["num_hidden_layers"],
-            hidden_size=cfg["hidden_size"],
-            num_attention_heads=cfg["num_attention_heads"],
-            num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-            intermediate_size=cfg["intermediate_size"],
-            vocab_size=cfg["vocab_size"],
-            rope_theta=cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0,
-            max_position_embeddings=cfg.get("max_position_embeddings", 8192),
-            head_dim=cfg.get("head_dim"),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        )
-    except KeyError as exc:
-        raise UserError(f"{source}/config.json lacks {exc.args[0]!r}") from None
+    c = LlamaConfig.from_hf_dict(cfg, source=f"{source}/config.json")
+    return Architecture(
+        num_layers=c.num_hidden_layers, hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads, intermediate_size=c.intermediate_size, vocab_size=c.vocab_size,
+        rope_theta=c.rope_theta, max_position_embeddings=c.max_position_embeddings, head_dim=c.head_dim,
+        tie_word_embeddings=c.tie_word_embeddings,
+    )
 
 
 def tree_choices_spec(recipe: Recipe) -> list[list[int]] | str | None:
