@@ -5,7 +5,8 @@ Files in `out_dir` for a graph named `stem`:
     {stem}.onnx       canonical (contains trtspec::TreeVerify where the graph verifies; checked with
                       onnx.checker full_check)
     {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, repeated subexpressions merged (the
-                      decomposition's ArgMax over the logits is `node_argmax`'s), dead nodes pruned
+                      decomposition's ArgMax over the logits is `node_argmax`'s), dead nodes pruned, FP8
+                      weight DequantizeLinear spelled Cast · scale so ORT folds it (`qdq.ort_foldable`)
                       (what ORT loads)
     {stem}.data       the weights (tensors over 1 KiB), shared by both models
     export.json       inputs, outputs, node counts, settings
@@ -21,6 +22,7 @@ from typing import Any
 import onnx
 
 from builder.export.graph import NodeCounts, dedupe, node_counts, prune, save, save_sharing_data, staged_dir
+from builder.export.qdq import ort_foldable
 from plugins.tree_verify import onnx_op
 
 MANIFEST = "export.json"
@@ -45,7 +47,7 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
     with staged_dir(out_dir) as tmp:
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
-        ort_model = prune(dedupe(onnx_op.decompose(model)))
+        ort_model = ort_foldable(prune(dedupe(onnx_op.decompose(model))))
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         inputs = tuple(i.name for i in model.graph.input)

@@ -30,6 +30,7 @@ import numpy as np
 
 from builder.errors import UserError
 from builder.export.graph import I32, Graph
+from builder.export.qdq import fake_quant
 
 MS = "com.microsoft"
 VARIANTS = ("standard", "ort")
@@ -69,7 +70,8 @@ class Variant(Protocol):
     def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str: ...
     def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
                  out: str | None = None) -> tuple[str, str]: ...  # fmt: skip
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str: ...
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
+                  kv_scales: tuple[float, float] | None = None) -> str: ...  # fmt: skip
     def silu(self, g: Graph, x: str) -> str: ...
 
 
@@ -128,7 +130,8 @@ class StandardVariant:
         s = g.op("Add", x, delta)
         return self.norm(g, s, weight, eps, out), s
 
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str:
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
+                  kv_scales: tuple[float, float] | None = None) -> str:  # fmt: skip
         H, KV, D = shape.heads, shape.kv_heads, shape.head_dim
         qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D]
         qkv = g.op("Reshape", qkv, g.const([0, 0, H + 2 * KV, D]))  # [B, T, H + 2KV, D]
@@ -136,6 +139,8 @@ class StandardVariant:
         qk, v = g.op_n("Split", qkv, g.const([H + KV, KV]), outs=2, axis=1)  # [B, H+KV, T, D], [B, KV, T, D]
         qk = g.op("RotaryEmbedding", qk, self.cos, self.sin, self.step.position_ids)  # [B, H + KV, T, D]
         q, k = g.op_n("Split", qk, g.const([H, KV]), outs=2, axis=1)  # [B, H, T, D], [B, KV, T, D]
+        if kv_scales is not None:  # FP8 KV cache: what is written (and attended) is the dequantized FP8 value
+            k, v = fake_quant(g, k, kv_scales[0], "k_cache"), fake_quant(g, v, kv_scales[1], "v_cache")
         kc = g.op("TensorScatter", cache.past_key, k, self.step.write_at, out=cache.present_key, axis=2)
         vc = g.op("TensorScatter", cache.past_value, v, self.step.write_at, out=cache.present_value, axis=2)
         zero, two = g.const([0]), g.const([2])
@@ -179,14 +184,30 @@ class OrtVariant:
                             domain=MS, epsilon=eps)  # fmt: skip
         return y, s
 
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache) -> str:
+    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
+                  kv_scales: tuple[float, float] | None = None) -> str:  # fmt: skip
         qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D] packed
-        inputs = [qkv, "", "", cache.past_key, cache.past_value, self.seqlens_k, self.total, self.cos, self.sin,
-                  self.step.position_ids, self.bias, "", "", "", "", "", self.query_seqlens]  # fmt: skip
+        if kv_scales is None:
+            q, k, v, rope = qkv, "", "", [self.cos, self.sin, self.step.position_ids]
+        else:  # FP8 KV cache: RoPE outside, so the post-RoPE keys can be fake-quantized before GQA writes them
+            q, k, v = self._rotated(g, qkv, shape)
+            k, v = fake_quant(g, k, kv_scales[0], "k_cache"), fake_quant(g, v, kv_scales[1], "v_cache")
+            rope = ["", "", ""]
+        inputs = [q, k, v, cache.past_key, cache.past_value, self.seqlens_k, self.total, *rope, self.bias,
+                  "", "", "", "", "", self.query_seqlens]  # fmt: skip
         y, _, _ = g.op_n("GroupQueryAttention", *inputs, outs=["", cache.present_key, cache.present_value],
-                         domain=MS, num_heads=shape.heads, kv_num_heads=shape.kv_heads, do_rotary=1,
-                         causal=1)  # fmt: skip
+                         domain=MS, num_heads=shape.heads, kv_num_heads=shape.kv_heads,
+                         do_rotary=int(kv_scales is None), causal=1)  # fmt: skip
         return y  # [B, T, H·D]
+
+    def _rotated(self, g: Graph, qkv: str, shape: AttnShape) -> tuple[str, str, str]:
+        """Packed QKV → q, k with RoPE applied ([B, T, H·D], [B, T, KV·D]) and v [B, T, KV·D]."""
+        H, KV, D = shape.heads, shape.kv_heads, shape.head_dim
+        q, k, v = g.op_n("Split", qkv, g.const([H * D, KV * D, KV * D]), outs=3, axis=-1)
+        pos = self.step.position_ids
+        q = g.op("RotaryEmbedding", q, self.cos, self.sin, pos, num_heads=H)  # [B, T, H·D]
+        k = g.op("RotaryEmbedding", k, self.cos, self.sin, pos, num_heads=KV)  # [B, T, KV·D]
+        return q, k, v
 
     def silu(self, g: Graph, x: str) -> str:
         return g.op("QuickGelu", x, domain=MS, alpha=1.0)

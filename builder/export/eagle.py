@@ -2,7 +2,8 @@
 
 fc([embed(t[i+1]); h[i]]) → draft decoder layer(s) (layer 0 without input norm; variant attention, KV
 written at past_len + write_offset + i) → `hidden_out` (un-normed, as `EagleDraft.forward`) → the
-target's LM head → log_softmax → top-K.
+target's LM head → log_softmax → top-K. FP8 Q/DQ where the `Fp8Spec` quantizes (the draft's own names:
+"fc", "layers.{i}.…"; the LM head is the target's, FP8 when `lm_head_fp8` is given).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from builder.errors import UserError
 from builder.export.artifacts import ExportResult, write_models
 from builder.export.attention import StepValues, make_variant
 from builder.export.graph import BOOL, F32, I64, Graph
-from builder.export.llama import cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables, to_numpy
+from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, operands,
+                                  rope_tables, to_numpy)  # fmt: skip
+from builder.export.qdq import Fp8Spec, LinearFp8, single
 from builder.speculative.eagle.draft_model import EagleDraft
 
 EAGLE_INPUTS = ("tokens", "hidden_in", "position_ids", "past_len", "write_offset", "num_new", "tree_mask")
@@ -30,8 +33,10 @@ def build_eagle(
     variant: str,
     top_k: int,
     max_seq_len: int,
+    fp8: Fp8Spec | None = None,
+    lm_head_fp8: LinearFp8 | None = None,
 ) -> onnx.ModelProto:
-    """The canonical EAGLE draft step graph (weights in memory)."""
+    """The canonical EAGLE draft step graph (weights in memory); FP8 Q/DQ where `fp8` quantizes."""
     cfg = draft.cfg
     C, V = cfg.hidden_size, cfg.vocab_size
     check_dtype(draft.dtype, "the EAGLE draft")
@@ -55,13 +60,16 @@ def build_eagle(
                 *rope_tables(draft.inv_freq, max_seq_len))  # fmt: skip
     with g.scope("fc"):
         emb = g.op("Gather", g.weight("embed_tokens", to_numpy(draft.embed_tokens.weight)), "tokens", axis=0)
-        x = g.op("MatMul", g.op("Concat", emb, "hidden_in", axis=2), g.weight("fc", to_numpy(draft.fc.weight.T)))
+        fc_fp8 = None if fp8 is None else fp8.linears.get("fc")
+        fc = to_numpy(draft.fc.weight.T) if fc_fp8 is None else single(fc_fp8)  # [2C, C]
+        x = g.op("MatMul", *operands(g, g.op("Concat", emb, "hidden_in", axis=2), fc, "fc"))
         if draft.fc.bias is not None:
             x = g.op("Add", x, g.weight("fc_bias", to_numpy(draft.fc.bias)))  # [B, F, C]
-    layers = [layer_weights(layer) for layer in draft.layers]  # type: ignore[arg-type]
+    layers = [layer_weights(layer, fp8, i) for i, layer in enumerate(draft.layers)]  # type: ignore[arg-type]
     hidden = decoder(g, var, x, layers, cfg, caches, final_norm=None, out="hidden_out")  # [B, F, C]
     with g.scope("lm_head"):
-        logits = g.op("MatMul", hidden, g.weight("lm_head", to_numpy(lm_head_weight.to(draft.dtype).T)))  # [B, F, V]
+        head = to_numpy(lm_head_weight.to(draft.dtype).T) if lm_head_fp8 is None else single(lm_head_fp8)  # [C, V]
+        logits = g.op("MatMul", *operands(g, hidden, head, "lm_head"))  # [B, F, V]
         logp = g.op("LogSoftmax", logits, axis=-1)  # [B, F, V]
         g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1,
                sorted=1)  # [B, F, K] each  # fmt: skip
@@ -80,9 +88,15 @@ def export_eagle(
     variant: str,
     top_k: int,
     max_seq_len: int,
+    fp8: Fp8Spec | None = None,
+    lm_head_fp8: LinearFp8 | None = None,
 ) -> ExportResult:
     """Export the EAGLE draft step graph to `out_dir` (replaced as a whole): `eagle.onnx`,
     `eagle.ort.onnx` (the same graph: there is no TreeVerify to decompose), `eagle.data`, `export.json`."""
-    proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len)
-    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len}
+    proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
+                        lm_head_fp8=lm_head_fp8)  # fmt: skip
+    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
+                "fp8": None if fp8 is None and lm_head_fp8 is None else {
+                    "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
+                    len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}}  # fmt: skip
     return write_models(proto, Path(out_dir), "eagle", settings)

@@ -35,6 +35,7 @@ class Graph:
         self._used: set[str] = set()
         self._consts: dict[tuple[Any, ...], str] = {}
         self._scope = ""
+        self.tags: dict[str, str] = {}  # named values worth finding again (e.g. FP8 Q/DQ sites, `qdq`)
 
     @contextlib.contextmanager
     def scope(self, prefix: str) -> Iterator[None]:
@@ -44,6 +45,11 @@ class Graph:
             yield
         finally:
             self._scope = before
+
+    @property
+    def scope_name(self) -> str:
+        """The current scope prefix ("layer3/" or "")."""
+        return self._scope
 
     def fresh(self, base: str) -> str:
         """A value/node name not used before, under the current scope."""

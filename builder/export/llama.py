@@ -2,7 +2,10 @@
 
 Per layer: norm → packed QKV MatMul → attention (the variant's) → o_proj MatMul → residual add + norm →
 fused gate_up MatMul → Split → SiLU · up → down MatMul; the next layer's (or the final) norm takes the
-residual add. Weights are numpy arrays in the model dtype, laid out [in, out] for MatMul.
+residual add. Weights are numpy arrays in the model dtype, laid out [in, out] for MatMul, or FP8
+(`builder.export.qdq.Fp8Weight`: Q/DQ of the input, DequantizeLinear of the FP8 weight) where the model's
+`Fp8Spec` quantizes the linear; with KV scales the layer's keys and values are fake-quantized before the
+cache write.
 
 Shapes: B batch, T rows, C hidden, H / KV query / key-value heads, D head_dim, I intermediate, CAP
 cache capacity.
@@ -18,7 +21,9 @@ from torch import nn
 
 from builder.errors import UserError
 from builder.export.attention import AttnShape, LayerCache, Variant
+from builder.export import qdq
 from builder.export.graph import F32, Graph
+from builder.export.qdq import Fp8Spec, Fp8Weight
 from builder.model.config import LlamaConfig
 from builder.model.llama import Block
 
@@ -29,28 +34,51 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu").contiguous().numpy()
 
 
+Linear = np.ndarray | Fp8Weight  # [in, out] float, or FP8 with its scales
+
+
 @dataclass(frozen=True)
 class LayerWeights:
     input_norm: np.ndarray | None  # [C]; None = identity (EAGLE layer 0)
-    qkv: np.ndarray  # [C, (H + 2KV)·D]
-    o: np.ndarray  # [H·D, C]
+    qkv: Linear  # [C, (H + 2KV)·D]
+    o: Linear  # [H·D, C]
     post_norm: np.ndarray  # [C]
-    gate_up: np.ndarray  # [C, 2I]
-    down: np.ndarray  # [I, C]
+    gate_up: Linear  # [C, 2I]
+    down: Linear  # [I, C]
+    kv_scales: tuple[float, float] | None = None  # (k_scale, v_scale): FP8 KV cache
 
 
-def layer_weights(block: Block) -> LayerWeights:
+def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = None) -> LayerWeights:
+    """Layer `index`'s weights ("layers.{index}." in `fp8`'s names); FP8 where `fp8` quantizes them."""
     a, m = block.self_attn, block.mlp
     norm = block.input_layernorm
+    name = f"layers.{index}."
+
+    def packed(*modules: tuple[str, nn.Linear]) -> Linear:  # [in, Σout]
+        quant = [None if fp8 is None else fp8.linears.get(name + n) for n, _ in modules]
+        if all(q is not None for q in quant):
+            return qdq.pack(quant)  # type: ignore[arg-type]
+        if any(q is not None for q in quant):
+            raise ValueError(f"{name}: {', '.join(n for n, _ in modules)} must be quantized alike (one MatMul)")
+        return np.concatenate([to_numpy(lin.weight.T) for _, lin in modules], axis=1)
+
+    kv = None if fp8 is None or index is None else fp8.kv_scales.get(index)
     return LayerWeights(
         input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight),  # type: ignore[arg-type]
-        qkv=np.concatenate([to_numpy(a.q_proj.weight.T), to_numpy(a.k_proj.weight.T), to_numpy(a.v_proj.weight.T)],
-                           axis=1),
-        o=to_numpy(a.o_proj.weight.T),
+        qkv=packed(("self_attn.q_proj", a.q_proj), ("self_attn.k_proj", a.k_proj), ("self_attn.v_proj", a.v_proj)),
+        o=packed(("self_attn.o_proj", a.o_proj)),
         post_norm=to_numpy(block.post_attention_layernorm.weight),
-        gate_up=np.concatenate([to_numpy(m.gate_proj.weight.T), to_numpy(m.up_proj.weight.T)], axis=1),
-        down=to_numpy(m.down_proj.weight.T),
+        gate_up=packed(("mlp.gate_proj", m.gate_proj), ("mlp.up_proj", m.up_proj)),
+        down=packed(("mlp.down_proj", m.down_proj)),
+        kv_scales=None if kv is None else (float(kv[0]), float(kv[1])),
     )  # fmt: skip
+
+
+def operands(g: Graph, x: str, w: Linear, base: str) -> tuple[str, str]:
+    """(input, weight) values of x @ w: as is for a float weight; Q/DQ(x) and DQ(w8) for FP8."""
+    if isinstance(w, Fp8Weight):
+        return qdq.fake_quant(g, x, w.input_scale, base), qdq.weight(g, base, w)
+    return x, g.weight(base, w)
 
 
 def check_dtype(dtype: torch.dtype, what: str) -> None:
@@ -110,8 +138,9 @@ def decoder(
                 h = variant.norm(g, x, g.weight("input_norm", w.input_norm), eps)
             else:
                 h, x = variant.add_norm(g, x, pending, g.weight("input_norm", w.input_norm), eps)
-            attn = variant.attention(g, h, g.weight("qkv", w.qkv), shape, caches[i])  # [B, T, H·D]
-            attn = g.op("MatMul", attn, g.weight("o_proj", w.o))  # [B, T, C]
+            h, qkv = operands(g, h, w.qkv, "qkv")
+            attn = variant.attention(g, h, qkv, shape, caches[i], w.kv_scales)  # [B, T, H·D]
+            attn = g.op("MatMul", *operands(g, attn, w.o, "o_proj"))  # [B, T, C]
             h, x = variant.add_norm(g, x, attn, g.weight("post_norm", w.post_norm), eps)
             pending = _mlp(g, variant, h, w)
     with g.scope("final"):
@@ -123,8 +152,8 @@ def decoder(
 
 
 def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights) -> str:  # [B, T, C] -> [B, T, C]
-    inter = w.down.shape[0]
-    gu = g.op("MatMul", h, g.weight("gate_up", w.gate_up))  # [B, T, 2I]
+    inter = (w.down.data if isinstance(w.down, Fp8Weight) else w.down).shape[0]
+    gu = g.op("MatMul", *operands(g, h, w.gate_up, "gate_up"))  # [B, T, 2I]
     gate, up = g.op_n("Split", gu, g.const([inter, inter]), outs=2, axis=-1)  # [B, T, I] each
     act = g.op("Mul", variant.silu(g, gate), up)  # [B, T, I]
-    return g.op("MatMul", act, g.weight("down_proj", w.down))  # [B, T, C]
+    return g.op("MatMul", *operands(g, act, w.down, "down_proj"))  # [B, T, C]

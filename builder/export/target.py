@@ -2,7 +2,8 @@
 
 embed → decoder layers (variant attention, KV written at past_len + j) → final norm = `hidden` →
 LM head on the verify nodes only → `node_argmax` and trtspec::TreeVerify → (optionally) the Medusa
-heads' top-K at the last accepted node.
+heads' top-K at the last accepted node. With an `Fp8Spec` (modelopt's FP8 checkpoint) the quantized
+linears become Q/DQ + FP8 weights (`builder.export.qdq`), the LM head too if it is quantized.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from builder.export.graph import BOOL, F32, I32, I64, Graph
 from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables,
                                   to_numpy)  # fmt: skip
 from builder.export.medusa import medusa_topk as emit_medusa
+from builder.export.qdq import Fp8Spec, fake_quant, single
+from builder.export.qdq import weight as fp8_weight
 from builder.model.llama import Llama
 from builder.speculative.medusa.heads import MedusaHeads
 from plugins.tree_verify import onnx_op
@@ -40,8 +43,9 @@ def build_target(
     max_seq_len: int,
     medusa: MedusaHeads | None = None,
     medusa_topk: int | None = None,
+    fp8: Fp8Spec | None = None,
 ) -> onnx.ModelProto:
-    """The canonical target step graph (weights in memory)."""
+    """The canonical target step graph (weights in memory); FP8 Q/DQ where `fp8` quantizes."""
     cfg = model.cfg
     check_dtype(model.dtype, "the target model")
     if mode not in MODES:
@@ -58,12 +62,18 @@ def build_target(
     with g.scope("embed"):
         embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
-    layers = [layer_weights(block) for block in model.layers]  # type: ignore[arg-type]
+    layers = [layer_weights(block, fp8, i) for i, block in enumerate(model.layers)]  # type: ignore[arg-type]
     hidden = decoder(g, var, x, layers, cfg, caches, to_numpy(model.norm.weight), out="hidden")  # [B, T, C]
     with g.scope("verify"):
-        tied = cfg.tie_word_embeddings
-        head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight))  # [V, C]
-        _verify(g, model, hidden, head, verify_index, paths, mode)
+        head_fp8 = None if fp8 is None else fp8.linears.get("lm_head")
+        if head_fp8 is not None:
+            head_w = single(head_fp8, transposed=True)  # [V, C] FP8
+            head, head_scale = fp8_weight(g, "lm_head", head_w), head_w.input_scale
+        else:
+            tied = cfg.tie_word_embeddings
+            head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight))  # [V, C]
+            head_scale = None
+        _verify(g, model, hidden, head, verify_index, paths, mode, head_scale)
     g.output("accepted_len", I32, ["B"])
     g.output("best_path", I32, ["B"])
     g.output("output_tokens", I32, ["B", "W"])
@@ -87,14 +97,16 @@ def export_target(
     max_seq_len: int,
     medusa: MedusaHeads | None = None,
     medusa_topk: int | None = None,
+    fp8: Fp8Spec | None = None,
 ) -> ExportResult:
     """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
     trtspec::TreeVerify), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime), `target.data`,
     `export.json`."""
     proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
-                         medusa_topk=medusa_topk)  # fmt: skip
+                         medusa_topk=medusa_topk, fp8=fp8)  # fmt: skip
     settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
-                "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk}  # fmt: skip
+                "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk,
+                "fp8": fp8_summary(fp8)}  # fmt: skip
     return write_models(proto, Path(out_dir), "target", settings)
 
 
@@ -114,12 +126,22 @@ def _step_inputs(g: Graph, mode: Mode) -> tuple[StepValues, str, str]:
     return step, "verify_index", "paths"
 
 
-def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode) -> None:
+def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:
+    if fp8 is None:
+        return None
+    return {"linears": len(fp8.linears), "kv_layers": len(fp8.kv_scales)}
+
+
+def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode,
+            head_scale: np.ndarray | None = None) -> None:  # fmt: skip
     """LM head on the verify nodes, `node_argmax`, TreeVerify (`accepted_len`, `best_path`, `output_tokens`).
 
-    `head` is the LM head initializer [V, C] (the embedding itself when tied: Gemm with transB=1)."""
+    `head` is the LM head value [V, C] (the embedding itself when tied: Gemm with transB=1; the
+    DequantizeLinear of the FP8 head when quantized, then `head_scale` is its input scale)."""
     hv = g.op("GatherND", hidden, g.op("Unsqueeze", verify_index, g.const([2])), batch_dims=1)  # [B, Tv, C]
     flat = g.op("Reshape", hv, g.const([-1, model.cfg.hidden_size]))  # [B·Tv, C]
+    if head_scale is not None:
+        flat = fake_quant(g, flat, head_scale, "lm_head")
     logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
     bt = g.op("Shape", verify_index)  # [2] = (B, Tv)
     logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]

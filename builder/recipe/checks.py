@@ -107,6 +107,11 @@ class Checker(Findings):
                 cc = ".".join(map(str, GPUS[device].compute_capability))
                 self.add(field, f"FP8 needs compute capability ≥ 8.9; {device} has {cc}",
                          allowed="targets " + ", ".join(FP8_DEVICES))
+        # The cpu target runs FP8 too: ONNX Runtime executes the Q/DQ graphs (FP8 numerics, fp32 GEMMs).
+        draft = {"medusa": "medusa_heads", "eagle": "eagle_draft"}.get(self.recipe.speculative.method)
+        if q.mode == "fp8" and draft is not None and draft not in q.exclude_modules:
+            self.add(("quantization", "exclude_modules"), f"FP8 {self.recipe.speculative.method} draft parts are "
+                     f"not supported yet; keep {draft!r} in the list", allowed=f"a list containing {draft!r}")
 
     def lengths(self) -> None:
         b = self.recipe.build

@@ -3,19 +3,28 @@
 Folders: `target-greedy/`, `target-rejection/` (Medusa heads fused in when the recipe uses Medusa),
 `eagle/` for EAGLE recipes, and `export.json` with what the engine stage needs. The KV capacity
 leaves room for the recipe's draft and for Lookahead's default window (`--method lookahead`).
+
+FP8 recipes (a `quantize` stage upstream): the target comes from modelopt's unified FP8 checkpoint
+(`builder.quantize.checkpoint`) and its graphs carry the Q/DQ nodes (`builder.export.qdq`); draft parts
+stay in the model dtype as the recipe's `exclude_modules` say (the EAGLE draft reads the target's LM
+head, FP8 if that is quantized). Then the build's quality report is measured here, right after the
+graphs exist: `quality.json` and `quality.md` in this stage's folder (`builder.quantize.quality`: FP8 vs
+the unquantized checkpoint, whose graphs are exported to a temporary folder for the comparison).
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from builder.speculative.drafters import drafter_shape
 from builder.stages.context import StageContext
 from builder.stages.parts import DEFAULT_LOOKAHEAD, Parts
 
 EXPORT_INFO = "export.json"
+QUALITY_JSON, QUALITY_MD = "quality.json", "quality.md"
 
 
 def capacity(max_seq_len: int, config: dict[str, Any]) -> int:
@@ -25,38 +34,107 @@ def capacity(max_seq_len: int, config: dict[str, Any]) -> int:
 
 
 def run(ctx: StageContext, out: Path) -> None:
+    parts = Parts(ctx.loaded, ctx.loaded.recipe.speculative.method)
+    fp8 = None
+    if "quantize" in ctx.upstream:
+        from builder.quantize.checkpoint import read_fp8_checkpoint
+
+        ctx.say("reading the FP8 checkpoint (quantize stage)")
+        ckpt = read_fp8_checkpoint(ctx.upstream["quantize"])
+        model, fp8 = ckpt.model, ckpt.spec
+    else:
+        ctx.say("loading the target")
+        model = parts.model()
+    info = export_graphs(parts, model, out, fp8, ctx.say)
+    (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    ctx.info.update(variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None)
+    if fp8 is not None:
+        _quality(ctx, parts, model, fp8, out, info)
+
+
+def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str], None] = lambda _m: None,
+                  variant: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Export the recipe's graphs for `model` (FP8 where `fp8` says) into `out`; the export.json data."""
     from builder.engines.ort.build import pick_variant
     from builder.export.target import export_target
 
-    parts = Parts(ctx.loaded, ctx.loaded.recipe.speculative.method)
-    ctx.say("loading the target")
-    model = parts.model()
     config = parts.drafter_config()
     shape = drafter_shape(config)
     cap = capacity(parts.max_seq_len, config)
-    variant = pick_variant(None, model.cfg.head_dim)
+    variant = pick_variant(variant, model.cfg.head_dim)
     medusa = parts.medusa(model) if parts.method == "medusa" else None
     k = shape["top_k"] if medusa is not None else None
+    tag = "" if fp8 is None else ", FP8"
     for mode in ("greedy", "rejection"):
-        ctx.say(f"exporting the target step graph ({mode}, {variant})")
+        say(f"exporting the target step graph ({mode}, {variant}{tag})")
         export_target(model, out / f"target-{mode}", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
-                      medusa_topk=k)  # fmt: skip
+                      medusa_topk=k, fp8=fp8)  # fmt: skip
     info: dict[str, Any] = {"variant": variant, "capacity": cap, "max_seq_len": parts.max_seq_len, "drafter": config,
                             "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
-                            "eagle": None}  # fmt: skip
+                            "eagle": None, "fp8": fp8 is not None}  # fmt: skip
     if parts.method == "eagle":
-        info["eagle"] = _eagle(ctx, parts, model, out, variant, shape)
-    (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    ctx.info.update(variant=variant, capacity=cap)
+        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8)
+    return info
 
 
-def _eagle(ctx: StageContext, parts: Parts, model, out: Path, variant: str, shape: dict[str, int]) -> dict[str, Any]:
+def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: str, shape: dict[str, int],
+           fp8) -> dict[str, Any]:  # fmt: skip
     from builder.export.eagle import export_eagle
 
     draft = parts.eagle(model)
     cap = parts.max_seq_len + shape["tentative"] + 1
-    ctx.say(f"exporting the EAGLE draft graph ({variant})")
-    export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap)
+    head = None if fp8 is None else fp8.linears.get("lm_head")
+    say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'})")
+    export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap,
+                 lm_head_fp8=head)  # fmt: skip
     c = draft.cfg
     return {"layers": c.num_hidden_layers, "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim,
             "hidden": c.hidden_size, "top_k": shape["top_k"], "capacity": cap}  # fmt: skip
+
+
+def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: int = 1):
+    """`builder.quantize.quality.Side` over the graphs exported into `folder`: the ORT engine and a drafter
+    factory for none, the default Lookahead and the recipe's own method."""
+    from builder.engines.ort.eagle import OrtEagleNet
+    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.quantize.quality import Side
+    from builder.speculative.drafters import drafter_factory, label
+
+    med = info["medusa"]
+    spec = TargetSpec(folder / "target-greedy" / "target.ort.onnx", folder / "target-rejection" / "target.ort.onnx",
+                      cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size, cfg.vocab_size,
+                      info["capacity"], None if med is None else (med["heads"], med["top_k"]))  # fmt: skip
+    engine = OrtEngine(spec, info["max_seq_len"], 1, threads)
+    drafters = {}
+    for method in dict.fromkeys(("none", "lookahead", parts.method)):
+        config = Parts(parts.loaded, method).drafter_config()
+        net = None
+        if method == "eagle":
+            e = info["eagle"]
+            net = OrtEagleNet(folder / "eagle" / "eagle.ort.onnx", layers=e["layers"], kv_heads=e["kv_heads"],
+                              head_dim=e["head_dim"], hidden_size=e["hidden"], top_k=e["top_k"],
+                              capacity=e["capacity"], max_batch_size=1, threads=threads)  # fmt: skip
+        drafters[label(config)] = drafter_factory(config, net)
+    return Side(engine, drafters)
+
+
+def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: dict[str, Any]) -> None:
+    from builder.data.humaneval import heldout_prompts
+    from builder.quantize.quality import NUM_PROMPTS, markdown, measure
+    from builder.stages.decoders import load_tokenizer
+    from builder.stages.parts import stop_ids
+
+    ctx.say("quality: loading the unquantized target")
+    fp32_model = parts.model()
+    tok = load_tokenizer(parts.tokenizer_dir())
+    prompts = [tok.encode(p).ids for p in heldout_prompts(NUM_PROMPTS)]
+    with tempfile.TemporaryDirectory(prefix="trtspec-fp32-") as tmp:
+        ctx.say("quality: exporting the unquantized graphs for the comparison")
+        export_graphs(parts, fp32_model, Path(tmp), None, variant=info["variant"])
+        report = measure(fp32_model, fp8_model, spec, open_side(parts, fp32_model.cfg, Path(tmp), info),
+                         open_side(parts, fp8_model.cfg, out, info),
+                         prompts, stop_ids(parts.base_dir()), say=ctx.say)  # fmt: skip
+    (out / QUALITY_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / QUALITY_MD).write_text(markdown(report), encoding="utf-8")
+    ctx.info["quality"] = {"perplexity": report["perplexity"], "token_agreement": report["greedy"]["token_agreement"],
+                           "tau": {m: {k: r[k]["tau"] for k in r} for m, r in report["methods"].items()}}  # fmt: skip
