@@ -167,6 +167,22 @@ class TritonSection(Section):
     exclude_input_in_output: bool = Field(True, description="Return generated tokens only.")
     bind_address: str = Field("127.0.0.1", max_length=255, description="Address the server binds (loopback unless told otherwise).")
     ports: Ports = Field(default_factory=Ports, description="Server ports.")
+    draft_schedule: list[Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=list, max_length=64,
+        description="Draft-node budget per batch size for the served decoding loop: [[max_batch, max_nodes], …] with "
+        "max_batch strictly increasing (1..4096) and max_nodes 1..4096 counting the whole tree, root included (1 = "
+        "speculation off). A step with b sequences uses the first entry with b <= max_batch; past the last entry "
+        "speculation is off. Static trees keep their first max_nodes nodes, Lookahead lowers G, EAGLE-2 caps "
+        "total_nodes. Empty (default): the full draft at every batch size. E.g. [[1, 64], [4, 16], [8, 1]].",
+    )
+
+    @field_validator("draft_schedule")
+    @classmethod
+    def _schedule(cls, v: list[list[int]]) -> list[list[int]]:
+        batches = [b for b, _ in v]
+        if any(x >= y for x, y in zip(batches, batches[1:])):
+            raise ValueError(f"draft_schedule max_batch values must strictly increase, got {batches}")
+        return v
 
 
 class Bench(Section):

@@ -6,7 +6,10 @@
            drafter.update(seqs, drafts, out)
 
 `Decoder` runs many requests at once (in-flight batching): requests join between steps (`add`) and
-leave when done; `run` drives a list of requests through it. Without a drafter (or with speculation
+leave when done or cancelled (`cancel`: slot and KV freed at once); `run` drives a list of requests
+through it. A draft schedule (`DraftSchedule`) caps each step's tree at a node budget that depends on
+the batch size — speculation shrinks as the batch grows and switches off (root-only trees) where it
+does not pay; drafters that support it (`set_budget`) apply the cap. Without a drafter (or with speculation
 off for a request) every step is a root-only tree (T = 1): plain autoregressive decoding through the
 very same engine and verification, which is what makes "speculative output == plain output" a real
 test. Each request draws its sampling uniforms from its own seeded generator, so its output does not
@@ -33,6 +36,29 @@ class Request:
     sampling: Sampling = Sampling()
     stop_ids: tuple[int, ...] = ()
     speculate: bool = True  # False: plain decoding for this request even when a drafter is present
+    stop_sequences: tuple[tuple[int, ...], ...] = ()  # finish once the output ends with one (kept in the output)
+    lookahead: tuple[int, int, int] | None = None  # this request's Lookahead W, N, G (each <= the drafter's)
+
+
+class DraftSchedule:
+    """Draft-node budget per batch size: [(max_batch, max_nodes), …] sorted by max_batch.
+
+    A step with b active sequences uses the nodes of the first entry with b <= max_batch; past the
+    last entry speculation is off. Nodes count the whole tree, root included: 1 = root only = off.
+    The empty schedule puts no cap on any batch size.
+    """
+
+    def __init__(self, entries: Sequence[Sequence[int]] = ()) -> None:
+        pairs = [(int(b), int(n)) for b, n in entries]
+        if any(b < 1 or n < 1 for b, n in pairs) or [b for b, _ in pairs] != sorted({b for b, _ in pairs}):
+            raise ValueError(f"draft schedule {pairs}: need [max_batch >= 1, max_nodes >= 1] pairs, max_batch strictly increasing")
+        self.entries = pairs
+
+    def budget(self, batch: int) -> int | None:
+        """Node budget for a step of `batch` sequences (None: no cap)."""
+        if not self.entries:
+            return None
+        return next((n for b, n in self.entries if batch <= b), 1)
 
 
 @dataclass
@@ -40,7 +66,8 @@ class Generation:
     token_ids: list[int]  # generated tokens only
     steps: int = 0  # target steps after prefill
     accepted_per_step: list[int] = field(default_factory=list)  # accepted draft tokens per step (bonus excluded)
-    finish_reason: str = ""  # "length" | "stop"
+    finish_reason: str = ""  # "length" | "stop" | "cancelled"
+    drafted: int = 0  # draft tokens proposed over all steps (root excluded)
 
     @property
     def tau(self) -> float:
@@ -81,10 +108,12 @@ class _Seq:
 class Decoder:
     """In-flight batching over one engine and at most one (batched) drafter."""
 
-    def __init__(self, engine: Engine, drafter: Drafter | None = None) -> None:
+    def __init__(self, engine: Engine, drafter: Drafter | None = None, schedule: DraftSchedule | None = None) -> None:
         self.engine, self.drafter = engine, drafter
+        self.schedule = schedule or DraftSchedule()
         self.active: list[_Seq] = []
         self.timing = Timing()
+        self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
 
     @property
     def free_slots(self) -> int:
@@ -97,6 +126,8 @@ class Decoder:
         t0 = time.perf_counter()
         seqs = [_Seq(first_index + i, r, Generation([]), np.random.default_rng(r.sampling.seed),
                      self.drafter is not None and r.speculate) for i, r in enumerate(requests)]
+        if any(r.lookahead is not None for r in requests) and not hasattr(self.drafter, "configure"):
+            raise ValueError("per-request Lookahead settings need a Lookahead drafter")
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
         for s, sid, tok in zip(seqs, ids, pre.tokens.tolist()):
             s.id = sid
@@ -105,6 +136,9 @@ class Decoder:
             assert self.drafter is not None
             self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
                                _rows(pre, drafting))
+            for i in drafting:
+                if seqs[i].req.lookahead is not None:
+                    self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
         self.timing.prefill += time.perf_counter() - t0
         for s, tok in zip(seqs, pre.tokens.tolist()):
             self.active.append(s)
@@ -120,6 +154,7 @@ class Decoder:
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and self.engine.committed_len(s.id) + self._max_nodes() > self.engine.max_seq_len:
                 self._stop_drafting(s)
+        self._apply_budget()
         order = [s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting]
         k = sum(s.drafting for s in order)
         roots = [s.gen.token_ids[-1] for s in order]
@@ -137,9 +172,22 @@ class Decoder:
         self.timing.steps += 1
         for row, s in enumerate(order):
             s.gen.steps += 1
+            s.gen.drafted += drafts[row].num_nodes - 1
             s.gen.accepted_per_step.append(int(out.accepted_len[row]) - 1)
             self._emit(s, out.emitted(row), on_tokens)
         return self._retire()
+
+    def cancel(self, index: int) -> Generation | None:
+        """Drop the active request with this index now (between steps): its slot and KV are freed.
+
+        Returns its generation so far (finish_reason "cancelled"), or None if it is not active.
+        """
+        s = next((s for s in self.active if s.index == index), None)
+        if s is None:
+            return None
+        s.gen.finish_reason = "cancelled"
+        self._retire()
+        return s.gen
 
     def run(self, requests: Sequence[Request], on_tokens: OnTokens | None = None) -> list[Generation]:
         """Decode every request, admitting new ones as slots free up; results in request order."""
@@ -160,6 +208,17 @@ class Decoder:
     def _max_nodes(self) -> int:
         return int(getattr(self.drafter, "max_nodes", self.engine.max_seq_len))
 
+    def _apply_budget(self) -> None:
+        """Tell the drafter this step's node cap (from the schedule and the batch size)."""
+        budget = self.schedule.budget(len(self.active))
+        if budget != self.budget and self.drafter is not None:
+            set_budget = getattr(self.drafter, "set_budget", None)
+            if set_budget is None and budget is not None:
+                raise ValueError(f"{type(self.drafter).__name__} cannot apply a draft budget")
+            if set_budget is not None:
+                set_budget(budget)
+        self.budget = budget
+
     def _sampling(self, seqs: Sequence[_Seq], widths: Sequence[int]) -> SamplingBatch:
         w = max(widths)
         batch = SamplingBatch(np.array([s.req.sampling.temperature for s in seqs], np.float32),
@@ -175,7 +234,8 @@ class Decoder:
         tokens = tokens[: max(room, 0)]
         stops = set(s.req.stop_ids)
         for i, tok in enumerate(tokens):
-            if tok in stops:
+            if tok in stops or (s.req.stop_sequences and _ends_with_any(s.gen.token_ids, tokens[: i + 1],
+                                                                        s.req.stop_sequences)):
                 tokens = tokens[: i + 1]
                 s.gen.finish_reason = "stop"
                 break
@@ -198,6 +258,18 @@ class Decoder:
             self.engine.release(s.id)
         self.active = [s for s in self.active if not s.gen.finish_reason]
         return finished
+
+
+def _ends_with_any(done: list[int], new: list[int], sequences: Sequence[tuple[int, ...]]) -> bool:
+    """Whether done + new ends with one of the sequences (only the tail is looked at)."""
+    for seq in sequences:
+        n = len(seq)
+        if n == 0 or n > len(done) + len(new):
+            continue
+        tail = new[-n:] if n <= len(new) else done[len(done) - (n - len(new)) :] + new
+        if tuple(tail) == seq:
+            return True
+    return False
 
 
 def _rows(pre: PrefillResult, rows: list[int]) -> PrefillResult:

@@ -7,6 +7,11 @@ output predicts the hidden state at the bonus token (the new root) and gives the
 The trees then grow level by level (EAGLE-1: static choices; EAGLE-2: dynamic expansion + reranking,
 `builder.speculative.eagle_tree`), one `EagleNet.expand` call per level for the whole batch, each
 level's nodes written to the tentative tail of the draft cache with tree attention.
+
+A node budget (`set_budget`) truncates a static tree to its first n nodes (node order) and caps
+EAGLE-2's total_nodes at n - 1 (and its depth, which cannot exceed the nodes kept). At a budget of 1
+speculation is off: `propose` returns root-only drafts without running the draft layer, and the
+pairs of those steps wait in `_Pending` until drafting resumes (one `extend` then commits them all).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.eagle_tree import TreeSteps, dynamic_tree_steps, eagle_draft, static_tree_steps
-from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult
+from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
+from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
 
 
@@ -32,6 +38,7 @@ class DynamicSpec:
 class _Pending:
     hidden: np.ndarray  # [m, C] target hidden states of the pairs not yet run
     tokens: list[int]  # [m - 1] their next tokens (the last pair's token is the next root)
+    deferred: bool = False  # propose skipped the draft layer (budget 1): these pairs are still pending
 
 
 @dataclass
@@ -61,6 +68,20 @@ class EagleDrafter:
                                  f"the draft net gives {net.top_k}")  # fmt: skip
             self.max_nodes = tree.num_nodes
         self._pending: dict[int, _Pending] = {}
+        self._shape: Tree | DynamicSpec = tree  # the shape in use (the budget applied)
+        self._off = False
+
+    def set_budget(self, nodes: int | None) -> None:
+        """Use at most `nodes` tree nodes per step, root included (1: off; None: the configured tree)."""
+        t = self.tree
+        self._off = nodes is not None and nodes <= 1
+        if nodes is None or self._off:
+            self._shape = t
+        elif isinstance(t, DynamicSpec):
+            keep = min(t.total_nodes, int(nodes) - 1)
+            self._shape = DynamicSpec(min(t.depth, keep), t.top_k, keep)
+        else:
+            self._shape = truncate_tree(t, int(nodes))
 
     def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
         self.net.start(seqs)
@@ -74,9 +95,18 @@ class EagleDrafter:
     def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
         for row, s in enumerate(seqs):
             k = int(result.accepted_len[row])
-            self._pending[s] = _Pending(result.hidden[row, :k].copy(), result.tokens[row, : k - 1].tolist())
+            hidden, tokens = result.hidden[row, :k].copy(), result.tokens[row, : k - 1].tolist()
+            p = self._pending[s]
+            if p.deferred:  # the old pairs were not run: the step's root is their last pair's token
+                hidden = np.concatenate([p.hidden, hidden])
+                tokens = p.tokens + [int(drafts[row].tokens[0])] + tokens
+            self._pending[s] = _Pending(hidden, tokens)
 
     def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
+        if self._off:
+            for s in seqs:
+                self._pending[s].deferred = True
+            return [root_only(int(r)) for r in roots]
         root_out = self._extend(seqs, roots)  # DraftOutput with F = 1: the roots' level
         growths = [self._grow(int(r)) for r in roots]
         answer = [(root_out.topk_tokens[i], root_out.topk_logprobs[i]) for i in range(len(seqs))]
@@ -94,7 +124,7 @@ class EagleDrafter:
     # -- internals -------------------------------------------------------------------------------
 
     def _grow(self, root: int) -> _Growth:
-        t = self.tree
+        t = self._shape
         gen = (dynamic_tree_steps(root, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
                if isinstance(t, DynamicSpec) else static_tree_steps(t, root))  # fmt: skip
         tokens, parents = next(gen)  # the root's own request, answered by extend

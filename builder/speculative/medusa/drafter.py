@@ -12,8 +12,22 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft, PrefillResult, StepResult
-from builder.speculative.tree import Tree, medusa_draft
+from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
+from builder.speculative.tree import Tree, medusa_draft, tree_from_parents
+
+
+def truncate_tree(tree: Tree, nodes: int) -> Tree:
+    """The tree's first `nodes` nodes (>= 1). Node order is topological, so they form a subtree."""
+    if nodes >= tree.num_nodes:
+        return tree
+    sub = tree_from_parents(tree.parents[: max(nodes, 1)])
+    cut = lambda a: None if a is None else _frozen(a[: max(nodes, 1)].copy())  # noqa: E731
+    return Tree(sub.parents, sub.depth, sub.mask, sub.paths, head=cut(tree.head), rank=cut(tree.rank))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 class MedusaDrafter:
@@ -25,6 +39,15 @@ class MedusaDrafter:
         self.top_k = int(tree.rank.max()) + 1  # ranks the engine's heads must return
         self.num_heads = tree.max_depth
         self._topk: dict[int, np.ndarray] = {}  # [H, K] per sequence
+        self._tree = tree  # the tree in use (the budget applied)
+        self._cut: dict[int, Tree] = {}  # truncated trees by node count (buffers computed once per shape)
+
+    def set_budget(self, nodes: int | None) -> None:
+        """Use at most `nodes` tree nodes per step, root included (1: root only; None: the whole tree)."""
+        n = self.tree.num_nodes if nodes is None else max(1, min(int(nodes), self.tree.num_nodes))
+        if n not in self._cut:
+            self._cut[n] = truncate_tree(self.tree, n)
+        self._tree = self._cut[n]
 
     def _take(self, topk: np.ndarray | None) -> np.ndarray:
         if topk is None:
@@ -40,7 +63,9 @@ class MedusaDrafter:
             self._topk[s] = topk[i].copy()
 
     def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
-        return [medusa_draft(self.tree, int(r), self._topk[s]) for s, r in zip(seqs, roots)]
+        if self._tree.num_nodes == 1:
+            return [root_only(int(r)) for r in roots]
+        return [medusa_draft(self._tree, int(r), self._topk[s]) for s, r in zip(seqs, roots)]
 
     def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
         topk = self._take(result.medusa_topk)
