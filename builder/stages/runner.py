@@ -21,9 +21,10 @@ from builder.stages.context import NeedsGpu, StageContext
 from builder.stages.manifest import Manifest, tool_versions
 from builder.stages.store import Store
 
-IMPLEMENTED = ("load", "quantize", "export", "engine")  # the repository stage arrives with the Triton work
+IMPLEMENTED = ("load", "quantize", "export", "engine", "repo")
 TOOLS = {"load": ("torch", "safetensors"), "quantize": ("torch", "nvidia-modelopt"),
-         "export": ("torch", "onnx", "onnxruntime"), "engine": ("onnxruntime", "tensorrt")}  # fmt: skip
+         "export": ("torch", "onnx", "onnxruntime"), "engine": ("onnxruntime", "tensorrt"),
+         "repo": ("onnxruntime", "tritonclient", "nvidia-pytriton")}  # fmt: skip
 
 
 @dataclass

@@ -1,0 +1,132 @@
+"""config.pbtxt rendered from typed `ModelConfig` protobufs (tritonclient's model_config_pb2), never templates.
+
+    cfg = spec_decoder_config(settings)      # a ModelConfig
+    text = render(cfg)                       # google.protobuf.text_format
+    parse(text)                              # back to a ModelConfig (tests, `trtspec serve` checks)
+
+A missing value cannot happen: every field is set from typed data, and unknown fields fail at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from triton_repo import tensors as T
+
+
+def pb2():
+    """tritonclient's model_config_pb2 (the serve extra), imported on first use."""
+    try:
+        from tritonclient.grpc import model_config_pb2
+    except ImportError as exc:  # tritonclient or grpcio missing
+        raise ImportError("rendering Triton configs needs tritonclient[grpc] (the serve extra: bash scripts/setup.sh)") from exc
+    return model_config_pb2
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the configs are made from (the recipe's triton section plus the engine's limits)."""
+
+    model_name: str = "trtspec"
+    instances: tuple[int, int, int] = (1, 1, 1)  # preprocessing, spec_decoder, postprocessing
+    decoupled: bool = True
+    queue_delay_us: int = 100  # spec_decoder waits this long for more requests before a batch starts from idle
+    draft_schedule: tuple[tuple[int, int], ...] = ()
+    max_input_len: int = 1024
+    ort_threads: int = 1
+    python_paths: tuple[str, ...] = ()  # written into every model's parameters (the stub ignores PYTHONPATH)
+    python_version: str = ""  # "3.11": the interpreter the paths belong to
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _io(items: Any, specs: Sequence[T.Tensor], output: bool = False) -> None:
+    m = pb2()
+    for s in specs:
+        entry = items.add(name=s.name, data_type=m.DataType.Value(f"TYPE_{s.dtype}"), dims=list(s.dims))
+        if s.optional and not output:
+            entry.optional = True
+
+
+def _python_model(name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str]):
+    m = pb2()
+    cfg = m.ModelConfig(name=name, backend="python", max_batch_size=0)
+    _io(cfg.input, inputs)
+    _io(cfg.output, outputs, output=True)
+    cfg.instance_group.add(kind=m.ModelInstanceGroup.KIND_CPU, count=count)
+    all_params = {"implementation": impl, "python_paths": json.dumps(list(s.python_paths)),
+                  "python_version": s.python_version, **params, **s.extra}  # fmt: skip
+    for k, v in all_params.items():
+        cfg.parameters[k].string_value = v
+    return cfg
+
+
+def preprocessing_config(s: Settings):
+    return _python_model(T.PREPROCESSING, "triton_repo.models.preprocessing", T.PREPROCESSING_INPUTS,
+                         T.PREPROCESSING_OUTPUTS, s.instances[0], s, {"tokenizer": "tokenizer.json"})  # fmt: skip
+
+
+def postprocessing_config(s: Settings):
+    return _python_model(T.POSTPROCESSING, "triton_repo.models.postprocessing", T.POSTPROCESSING_INPUTS,
+                         T.POSTPROCESSING_OUTPUTS, s.instances[2], s, {"tokenizer": "tokenizer.json"})  # fmt: skip
+
+
+def spec_decoder_config(s: Settings):
+    params = {"engine_dir": "engine", "max_input_len": str(s.max_input_len), "queue_delay_us": str(s.queue_delay_us),
+              "draft_schedule": json.dumps([list(e) for e in s.draft_schedule]), "ort_threads": str(s.ort_threads),
+              "decoupled": json.dumps(s.decoupled)}  # fmt: skip
+    cfg = _python_model(T.SPEC_DECODER, "triton_repo.models.spec_decoder", T.SPEC_DECODER_INPUTS,
+                        T.SPEC_DECODER_OUTPUTS, s.instances[1], s, params)  # fmt: skip
+    cfg.model_transaction_policy.decoupled = s.decoupled
+    return cfg
+
+
+def ensemble_config(s: Settings):
+    """text in, text out: preprocessing → spec_decoder → postprocessing (decoupled when spec_decoder is)."""
+    m = pb2()
+    cfg = m.ModelConfig(name=s.model_name, platform="ensemble", max_batch_size=0)
+    _io(cfg.input, T.ENSEMBLE_INPUTS)
+    _io(cfg.output, T.ENSEMBLE_OUTPUTS, output=True)
+    steps = cfg.ensemble_scheduling.step
+    pre = steps.add(model_name=T.PREPROCESSING, model_version=-1)
+    for t in T.PREPROCESSING_INPUTS:
+        pre.input_map[t.name] = t.name
+    for t in T.PREPROCESSING_OUTPUTS:
+        pre.output_map[t.name] = f"_{t.name}"
+    dec = steps.add(model_name=T.SPEC_DECODER, model_version=-1)
+    dec.input_map[T.INPUT_IDS.name] = f"_{T.INPUT_IDS.name}"
+    dec.input_map[T.STOP_IDS.name] = f"_{T.STOP_IDS.name}"
+    for t in T.REQUEST_CONTROLS:
+        dec.input_map[t.name] = t.name
+    for t in T.POSTPROCESSING_INPUTS:
+        dec.output_map[t.name] = f"_{t.name}"
+    for t in T.STATS:
+        dec.output_map[t.name] = t.name
+    post = steps.add(model_name=T.POSTPROCESSING, model_version=-1)
+    for t in T.POSTPROCESSING_INPUTS:
+        post.input_map[t.name] = f"_{t.name}"
+    post.output_map[T.TEXT_OUTPUT.name] = T.TEXT_OUTPUT.name
+    return cfg
+
+
+def all_configs(s: Settings) -> dict[str, Any]:
+    """Model name -> ModelConfig for the whole repository."""
+    return {T.PREPROCESSING: preprocessing_config(s), T.SPEC_DECODER: spec_decoder_config(s),
+            T.POSTPROCESSING: postprocessing_config(s), s.model_name: ensemble_config(s)}  # fmt: skip
+
+
+def render(cfg) -> str:
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(cfg)
+
+
+def parse(text: str):
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, pb2().ModelConfig())
+
+
+def parameters(cfg) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}

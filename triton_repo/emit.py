@@ -1,0 +1,87 @@
+"""Write a self-contained Triton model repository around an engine folder.
+
+    <repo>/
+      <model_name>/config.pbtxt, 1/        ensemble: text in, text out (clients call this)
+      preprocessing/config.pbtxt, 1/model.py, 1/tokenizer.json
+      spec_decoder/config.pbtxt, 1/model.py, 1/engine/   the engine folder (engine.json, ONNX graphs,
+                                                          tokenizer.json, its build manifest.json)
+      postprocessing/config.pbtxt, 1/model.py, 1/tokenizer.json
+      trtspec-repo.json                    what was emitted: settings, tensors, versions, endpoints' models
+
+Engine files are hard-linked where the filesystem allows (else copied): the repository reads nothing
+outside itself except the Python packages named in every config's `python_paths`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from triton_repo import tensors as T
+from triton_repo.config import Settings, all_configs, render
+
+BOOTSTRAP = Path(__file__).with_name("models") / "model.py"
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding builder/ and triton_repo/
+INFO = "trtspec-repo.json"
+
+
+def python_paths() -> tuple[str, ...]:
+    """This interpreter's site-packages and the project's source folder (for the stub's sys.path)."""
+    paths = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")] + [str(ROOT)]
+    return tuple(dict.fromkeys(paths))
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _place(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _tree(src: Path, dst: Path) -> None:
+    for f in sorted(src.rglob("*")):
+        if f.is_file():
+            _place(f, dst / f.relative_to(src))
+
+
+def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
+    """Write the repository into `out` (an empty folder); returns what trtspec-repo.json records."""
+    if settings.model_name in T.RESERVED_NAMES:
+        raise ValueError(f"triton.model_name {settings.model_name!r} collides with a composing model "
+                         f"({', '.join(T.RESERVED_NAMES)})")  # fmt: skip
+    engine_dir = Path(engine_dir)
+    meta = json.loads((engine_dir / "engine.json").read_text(encoding="utf-8"))
+    configs = all_configs(settings)
+    for name, cfg in configs.items():
+        (out / name / "1").mkdir(parents=True, exist_ok=True)
+        (out / name / "config.pbtxt").write_text(render(cfg), encoding="utf-8")
+    for name in (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING):
+        shutil.copy2(BOOTSTRAP, out / name / "1" / "model.py")
+    _tree(engine_dir, out / T.SPEC_DECODER / "1" / "engine")
+    tokenizer = engine_dir / meta["tokenizer"]
+    for name in (T.PREPROCESSING, T.POSTPROCESSING):
+        _place(tokenizer, out / name / "1" / "tokenizer.json")
+    info = {
+        "ensemble": settings.model_name,
+        "models": list(configs),
+        "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
+        "engine": {"label": meta.get("drafter", {}).get("method"), "format": meta.get("format"),
+                   "max_batch_size": meta.get("max_batch_size"), "max_seq_len": meta.get("max_seq_len"),
+                   "versions": meta.get("versions", {})},
+        "inputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional}
+                   for t in T.ENSEMBLE_INPUTS],
+        "outputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims)} for t in T.ENSEMBLE_OUTPUTS],
+    }  # fmt: skip
+    (out / INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info

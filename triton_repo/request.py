@@ -1,0 +1,179 @@
+"""A client's tensors → a checked decoding `Request`, or a `RequestError` that names the field and the allowed range.
+
+Pure NumPy + `encode(text, add_special_tokens)`: spec_decoder's Triton glue passes `{name: array | None}`; tests pass the same.
+Triton itself already refuses unknown inputs, missing required ones and wrong dtypes or ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from builder.speculative.decoding import Request
+from builder.speculative.engine import Sampling
+from plugins.tree_verify.contract import TEMPERATURE_EPS
+
+MAX_TEMPERATURE = 100.0  # as `trtspec generate --temperature`
+MAX_STOP_WORDS = 16
+MAX_STOP_BYTES = 256  # per stop word
+MAX_SEED = 2**63 - 1
+
+
+class RequestError(ValueError):
+    """A bad request: sent back to the client as an error response; the server carries on."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one engine accepts."""
+
+    vocab: int
+    max_input_len: int
+    max_seq_len: int
+    stop_ids: tuple[int, ...]  # end-of-sequence ids: always stop
+    sampling: bool  # the engine has the rejection graph (temperature > 0)
+    lookahead: tuple[int, int, int] | None  # the engine's Lookahead W, N, G (None: another method)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    request: Request
+    stream: bool
+    text: bool  # the prompt came as text_input (answer with text_output too)
+
+
+Fields = Mapping[str, "np.ndarray | None"]
+
+
+def _scalar(fields: Fields, name: str, kind: type, default: Any = None) -> Any:
+    a = fields.get(name)
+    if a is None:
+        if default is None:
+            raise RequestError(f"{name}: required input missing")
+        return default
+    a = np.asarray(a)
+    if a.size != 1:
+        raise RequestError(f"{name}: expected one value, got shape {list(a.shape)}")
+    v = a.reshape(-1)[0]
+    if kind is bool:
+        if a.dtype != np.bool_:
+            raise RequestError(f"{name}: expected BOOL, got {a.dtype}")
+        return bool(v)
+    if kind is int:
+        if not np.issubdtype(a.dtype, np.integer):
+            raise RequestError(f"{name}: expected an integer, got {a.dtype}")
+        return int(v)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise RequestError(f"{name}: expected a float, got {a.dtype}")
+    return float(v)
+
+
+def _text(a: np.ndarray, name: str) -> str:
+    raw = a.reshape(-1)[0]
+    if isinstance(raw, str):
+        return raw
+    try:
+        return bytes(raw).decode("utf-8")
+    except (UnicodeDecodeError, TypeError):
+        raise RequestError(f"{name}: not UTF-8 text") from None
+
+
+def _prompt(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]]) -> tuple[list[int], bool]:
+    ids, text = fields.get("input_ids"), fields.get("text_input")
+    if (ids is None) == (text is None):
+        raise RequestError("give exactly one of input_ids or text_input")
+    if text is not None:
+        if np.asarray(text).size != 1:
+            raise RequestError(f"text_input: expected one string, got shape {list(np.asarray(text).shape)}")
+        s = _text(np.asarray(text), "text_input")
+        if not s:
+            raise RequestError("text_input: empty prompt")
+        prompt = encode(s, True)
+    else:
+        arr = np.asarray(ids).reshape(-1)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise RequestError(f"input_ids: expected integers, got {arr.dtype}")
+        prompt = [int(i) for i in arr]
+        bad = [i for i in prompt if not 0 <= i < limits.vocab]
+        if bad:
+            raise RequestError(f"input_ids: {bad[:5]} outside the vocabulary 0..{limits.vocab - 1}")
+    if not prompt:
+        raise RequestError("empty prompt")
+    if len(prompt) > limits.max_input_len:
+        raise RequestError(f"prompt has {len(prompt)} tokens; this engine takes at most {limits.max_input_len} "
+                           "(build.max_input_len)")  # fmt: skip
+    return prompt, text is not None
+
+
+def _stops(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]]) -> tuple[tuple[int, ...], ...]:
+    words: list[list[int]] = []
+    if fields.get("stop") is not None:
+        raw = np.asarray(fields["stop"]).reshape(-1)
+        if len(raw) > MAX_STOP_WORDS:
+            raise RequestError(f"stop: {len(raw)} words; at most {MAX_STOP_WORDS}")
+        for w in raw:
+            s = _text(np.asarray([w], dtype=object), "stop")
+            if not s or len(s.encode()) > MAX_STOP_BYTES:
+                raise RequestError(f"stop: every word must be 1..{MAX_STOP_BYTES} bytes")
+            words.append(encode(s, False))
+    if fields.get("stop_ids") is not None:
+        arr = np.asarray(fields["stop_ids"]).reshape(-1)
+        cur: list[int] = []
+        for i in [*arr.tolist(), -1]:
+            if i == -1:
+                if cur:
+                    words.append(cur)
+                cur = []
+            elif not 0 <= i < limits.vocab:
+                raise RequestError(f"stop_ids: {i} outside the vocabulary")
+            else:
+                cur.append(int(i))
+        if len(words) > MAX_STOP_WORDS:
+            raise RequestError(f"stop: {len(words)} words; at most {MAX_STOP_WORDS}")
+    return tuple(tuple(w) for w in words if w)
+
+
+def _lookahead(fields: Fields, limits: Limits) -> tuple[int, int, int] | None:
+    names = ("lookahead_window", "lookahead_ngram", "lookahead_verification_set")
+    given = {n: _scalar(fields, n, int) for n in names if fields.get(n) is not None}
+    if not given:
+        return None
+    if limits.lookahead is None:
+        raise RequestError(f"{', '.join(given)}: this engine does not draft with Lookahead")
+    engine = dict(zip(names, limits.lookahead))
+    lows = {"lookahead_window": 1, "lookahead_ngram": 2, "lookahead_verification_set": 0}
+    for n, v in given.items():
+        if not lows[n] <= v <= engine[n]:
+            raise RequestError(f"{n}: {v} outside {lows[n]}..{engine[n]} (the engine's)")
+    w, n, g = (given.get(k, engine[k]) for k in names)
+    return int(w), int(n), int(g)
+
+
+def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]]) -> Parsed:
+    """Check every field of one request; RequestError on the first problem."""
+    prompt, text = _prompt(fields, limits, encode)
+    room = limits.max_seq_len - len(prompt)
+    max_tokens = _scalar(fields, "max_tokens", int)
+    if not 1 <= max_tokens <= room:
+        raise RequestError(f"max_tokens: {max_tokens} outside 1..{room} (max_seq_len {limits.max_seq_len} minus "
+                           f"{len(prompt)} prompt tokens)")  # fmt: skip
+    temperature = _scalar(fields, "temperature", float, 0.0)
+    if not (math.isfinite(temperature) and 0.0 <= temperature <= MAX_TEMPERATURE):
+        raise RequestError(f"temperature: {temperature} outside 0..{MAX_TEMPERATURE}")
+    if temperature > TEMPERATURE_EPS and not limits.sampling:
+        raise RequestError("temperature > 0: this engine was built without the rejection-sampling graph")
+    top_p = _scalar(fields, "top_p", float, 1.0)
+    if not (math.isfinite(top_p) and 0.0 < top_p <= 1.0):
+        raise RequestError(f"top_p: {top_p} outside (0, 1]")
+    seed = _scalar(fields, "seed", int, 0)
+    if not 0 <= seed <= MAX_SEED:
+        raise RequestError(f"seed: {seed} outside 0..{MAX_SEED}")
+    stream = _scalar(fields, "stream", bool, False)
+    speculate = _scalar(fields, "speculate", bool, True)
+    lookahead = _lookahead(fields, limits)
+    req = Request(tuple(prompt), max_tokens, Sampling(temperature, top_p, seed), limits.stop_ids, speculate,
+                  _stops(fields, limits, encode), lookahead if speculate else None)  # fmt: skip
+    return Parsed(req, stream, text)
