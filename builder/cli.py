@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "schema": ("builder.commands.recipe_cmds", "schema", "Print the recipe JSON schema."),
     "build": ("builder.commands.build_cmds", "build", "Build the recipe's engines (cached, atomic, resumable)."),
     "generate": ("builder.commands.generate_cmds", "generate", "Generate text with speculative decoding (CPU reference)."),
+    "serve": ("builder.commands.serve_cmds", "serve", "Serve a recipe's Triton repository (built first) with tritonserver."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),
 }

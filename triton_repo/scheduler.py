@@ -163,14 +163,21 @@ class Scheduler:
     def _drop_cancelled(self) -> None:
         for job in list(self._active.values()):
             if job.sink.cancelled():
-                self.decoder.cancel(job.index)
-                self._active.pop(job.index, None)
-                self.stats.cancelled += 1
+                self._cancel(job, "cancelled by the client")
                 self._finish(job, "cancelled")
+
+    def _cancel(self, job: Job, why: str) -> None:
+        self.decoder.cancel(job.index)
+        self._active.pop(job.index, None)
+        self.stats.cancelled += 1
+        n = 0 if job.gen is None else len(job.gen.token_ids)
+        self.log(f"request {job.index} {why}: cancelled after {n} tokens, slot and KV freed")
 
     def _step(self) -> None:
         b = len(self.decoder.active)
         self.stats.steps += 1
+        if b > self.stats.max_batch:
+            self.log(f"first step with a batch of {b} sequences (draft budget {self.decoder.schedule.budget(b) or 'uncapped'})")
         self.stats.max_batch = max(self.stats.max_batch, b)
         self.stats.batch_steps[b] = self.stats.batch_steps.get(b, 0) + 1
         self.decoder.step(self._on_tokens)
@@ -193,9 +200,7 @@ class Scheduler:
                 self._finish(job, gen.finish_reason)
             elif job.stream and job.dirty:
                 if not self._send(job, final=False):
-                    self.decoder.cancel(job.index)
-                    self._active.pop(job.index, None)
-                    self.stats.cancelled += 1
+                    self._cancel(job, "lost its client")
             job.dirty = False
 
     def _finish(self, job: Job, reason: str) -> None:

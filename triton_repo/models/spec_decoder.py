@@ -82,7 +82,7 @@ class Model:
                              lookahead=(d["window"], d["ngram"], d["verification_set"]) if d["method"] == "lookahead" else None)  # fmt: skip
         schedule = DraftSchedule(json.loads(params.get("draft_schedule", "[]")))
         decoder = Decoder(opened.engine, opened.make_drafter(), schedule)
-        self.scheduler = Scheduler(decoder, int(params.get("queue_delay_us", 0)) / 1e6, pb_utils.Logger.log_warn).start()
+        self.scheduler = Scheduler(decoder, int(params.get("queue_delay_us", 0)) / 1e6, pb_utils.Logger.log_info).start()
         pb_utils.Logger.log_info(f"spec_decoder: {opened.label}, max_batch_size {opened.engine.max_batch_size}, "
                                  f"max_seq_len {opened.engine.max_seq_len}, draft schedule {schedule.entries or 'none'}")
 
