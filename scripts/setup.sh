@@ -13,7 +13,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/trtspec
   exit 0
 fi
 
-# Debian packages some later stages use (perf_analyzer needs libb64); skipped when present.
+# Debian packages the serve tools need (perf_analyzer links libb64); skipped when present.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   if ! dpkg -s libb64-0d >/dev/null 2>&1; then
     (apt-get update -qq && apt-get install -y -qq libb64-0d >/dev/null) || echo "setup: apt-get libb64-0d failed (only perf_analyzer needs it)" >&2
@@ -25,7 +25,12 @@ fi
 # torch first and pinned: 2.13.0 has a CPU build on these machines' disk; anything newer pulls a
 # multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[cpu,dev]"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,dev,serve]"
+# Triton Inference Server 2.51 (inside nvidia-pytriton) and perf_analyzer 2.51 + the Python client (tritonclient):
+# --no-deps, since their numpy<2 / protobuf<5 pins would downgrade what onnx needs (pyproject.toml, serve extra).
+"$VENV/bin/python" -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "tritonclient==2.51.0"
+# NumPy 1.x for the Triton Python-backend stub only (built against NumPy 1: it garbles tensors under NumPy 2).
+"$VENV/bin/python" -m pip install -q --no-deps --upgrade --target "$VENV/triton-stub-site" "numpy==1.26.4"
 # Type stubs for the TensorRT adapter; --no-deps because `tensorrt` itself is not installable here.
 "$VENV/bin/python" -m pip install -q --no-deps "tensorrt-stubs==10.13.0.35.1"
 echo "$want" > "$STAMP"
