@@ -15,13 +15,15 @@ Files in `out_dir` for a graph named `stem`:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from builder.export.graph import NodeCounts, dedupe, node_counts, prune, save, save_sharing_data, staged_dir
+from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, prune, save, save_sharing_data,
+                                  staged_dir)  # fmt: skip
 from builder.export.qdq import ort_foldable
 from plugins.tree_verify import onnx_op
 
@@ -39,12 +41,23 @@ class ExportResult:
     outputs: tuple[str, ...]
 
 
-def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dict[str, Any]) -> ExportResult:
-    """Check and write `model` and its ORT twin to `out_dir` (replaced as a whole; see module doc)."""
+def data_name(stem: str) -> str:
+    return f"{stem}.data"
+
+
+def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dict[str, Any],
+                 sink: DataSink | None = None) -> ExportResult:  # fmt: skip
+    """Check and write `model` and its ORT twin to `out_dir` (replaced as a whole; see module doc).
+    `sink`: the `DataSink` the graph's weights were streamed to (its location must be `data_name(stem)`)."""
     out_dir = Path(out_dir)
     onnx_op.register_schema()
-    names = {"canonical": f"{stem}.onnx", "ort": f"{stem}.ort.onnx", "data": f"{stem}.data"}
+    names = {"canonical": f"{stem}.onnx", "ort": f"{stem}.ort.onnx", "data": data_name(stem)}
     with staged_dir(out_dir) as tmp:
+        if sink is not None:
+            if sink.location != names["data"]:
+                raise ValueError(f"the weights were streamed to {sink.location!r}, not {names['data']!r}")
+            sink.close()
+            os.replace(sink.path, tmp / names["data"])
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
         ort_model = ort_foldable(prune(dedupe(onnx_op.decompose(model))))

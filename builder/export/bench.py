@@ -64,11 +64,12 @@ def step_feeds(model: Llama, batch: int, nodes: int, past_len: int, seed: int = 
 class StepTimer:
     """An ORT session over one exported graph with preallocated caches bound in place."""
 
-    def __init__(self, graph: Path, model: Llama, batch: int, capacity: int, optimized: Path | None = None) -> None:
+    def __init__(self, graph: Path, model: Llama, batch: int, capacity: int, optimized: Path | None = None,
+                 threads: int = 1) -> None:  # fmt: skip
         import onnxruntime as ort  # type: ignore[import-untyped]
 
         so = ort.SessionOptions()
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         so.log_severity_level = 3
         if optimized is not None:
             so.optimized_model_filepath = str(optimized)

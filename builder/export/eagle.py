@@ -14,9 +14,9 @@ import onnx
 import torch
 
 from builder.errors import UserError
-from builder.export.artifacts import ExportResult, write_models
+from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
-from builder.export.graph import BOOL, F32, I64, Graph
+from builder.export.graph import BOOL, F32, I64, DataSink, Graph, data_sink
 from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, operands,
                                   rope_tables, to_numpy)  # fmt: skip
 from builder.export.qdq import Fp8Spec, LinearFp8, single
@@ -35,6 +35,7 @@ def build_eagle(
     max_seq_len: int,
     fp8: Fp8Spec | None = None,
     lm_head_fp8: LinearFp8 | None = None,
+    sink: DataSink | None = None,
 ) -> onnx.ModelProto:
     """The canonical EAGLE draft step graph (weights in memory); FP8 Q/DQ where `fp8` quantizes."""
     cfg = draft.cfg
@@ -46,7 +47,7 @@ def build_eagle(
     if not 1 <= top_k <= V:
         raise UserError(f"top_k must lie in 1..{V}, got {top_k}", field="top_k")
     var = make_variant(variant, cfg.head_dim)
-    g = Graph("eagle_step")
+    g = Graph("eagle_step", sink)
     g.input("tokens", I64, ["B", "F"])
     g.input("hidden_in", F32, ["B", "F", C])
     g.input("position_ids", I64, ["B", "F"])
@@ -65,7 +66,7 @@ def build_eagle(
         x = g.op("MatMul", *operands(g, g.op("Concat", emb, "hidden_in", axis=2), fc, "fc"))
         if draft.fc.bias is not None:
             x = g.op("Add", x, g.weight("fc_bias", to_numpy(draft.fc.bias)))  # [B, F, C]
-    layers = [layer_weights(layer, fp8, i) for i, layer in enumerate(draft.layers)]  # type: ignore[arg-type]
+    layers = (layer_weights(layer, fp8, i) for i, layer in enumerate(draft.layers))  # type: ignore[arg-type]
     hidden = decoder(g, var, x, layers, cfg, caches, final_norm=None, out="hidden_out")  # [B, F, C]
     with g.scope("lm_head"):
         head = to_numpy(lm_head_weight.to(draft.dtype).T) if lm_head_fp8 is None else single(lm_head_fp8)  # [C, V]
@@ -93,10 +94,11 @@ def export_eagle(
 ) -> ExportResult:
     """Export the EAGLE draft step graph to `out_dir` (replaced as a whole): `eagle.onnx`,
     `eagle.ort.onnx` (the same graph: there is no TreeVerify to decompose), `eagle.data`, `export.json`."""
-    proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
-                        lm_head_fp8=lm_head_fp8)  # fmt: skip
     settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
                 "fp8": None if fp8 is None and lm_head_fp8 is None else {
                     "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
                     len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}}  # fmt: skip
-    return write_models(proto, Path(out_dir), "eagle", settings)
+    with data_sink(Path(out_dir), data_name("eagle")) as sink:
+        proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
+                            lm_head_fp8=lm_head_fp8, sink=sink)  # fmt: skip
+        return write_models(proto, Path(out_dir), "eagle", settings, sink)

@@ -3,6 +3,11 @@ counts, dead-node pruning, and the temp-folder-then-rename writer every export u
 
 Node names carry a scope prefix ("layer3/…") so node counts per layer are read off the names.
 Constants are initializers, not `Constant` nodes: they cost nothing at run time and do not count.
+
+Weights over 1 KiB go straight to an external-data file as they are added when the graph has a
+`DataSink` (what the exporters use): the ModelProto then holds only references, never a second copy of
+the weights, so exporting costs the model's own memory plus one tensor (the Llama-3-8B-width bench,
+`builder.bench.scale`). Without a sink, `save` moves them out at the end, as onnx does.
 """
 
 from __future__ import annotations
@@ -23,11 +28,46 @@ F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, T
 Dims = Sequence[int | str | None]
 
 
+EXTERNAL_MIN = 1024  # bytes: larger initializers live in the external-data file
+
+
+class DataSink:
+    """One external-data file written tensor by tensor; `add` returns the TensorProto that refers to it.
+
+    `location` is the file name the model will find beside itself (the sink's `path` is where it is
+    written meanwhile: it is moved there when the model is saved). Offsets are aligned (4 KiB for tensors
+    of 1 MiB and more, so ONNX Runtime can map them; 64 bytes otherwise)."""
+
+    def __init__(self, path: Path, location: str) -> None:
+        self.path, self.location = Path(path), location
+        self._fh = open(self.path, "wb")
+        self.offset = 0
+
+    def add(self, name: str, array: np.ndarray) -> onnx.TensorProto:
+        arr = np.ascontiguousarray(array)
+        align = 4096 if arr.nbytes >= 1 << 20 else 64
+        pad = -self.offset % align
+        self._fh.write(b"\0" * pad)
+        self.offset += pad
+        self._fh.write(arr.reshape(-1).view(np.uint8).data)  # the array's own bytes, no copy
+        t = onnx.TensorProto(name=name, dims=arr.shape, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype))
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", self.offset), ("length", arr.nbytes)):
+            t.external_data.add(key=key, value=str(value))
+        self.offset += arr.nbytes
+        return t
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
 class Graph:
     """Accumulates nodes, initializers, inputs and outputs; `model()` assembles the ModelProto."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, sink: DataSink | None = None) -> None:
         self.name = name
+        self.sink = sink
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -73,7 +113,10 @@ class Graph:
     def weight(self, base: str, array: np.ndarray) -> str:
         """An initializer holding `array` (kept as is: dtype and layout are the caller's)."""
         name = self.fresh(base)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        if self.sink is not None and array.nbytes > EXTERNAL_MIN:
+            self.initializers.append(self.sink.add(name, array))
+        else:
+            self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
     def const(self, value: object, dtype: type = np.int64) -> str:
@@ -118,6 +161,8 @@ class Graph:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
                                   producer_name="trtspec")
         model.ir_version = 10  # ONNX Runtime 1.20+ reads IR 10 (opset 24 needs ≥ 10)
+        if self.tags:  # tag -> value name, so a reader (a test) can find them again
+            helper.set_model_props(model, dict(sorted(self.tags.items())))
         return model
 
     def _claim(self, name: str) -> None:
@@ -196,15 +241,34 @@ def dedupe(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def save(model: onnx.ModelProto, path: Path, data_file: str) -> None:
     """Write `model` to `path`, tensors over 1 KiB to `data_file` beside it (converts `model` in place:
-    afterwards its large initializers refer to that file)."""
+    afterwards its large initializers refer to that file). Tensors already external (a `DataSink`'s,
+    its file moved to `data_file` first) are left as they are; others are appended to the file."""
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data_file, size_threshold=1024)
+                    location=data_file, size_threshold=EXTERNAL_MIN)
 
 
 def save_sharing_data(model: onnx.ModelProto, path: Path) -> None:
     """Write a model whose large initializers already refer to an external file (see `save`) in the
     same folder: only the graph is written, the data file is shared."""
     onnx.save_model(model, str(path), save_as_external_data=False)
+
+
+@contextlib.contextmanager
+def data_sink(out_dir: Path, location: str) -> Iterator[DataSink]:
+    """A `DataSink` writing to a temp file beside `out_dir` (removed on exit unless moved away)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_dir.name}.", suffix=f".{location}", dir=out_dir.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it private)
+    sink = DataSink(Path(tmp), location)
+    try:
+        yield sink
+    finally:
+        sink.close()
+        Path(tmp).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ cache capacity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -120,7 +121,7 @@ def decoder(
     g: Graph,
     variant: Variant,
     x: str,  # [B, T, C] input of layer 0
-    layers: list[LayerWeights],
+    layers: Iterable[LayerWeights],  # consumed once, layer by layer (a generator frees each after use)
     cfg: LlamaConfig,
     caches: list[LayerCache],
     final_norm: np.ndarray | None,  # [C]; None: no final norm (EAGLE), the output is the residual stream

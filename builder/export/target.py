@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 
 from builder.errors import UserError
-from builder.export.artifacts import ExportResult, write_models
+from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
-from builder.export.graph import BOOL, F32, I32, I64, Graph
+from builder.export.graph import BOOL, F32, I32, I64, DataSink, Graph, data_sink
 from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables,
                                   to_numpy)  # fmt: skip
 from builder.export.medusa import medusa_topk as emit_medusa
@@ -44,8 +44,10 @@ def build_target(
     medusa: MedusaHeads | None = None,
     medusa_topk: int | None = None,
     fp8: Fp8Spec | None = None,
+    sink: DataSink | None = None,
 ) -> onnx.ModelProto:
-    """The canonical target step graph (weights in memory); FP8 Q/DQ where `fp8` quantizes."""
+    """The canonical target step graph; FP8 Q/DQ where `fp8` quantizes. Weights in memory, or streamed to
+    `sink` (the proto then refers to its file)."""
     cfg = model.cfg
     check_dtype(model.dtype, "the target model")
     if mode not in MODES:
@@ -55,14 +57,14 @@ def build_target(
     if medusa is not None and (medusa.hidden_size, medusa.vocab_size) != (cfg.hidden_size, cfg.vocab_size):
         raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
     var = make_variant(variant, cfg.head_dim)
-    g = Graph("target_step")
+    g = Graph("target_step", sink)
     step, verify_index, paths = _step_inputs(g, mode)
     caches = cache_io(g, cfg, max_seq_len)
     var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len))
     with g.scope("embed"):
         embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
-    layers = [layer_weights(block, fp8, i) for i, block in enumerate(model.layers)]  # type: ignore[arg-type]
+    layers = (layer_weights(block, fp8, i) for i, block in enumerate(model.layers))  # type: ignore[arg-type]
     hidden = decoder(g, var, x, layers, cfg, caches, to_numpy(model.norm.weight), out="hidden")  # [B, T, C]
     with g.scope("verify"):
         head_fp8 = None if fp8 is None else fp8.linears.get("lm_head")
@@ -102,12 +104,13 @@ def export_target(
     """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
     trtspec::TreeVerify), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime), `target.data`,
     `export.json`."""
-    proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
-                         medusa_topk=medusa_topk, fp8=fp8)  # fmt: skip
     settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
                 "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk,
                 "fp8": fp8_summary(fp8)}  # fmt: skip
-    return write_models(proto, Path(out_dir), "target", settings)
+    with data_sink(Path(out_dir), data_name("target")) as sink:
+        proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
+                             medusa_topk=medusa_topk, fp8=fp8, sink=sink)  # fmt: skip
+        return write_models(proto, Path(out_dir), "target", settings, sink)
 
 
 def _step_inputs(g: Graph, mode: Mode) -> tuple[StepValues, str, str]:

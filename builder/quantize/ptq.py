@@ -23,7 +23,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-KV_PATTERNS = ("*k_bmm_quantizer", "*v_bmm_quantizer")
 
 
 def quant_config(mode: str, kv_cache: str, exclude: Sequence[str]) -> dict[str, Any]:
