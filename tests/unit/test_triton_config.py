@@ -1,0 +1,104 @@
+"""config.pbtxt rendering: every config parses back (text_format) with each tensor's dtype, dims and
+optional flag from the one table (triton_repo.tensors), and the ensemble's wiring is complete."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("tritonclient.grpc", reason="the serve extra (tritonclient[grpc]) renders configs")
+
+from triton_repo import tensors as T  # noqa: E402
+from triton_repo.config import Settings, all_configs, parameters, parse, pb2, render  # noqa: E402
+
+SETTINGS = Settings(model_name="tiny", instances=(2, 1, 3), decoupled=True, queue_delay_us=250,
+                    draft_schedule=((1, 64), (4, 16), (8, 1)), max_input_len=512,
+                    python_paths=("/x/site-packages", "/proj"), python_version="3.11")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def parsed():
+    return {name: parse(render(cfg)) for name, cfg in all_configs(SETTINGS).items()}
+
+
+def _dtype(t: T.Tensor) -> int:
+    return pb2().DataType.Value(f"TYPE_{t.dtype}")
+
+
+def _check(items, table: tuple[T.Tensor, ...], inputs: bool) -> None:
+    assert [i.name for i in items] == [t.name for t in table]
+    for item, t in zip(items, table):
+        assert item.data_type == _dtype(t) and list(item.dims) == list(t.dims), t.name
+        if inputs:
+            assert item.optional == t.optional, t.name
+
+
+@pytest.mark.parametrize("name,inputs,outputs", [
+    ("tiny", T.ENSEMBLE_INPUTS, T.ENSEMBLE_OUTPUTS),
+    ("preprocessing", T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS),
+    ("spec_decoder", T.SPEC_DECODER_INPUTS, T.SPEC_DECODER_OUTPUTS),
+    ("postprocessing", T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS),
+])  # fmt: skip
+def test_every_tensor_round_trips(parsed, name, inputs, outputs):
+    cfg = parsed[name]
+    assert cfg.name == name and cfg.max_batch_size == 0
+    _check(cfg.input, inputs, True)
+    _check(cfg.output, outputs, False)
+    assert parse(render(cfg)) == cfg
+
+
+def test_client_tensors(parsed):
+    ens = {i.name: i for i in parsed["tiny"].input}
+    assert not ens["text_input"].optional and not ens["max_tokens"].optional
+    assert {n for n, i in ens.items() if i.optional} == {"temperature", "top_p", "seed", "stream", "stop", "speculate",
+                                                        "lookahead_window", "lookahead_ngram",
+                                                        "lookahead_verification_set"}  # fmt: skip
+    m = pb2()
+    assert ens["text_input"].data_type == m.TYPE_STRING and ens["stop"].dims == [-1]
+    outs = {o.name: o.data_type for o in parsed["tiny"].output}
+    assert outs == {"text_output": m.TYPE_STRING, "output_tokens": m.TYPE_INT32, "steps": m.TYPE_INT32,
+                    "accepted_tokens": m.TYPE_INT32, "drafted_tokens": m.TYPE_INT32, "finish_reason": m.TYPE_STRING}
+
+
+def test_python_models(parsed):
+    m = pb2()
+    for name, count in (("preprocessing", 2), ("spec_decoder", 1), ("postprocessing", 3)):
+        cfg = parsed[name]
+        assert cfg.backend == "python"
+        assert [(g.kind, g.count) for g in cfg.instance_group] == [(m.ModelInstanceGroup.KIND_CPU, count)]
+        p = parameters(cfg)
+        assert json.loads(p["python_paths"]) == ["/x/site-packages", "/proj"] and p["python_version"] == "3.11"
+        assert p["implementation"] == f"triton_repo.models.{name}"
+    spec = parsed["spec_decoder"]
+    assert spec.model_transaction_policy.decoupled
+    p = parameters(spec)
+    assert json.loads(p["draft_schedule"]) == [[1, 64], [4, 16], [8, 1]] and p["max_input_len"] == "512"
+    assert p["queue_delay_us"] == "250" and p["engine_dir"] == "engine"
+    assert not parse(render(all_configs(Settings(decoupled=False))["spec_decoder"])).model_transaction_policy.decoupled
+
+
+def test_ensemble_wiring_is_complete(parsed):
+    """Every step input comes from an ensemble input or an earlier step's output; every ensemble output
+    is produced; every mapped key is a real tensor of that step's model."""
+    ens = parsed["tiny"]
+    available = {i.name for i in ens.input}
+    for step in ens.ensemble_scheduling.step:
+        model = parsed[step.model_name]
+        ins = {i.name: i.optional for i in model.input}
+        outs = {o.name for o in model.output}
+        assert set(step.input_map) <= set(ins)
+        assert {n for n, opt in ins.items() if not opt} <= set(step.input_map)
+        assert set(step.input_map.values()) <= available, step.model_name
+        assert set(step.output_map) <= outs
+        available |= set(step.output_map.values())
+    assert {o.name for o in ens.output} <= available
+    names = [s.model_name for s in ens.ensemble_scheduling.step]
+    assert names == ["preprocessing", "spec_decoder", "postprocessing"]
+
+
+def test_rendering_is_protobuf_text_not_a_template(parsed):
+    text = render(all_configs(SETTINGS)["spec_decoder"])
+    assert "${" not in text and "{{" not in text
+    with pytest.raises(Exception):
+        parse(text + "\nno_such_field: 1\n")
