@@ -108,17 +108,23 @@ def _prompt(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[i
     return prompt, text is not None
 
 
+def stop_variants(word: str) -> list[str]:
+    """The texts a stop word is matched as, in token space: the word alone, and after a space (byte-level BPE
+    folds a leading space into the token: " None" is not "None" + anything)."""
+    return [word] if word[:1].isspace() else [word, " " + word]
+
+
 def _stops(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]]) -> tuple[tuple[int, ...], ...]:
     words: list[list[int]] = []
     if fields.get("stop") is not None:
         raw = np.asarray(fields["stop"]).reshape(-1)
-        if len(raw) > MAX_STOP_WORDS:
+        if len(raw) > MAX_STOP_WORDS:  # (each word becomes up to two token sequences)
             raise RequestError(f"stop: {len(raw)} words; at most {MAX_STOP_WORDS}")
         for w in raw:
             s = _text(np.asarray([w], dtype=object), "stop")
             if not s or len(s.encode()) > MAX_STOP_BYTES:
                 raise RequestError(f"stop: every word must be 1..{MAX_STOP_BYTES} bytes")
-            words.append(encode(s, False))
+            words += [encode(v, False) for v in stop_variants(s)]
     if fields.get("stop_ids") is not None:
         arr = np.asarray(fields["stop_ids"]).reshape(-1)
         cur: list[int] = []
@@ -131,7 +137,7 @@ def _stops(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[in
                 raise RequestError(f"stop_ids: {i} outside the vocabulary")
             else:
                 cur.append(int(i))
-        if len(words) > MAX_STOP_WORDS:
+        if len(words) > 2 * MAX_STOP_WORDS:
             raise RequestError(f"stop: {len(words)} words; at most {MAX_STOP_WORDS}")
     return tuple(tuple(w) for w in words if w)
 

@@ -12,7 +12,8 @@ Clients call the ensemble (`triton.model_name`): text in, text out.
     top_p [1] FP32 (optional)             (0, 1], default 1
     seed [1] INT64 (optional)             sampling uniforms' seed, >= 0, default 0
     stream [1] BOOL (optional)            one response per decoding step (decoupled repositories)
-    stop [-1] STRING (optional)           stop words: generation ends after the first one (kept in the text)
+    stop [-1] STRING (optional)           stop words, matched in token space (the word alone or after a space):
+                                          generation ends after the first one (kept in the text)
     speculate [1] BOOL (optional)         false: plain decoding for this request (default true)
     lookahead_window / lookahead_ngram / lookahead_verification_set [1] INT32 (optional)
                                           this request's Lookahead W, N, G (Lookahead engines; each <= the engine's)

@@ -74,7 +74,7 @@ def test_good_requests():
                   stop_ids=np.array([3, 4, -1, 5], np.int32), temperature=np.array([0.7], np.float32),
                   stream=np.array([True])), LIMITS, _encode)  # fmt: skip
     assert p.request.lookahead == (2, 4, 4) and p.stream
-    assert p.request.stop_sequences == ((7, 7), (7,), (3, 4), (5,))
+    assert p.request.stop_sequences == ((7, 7), (7, 7), (7,), (7,), (3, 4), (5,))
     assert p.request.sampling.temperature == pytest.approx(0.7)
     no_sampling = Limits(**{**LIMITS.__dict__, "sampling": False, "lookahead": None})
     with pytest.raises(RequestError, match="rejection"):

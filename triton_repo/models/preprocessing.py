@@ -1,5 +1,5 @@
 """preprocessing: text_input → input_ids (the engine's tokenizer, as `trtspec generate --prompt` encodes),
-stop words → stop_ids (each word's ids, words separated by -1)."""
+stop words → stop_ids (each word's ids alone and after a space, sequences separated by -1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
-from triton_repo.request import RequestError, _text
+from triton_repo.request import RequestError, _text, stop_variants
 
 
 class Model:
@@ -34,7 +34,8 @@ class Model:
                 s = _text(np.asarray([word], dtype=object), "stop")
                 if not s:
                     raise RequestError("stop: empty stop word")
-                stop += [*self.tokenizer.encode(s, add_special_tokens=False).ids, -1]
+                for v in stop_variants(s):
+                    stop += [*self.tokenizer.encode(v, add_special_tokens=False).ids, -1]
         return [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("stop_ids", np.array(stop, dtype=np.int32))]
 
     def execute(self, requests):
