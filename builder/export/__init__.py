@@ -1,8 +1,14 @@
 """ONNX export: hand-built step graphs (onnx.helper) for the ONNX Runtime engine and the TensorRT path.
 
-Modules: `graph` (builder, save, node counts, staged writes), `attention` (the two attention variants and
-the tree mask), `llama` (decoder layers from `builder.model.llama`), `medusa` (heads fused into the
-target), `target` (`export_target`), `eagle` (`export_eagle`), `artifacts` (files + `ExportResult`).
+Modules: `graph` (builder, weights streamed to the external-data file, save, node counts, staged
+writes), `attention` (the two attention variants and the tree mask), `llama` (decoder layers from
+`builder.model.llama`), `qdq` (FP8: QuantizeLinear / DequantizeLinear to FLOAT8E4M3FN from modelopt's
+scales), `medusa` (heads fused into the target), `target` (`export_target`), `eagle` (`export_eagle`),
+`artifacts` (files + `ExportResult`).
+
+FP8 (`fp8=Fp8Spec`) changes no name, shape or dtype below: weights are FLOAT8E4M3FN initializers with a
+DequantizeLinear, activations and (optionally) the keys/values are Q→DQ'd inside the graph, and the KV
+cache buffers stay float32 holding dequantized FP8 values.
 Nothing is imported here, so `import builder.export` stays free of torch and onnx.
 
 I/O CONTRACT — the ONNX Runtime engine codes against these names; keep them exactly.
