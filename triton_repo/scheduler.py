@@ -11,7 +11,7 @@ the others one final chunk. The decoder's draft schedule shrinks the trees as th
 idle, the first arrival waits up to `queue_delay_s` for company, so a burst starts as one prefill.
 
 A `Sink` is the only thing a job knows of Triton: `send(chunk)` (raising when the client is gone) and
-`cancelled()`. Tests drive the scheduler with plain sinks; spec_decoder wraps the response sender.
+`cancelled()` (an IPC round trip in the Python backend: asked at most every `cancel_check_s`). Tests drive the scheduler with plain sinks; spec_decoder wraps the response sender.
 """
 
 from __future__ import annotations
@@ -73,8 +73,11 @@ class Stats:
 
 
 class Scheduler:
-    def __init__(self, decoder: Decoder, queue_delay_s: float = 0.0, log: Callable[[str], None] = lambda _m: None):
+    def __init__(self, decoder: Decoder, queue_delay_s: float = 0.0, log: Callable[[str], None] = lambda _m: None,
+                 cancel_check_s: float = 0.02) -> None:
         self.decoder, self.queue_delay_s, self.log = decoder, queue_delay_s, log
+        self.cancel_check_s = cancel_check_s  # asking Triton costs an IPC round trip: at most this often
+        self._checked = 0.0
         self.stats = Stats()
         self._pending: list[Job] = []
         self._active: dict[int, Job] = {}
@@ -161,6 +164,10 @@ class Scheduler:
         self._flush()
 
     def _drop_cancelled(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < self.cancel_check_s:
+            return
+        self._checked = now
         for job in list(self._active.values()):
             if job.sink.cancelled():
                 self._cancel(job, "cancelled by the client")
