@@ -175,7 +175,7 @@ def run(work: Path, repeats: int = 5, precisions: tuple[str, ...] = ("fp32", "fp
 
 def table(report: dict[str, Any]) -> str:
     gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
-    lines = ["| precision | weights GiB | export s | export peak RSS GiB (× weights) | graph files GiB | ORT threads | "
+    lines = ["| precision | fp32 model GiB | export s | export peak RSS GiB (× weights) | graph files GiB | ORT threads | "
              "session load s | session RSS GiB | step ms T=1 | T=4 | T=16 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for prec, r in report["results"].items():
         e = r["export"]
