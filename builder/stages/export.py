@@ -46,6 +46,10 @@ def run(ctx: StageContext, out: Path) -> None:
         ctx.say("loading the target")
         model = parts.model()
     info = export_graphs(parts, model, out, fp8, ctx.say)
+    if ctx.loaded.recipe.target.device != "cpu":  # the same graphs in TensorRT's form (builder.export.tensorrt)
+        from builder.export.tensorrt import write_tensorrt_graphs
+
+        info["tensorrt"] = write_tensorrt_graphs(out, info["variant"], ctx.say)
     (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     ctx.info.update(variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None)
     if fp8 is not None:
