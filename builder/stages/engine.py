@@ -2,8 +2,10 @@
 
 cpu: the ONNX Runtime-ready graphs (hard links to the export stage's files where the filesystem allows,
 else copies), the tokenizer, and engine.json (see `builder.engines.ort.load`); the sessions are opened
-once as a check. GPU targets: TensorRT engines, built only where TensorRT is installed — elsewhere
-the stage stops with `NeedsGpu` (exit code 3) after everything before it is cached.
+once as a check. GPU targets: TensorRT engines from the export stage's TensorRT-form graphs, with
+engine.json of backend "tensorrt" (`builder.engines.tensorrt.folder`), built only where TensorRT ≥ 10.15
+imports — elsewhere the stage stops with `NeedsGpu` (exit code 3, saying why) after everything before
+it is cached.
 """
 
 from __future__ import annotations
@@ -67,12 +69,27 @@ def run(ctx: StageContext, out: Path) -> None:
 
 
 def _gpu(ctx: StageContext, out: Path) -> None:
-    try:
-        import tensorrt  # noqa: F401
+    """TensorRT engines from the export stage's TensorRT-form graphs (`builder.engines.tensorrt.folder`)."""
+    from builder.engines.tensorrt.probe import missing
 
-        ready = hasattr(tensorrt, "Builder")  # tensorrt-stubs alone installs an empty namespace package
-    except ImportError:
-        ready = False
-    if not ready:
-        raise NeedsGpu(f"target {ctx.loaded.recipe.target.device} needs TensorRT (a GPU host) to build its engine")
-    raise NeedsGpu("the TensorRT engine adapter is not part of this build yet")
+    target = ctx.loaded.recipe.target
+    if target.engine_backend != "tensorrt":
+        from builder.errors import UserError
+
+        raise UserError(f"backend {target.engine_backend} is not built by trtspec yet", field="target.backend",
+                        allowed="tensorrt")  # fmt: skip
+    reason = missing()
+    if reason is not None:
+        raise NeedsGpu(f"target {target.device} builds TensorRT engines, which needs TensorRT >= 10.15 on a GPU host "
+                       f"({reason})")  # fmt: skip
+    from builder.engines.tensorrt.folder import Settings, build_folder
+    from builder.recipe.gpus import GPUS
+    from builder.stages.load import SOURCE
+
+    build = ctx.loaded.recipe.build
+    source = json.loads((ctx.upstream["load"] / SOURCE).read_text(encoding="utf-8"))
+    settings = Settings(str(ctx.loaded.path), target.device, GPUS[target.device].compute_capability,
+                        build.max_batch_size, build.max_input_len)  # fmt: skip
+    meta = build_folder(ctx.upstream["export"], source, settings, out, say=ctx.say)
+    ctx.info.update(variant=meta["variant"], tensorrt=meta["tensorrt"],
+                    engine_bytes={k: e["engine_bytes"] for k, e in meta["engines"].items()})  # fmt: skip

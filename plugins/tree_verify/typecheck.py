@@ -41,8 +41,9 @@ def _installed_stubs() -> tuple[Path, Path]:
     raise FileNotFoundError("tensorrt-stubs is not installed (pip install tensorrt-stubs)")
 
 
-def stub_root(dest: Path) -> Path:
-    """Write a MYPYPATH folder (tensorrt + tensorrt_bindings stubs, repaired; tensorrt.plugin stub)."""
+def stub_root(dest: Path, extra_config: str = "") -> Path:
+    """Write a MYPYPATH folder (tensorrt + tensorrt_bindings stubs, repaired; tensorrt.plugin stub) with
+    mypy.ini (MYPY_INI, then `extra_config`: further per-module sections)."""
     trt_init, bindings = _installed_stubs()
     (dest / "tensorrt").mkdir(parents=True, exist_ok=True)
     (dest / "tensorrt_bindings").mkdir(exist_ok=True)
@@ -53,13 +54,13 @@ def stub_root(dest: Path) -> Path:
         (dest / "tensorrt_bindings" / stub.name).write_text(text)
     (dest / "tensorrt_libs.pyi").write_text("")
     shutil.copytree(HERE / "stubs" / "tensorrt" / "plugin", dest / "tensorrt" / "plugin", dirs_exist_ok=True)
-    (dest / "mypy.ini").write_text(MYPY_INI)
+    (dest / "mypy.ini").write_text(MYPY_INI + extra_config)
     return dest
 
 
-def run_mypy(files: Sequence[str | Path], work: Path) -> subprocess.CompletedProcess[str]:
+def run_mypy(files: Sequence[str | Path], work: Path, extra_config: str = "") -> subprocess.CompletedProcess[str]:
     """Run mypy (this interpreter's) on `files` against the stub root built under `work`."""
-    root = stub_root(work / "stubs")
+    root = stub_root(work / "stubs", extra_config)
     cmd = [sys.executable, "-m", "mypy", "--config-file", str(root / "mypy.ini"), "--cache-dir", str(work / "cache"),
            *map(str, files)]  # fmt: skip
     env = {"MYPYPATH": str(root), "PATH": "/usr/bin:/bin"}

@@ -12,8 +12,14 @@
    (a 1 GiB device-to-device copy: read + write).
 3. If TensorRT with tensorrt.plugin is installed: builds an engine from an ONNX graph holding the
    trtspec::TreeVerify node (parsed to the plugin) and checks it against the reference.
-Ends with a table. A row whose output differs from the reference other than at a near-tie fails
-the check (exit code 1).
+4. If TensorRT ≥ 10.15 is installed: `trtspec build` of the fixture recipes twice — as shipped (the
+   ONNX Runtime engine) and with `--set target.device=<--device> --set target.backend=tensorrt` (the
+   TensorRT engines) — then decodes a few prompts greedily with the recipe's drafter on both and
+   compares the tokens one for one (`--engine-recipes`, default tiny-llama3 and tiny-llama3-medusa:
+   EAGLE-2 and Medusa; `all` for every recipes/tiny-llama3*.yaml). Without TensorRT this part prints
+   why it is skipped; parts 1-2 run regardless.
+Ends with tables. A kernel row whose output differs from the reference other than at a near-tie, or
+an engine whose tokens differ from ONNX Runtime's, fails the check (exit code 1).
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -101,6 +109,10 @@ def check_kernel(case: Case, label: str, copy_gbps: float) -> Row:
 
 
 def tensorrt_available() -> bool:
+    from builder.engines.tensorrt.probe import missing  # tensorrt-stubs alone make `import tensorrt` succeed
+
+    if missing() is not None:
+        return False
     try:
         import tensorrt.plugin  # noqa: F401
     except ImportError:
@@ -171,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--batches", default="1,2,4,8,16")
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--engine-recipes", default=",".join(ENGINE_RECIPES),
+                    help="recipes/ files whose TensorRT engines are checked against ONNX Runtime, or 'all'")
+    ap.add_argument("--device", default="h200", help="target.device of the TensorRT builds (this host's GPU)")
+    ap.add_argument("--cache-dir", default=".trtspec-cache", help="the builds' cache (reruns reuse it)")
+    ap.add_argument("--prompts", type=int, default=3, help="prompts decoded per recipe (at most 4)")
+    ap.add_argument("--tokens", type=int, default=48, help="tokens generated per prompt")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
@@ -194,10 +212,98 @@ def main(argv: list[str] | None = None) -> int:
         del full
     print(table(rows, copy_gbps))
     print(f"({time.time() - start:.0f} s)")
+    engines = check_engines(args.engine_recipes, args.device, Path(args.cache_dir), args.prompts, args.tokens)
+    if engines:
+        print(engine_table(engines))
+        print(f"({time.time() - start:.0f} s)")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"copy_gbps": copy_gbps, "rows": [dataclasses.asdict(r) for r in rows]}, fh, indent=1)
-    return 1 if any(r.wrong for r in rows) else 0
+            json.dump({"copy_gbps": copy_gbps, "rows": [dataclasses.asdict(r) for r in rows],
+                       "engines": [dataclasses.asdict(e) for e in engines]}, fh, indent=1)  # fmt: skip
+    return 1 if any(r.wrong for r in rows) or any(e.differ for e in engines) else 0
+
+
+# -- 4. TensorRT engines of the fixture recipes against ONNX Runtime ----------------------------------------
+
+ENGINE_RECIPES = ("tiny-llama3.yaml", "tiny-llama3-medusa.yaml")
+PROMPTS = ("def add(a, b):\n", "import os\n\ndef list_files(path):\n", "class Stack:\n    def __init__(self):\n",
+           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")  # fmt: skip
+
+
+@dataclasses.dataclass
+class EngineRow:
+    recipe: str
+    drafter: str
+    prompts: int
+    tokens: int  # generated per engine, summed over the prompts
+    differ: int  # prompts whose TensorRT tokens differ from ONNX Runtime's
+    first_difference: str  # "prompt i, token j: trt x vs ort y" or ""
+    tau_trt: float  # mean acceptance length (tokens per target step) over the prompts
+    tau_ort: float
+    build_s: float
+
+
+def _build(recipe: Path, cache: Path, *sets: str) -> Path:
+    """`trtspec build` (a subprocess, as a user runs it); returns the engine folder."""
+    cmd = [sys.executable, "-m", "builder.cli", "build", str(recipe), "--cache-dir", str(cache), "--until", "engine",
+           "--json", "--quiet"]  # fmt: skip
+    for s in sets:
+        cmd += ["--set", s]
+    run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr[-4000:]}")
+    return Path(next(s["output"] for s in json.loads(run.stdout)["stages"] if s["stage"] == "engine"))
+
+
+def check_engines(names: str, device: str, cache: Path, n_prompts: int, n_tokens: int) -> list[EngineRow]:
+    """Part 4 (module docstring); returns no rows, saying why, where TensorRT is absent."""
+    from builder.engines.tensorrt.probe import missing
+
+    reason = missing()
+    if reason is not None:
+        print(f"TensorRT engines: skipped ({reason}); the Triton kernel rows above ran without it.")
+        return []
+    from builder.engines.ort.load import open_engine as open_ort
+    from builder.engines.tensorrt.folder import open_engine as open_trt
+    from builder.speculative.decoding import generate
+    from builder.stages.decoders import load_tokenizer
+
+    root = Path(__file__).resolve().parents[2] / "recipes"
+    recipes = sorted(root.glob("tiny-llama3*.yaml")) if names == "all" else [root / n for n in names.split(",")]
+    rows = []
+    for recipe in recipes:
+        t0 = time.time()
+        ort_dir = _build(recipe, cache)
+        trt_dir = _build(recipe, cache, f"target.device={device}", "target.backend=tensorrt")
+        build_s = time.time() - t0
+        ort, trt = open_ort(ort_dir), open_trt(trt_dir)
+        tok = load_tokenizer(ort.tokenizer_path)
+        differ, first, tokens, tau = 0, "", 0, {"trt": [], "ort": []}
+        for i, text in enumerate(PROMPTS[:n_prompts]):
+            ids = tok.encode(text).ids
+            got = generate(trt.engine, ids, n_tokens, trt.make_drafter(), stop_ids=trt.stop_ids)
+            want = generate(ort.engine, ids, n_tokens, ort.make_drafter(), stop_ids=ort.stop_ids)
+            tokens += len(got.token_ids)
+            tau["trt"].append(got.tau)
+            tau["ort"].append(want.tau)
+            if got.token_ids != want.token_ids:
+                differ += 1
+                j = next((k for k, (a, b) in enumerate(zip(got.token_ids, want.token_ids)) if a != b),
+                         min(len(got.token_ids), len(want.token_ids)))  # fmt: skip
+                first = first or (f"prompt {i}, token {j}: trt {got.token_ids[j:j + 1]} vs ort "
+                                  f"{want.token_ids[j:j + 1]}")  # fmt: skip
+        rows.append(EngineRow(recipe.name, trt.label, min(n_prompts, len(PROMPTS)), tokens, differ, first,
+                              sum(tau["trt"]) / len(tau["trt"]), sum(tau["ort"]) / len(tau["ort"]), build_s))  # fmt: skip
+    return rows
+
+
+def engine_table(rows: list[EngineRow]) -> str:
+    head = f"{'recipe':28} {'drafter':22} {'prompts':>7} {'tokens':>6} {'differ':>6} {'τ trt':>6} {'τ ort':>6} {'build s':>8}"
+    lines = ["TensorRT engines vs ONNX Runtime (greedy, token for token)", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.recipe:28} {r.drafter:22} {r.prompts:>7} {r.tokens:>6} {r.differ:>6} {r.tau_trt:>6.2f} "
+                     f"{r.tau_ort:>6.2f} {r.build_s:>8.0f}" + (f"  first: {r.first_difference}" if r.differ else ""))  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+"""The engine stage's output for GPU targets (a self-contained folder), and opening it.
+
+    engine.json       format 1, backend "tensorrt", variant "standard", recipe, capacity, max_seq_len,
+                      max_batch_size, max_input_len, model {layers, kv_heads, head_dim, hidden, vocab},
+                      target {greedy, rejection}: engine files, medusa {heads, top_k} | null,
+                      eagle {graph: engine file, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
+                      drafter, tokenizer, stop_ids, versions, tensorrt {version, device, compute_capability},
+                      engines {greedy | rejection | eagle: build_engine's manifest (profiles, sizes, …)}
+    target-greedy.engine, target-rejection.engine, eagle.engine   serialized TensorRT engines
+    timing.cache      the builder's timing cache (shared by the engines of this folder)
+    tokenizer.json
+
+When the export stage's folder has no TensorRT-form graphs (an export cached for a cpu target with the
+same key), they are rewritten here (`builder.export.tensorrt`) into a scratch `onnx/` folder, removed
+once the engines are built.
+
+Engines run on the compute capability they were built on: the build refuses a host whose GPU differs
+from the recipe's target. Nothing here reads the recipe or the checkpoint when opening.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from builder.engines.tensorrt.profiles import CacheDims, Profile, eagle_profiles, target_profiles
+
+ENGINE_JSON = "engine.json"
+FORMAT = 1
+BACKEND = "tensorrt"
+TIMING_CACHE = "timing.cache"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the build takes from the recipe."""
+
+    recipe: str  # the recipe's path (recorded only)
+    device: str  # the recipe's target device, e.g. "h200"
+    compute_capability: tuple[int, int]  # the target device's (builder.recipe.gpus)
+    max_batch_size: int
+    max_input_len: int
+
+
+def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, out: Path,
+                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
+    """Build every exported graph's engine into `out`, write engine.json (returned) and the tokenizer."""
+    from builder.engines.tensorrt.build import build_engine, device_facts
+    from builder.errors import UserError
+    from builder.export.tensorrt import GRAPHS, write_tensorrt
+
+    info = json.loads((export_dir / "export.json").read_text(encoding="utf-8"))
+    if info["variant"] != "standard":
+        raise UserError(f"TensorRT engines are built from the `standard` graphs; the export has {info['variant']!r} "
+                        "(unset TRTSPEC_ORT_VARIANT)", field="variant", allowed="standard")  # fmt: skip
+    facts = device_facts()
+    if tuple(facts["compute_capability"]) != tuple(settings.compute_capability):
+        have, want = (".".join(map(str, c)) for c in (facts["compute_capability"], settings.compute_capability))
+        raise UserError(f"this host's GPU ({facts['device']}, compute capability {have}) is not the recipe's target "
+                        f"{settings.device} ({want}); TensorRT engines run only on the capability they were built on",
+                        field="target.device")  # fmt: skip
+    arch = source["architecture"]
+    model = {"layers": arch["num_hidden_layers"], "kv_heads": arch["num_key_value_heads"], "head_dim": arch["head_dim"],
+             "hidden": arch["hidden_size"], "vocab": arch["vocab_size"]}  # fmt: skip
+    profiles = graph_profiles(info, model, settings)
+    rewritten = info.get("tensorrt") or {}
+    engines, files = {}, {}
+    for key, folder, stem in GRAPHS:
+        if key not in profiles:
+            continue
+        if key in rewritten:
+            onnx_path = export_dir / rewritten[key]
+        else:
+            say(f"rewriting {folder} for TensorRT (the cached export has no TensorRT form)")
+            onnx_path = write_tensorrt(export_dir / folder, stem, out / "onnx" / folder)
+        files[key] = f"{folder}.engine"
+        say(f"building the {key} engine ({onnx_path.name})")
+        engines[key] = build_engine(onnx_path, out / files[key], fp8=bool(info.get("fp8")) and key != "eagle",
+                                    profiles=profiles[key], timing_cache=out / TIMING_CACHE)  # fmt: skip
+    shutil.rmtree(out / "onnx", ignore_errors=True)  # scratch rewrites (weights hard-linked): not part of the folder
+    shutil.copy2(Path(source["tokenizer"]) / "tokenizer.json", out / "tokenizer.json")
+    eagle = info.get("eagle")
+    meta = {
+        "format": FORMAT, "backend": BACKEND, "variant": info["variant"], "recipe": settings.recipe,
+        "capacity": info["capacity"], "max_seq_len": info["max_seq_len"], "max_batch_size": settings.max_batch_size,
+        "max_input_len": settings.max_input_len, "model": model,
+        "target": {"greedy": files["greedy"], "rejection": files.get("rejection")}, "medusa": info["medusa"],
+        "eagle": None if eagle is None else {"graph": files["eagle"], **eagle}, "drafter": info["drafter"],
+        "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"], "versions": _versions(),
+        "tensorrt": {"version": engines["greedy"]["tensorrt"], "device": facts["device"],
+                     "compute_capability": facts["compute_capability"]},
+        "engines": engines,
+    }  # fmt: skip
+    (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+def graph_profiles(info: dict[str, Any], model: dict[str, int], settings: Settings) -> dict[str, list[Profile]]:
+    """The profiles of each exported graph (see `builder.engines.tensorrt.profiles`)."""
+    max_nodes = info["capacity"] - info["max_seq_len"]  # room for draft nodes (any drafter the folder serves)
+    cache = CacheDims(model["layers"], model["kv_heads"], info["capacity"], model["head_dim"])
+    out = {mode: target_profiles(max_batch_size=settings.max_batch_size, max_input_len=settings.max_input_len,
+                                 max_nodes=max_nodes, cache=cache, rejection=mode == "rejection")
+           for mode in ("greedy", "rejection")}  # fmt: skip
+    e = info.get("eagle")
+    if e is not None:
+        out["eagle"] = eagle_profiles(max_batch_size=settings.max_batch_size, max_input_len=settings.max_input_len,
+                                      max_rows=max(max_nodes, e["capacity"] - info["max_seq_len"]),
+                                      hidden_size=e["hidden"],
+                                      cache=CacheDims(e["layers"], e["kv_heads"], e["capacity"], e["head_dim"]))  # fmt: skip
+    return out
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("trtspec", "tensorrt", "torch", "triton", "onnx"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / ENGINE_JSON
+    meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT or meta.get("backend") != BACKEND:
+        raise ValueError(f"{path}: not a TensorRT engine folder of format {FORMAT}")
+    return meta
+
+
+def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1) -> Any:
+    """A `builder.engines.ort.load.Opened` over the TensorRT engines: the engine and a drafter factory;
+    `drafter` overrides the folder's (none / lookahead, or the folder's own method), as for ONNX Runtime."""
+    from builder.engines.ort.load import Opened
+    from builder.engines.tensorrt.eagle import TrtEagleNet
+    from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
+    from builder.speculative.drafters import drafter_factory, drafter_shape, label
+
+    folder = Path(folder)
+    meta = read_meta(folder)
+    config = drafter or meta["drafter"]
+    shape = drafter_shape(config)
+    if shape["max_nodes"] > meta["capacity"] - meta["max_seq_len"]:
+        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for "
+                         f"{meta['capacity'] - meta['max_seq_len']}")  # fmt: skip
+    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
+        raise ValueError("this engine has no fused Medusa heads for that tree")
+    if max_batch_size > meta["max_batch_size"]:
+        raise ValueError(f"the engines' profiles take up to {meta['max_batch_size']} sequences, not {max_batch_size}")
+    m, t, engines = meta["model"], meta["target"], meta["engines"]
+    profiles = {k: tuple(Profile.from_dict(p) for p in engines[k]["profiles"]) for k in engines}
+    medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
+    spec = TrtTargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
+                         m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, profiles)  # fmt: skip
+    engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size)
+    net = None
+    if config["method"] == "eagle":
+        e = meta["eagle"]
+        if e is None:
+            raise ValueError("this engine has no EAGLE draft engine")
+        net = TrtEagleNet(folder / e["graph"], profiles["eagle"], layers=e["layers"], kv_heads=e["kv_heads"],
+                          head_dim=e["head_dim"], hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"],
+                          max_batch_size=max_batch_size)  # fmt: skip
+    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],  # type: ignore[arg-type]
+                  list(meta["stop_ids"]), meta)  # fmt: skip
