@@ -96,8 +96,11 @@ def test_concurrent_streams_are_batched_and_exact(server, expected):
         got = results[i]
         assert got.error is None, got.error
         assert got.text == expected[(p, n)]["text"], (p, n)
+    import re
+
     log = server.log_path.read_text(errors="replace")
-    assert "batch of 4 sequences" in log  # the engine's max_batch_size was reached: requests shared steps
+    batches = [int(b) for b in re.findall(r"batch of (\d+) sequences", log)]
+    assert max(batches, default=1) >= 2, "requests never shared a step"  # 4 (max_batch_size) on an idle machine
 
 
 BAD = {
