@@ -86,7 +86,8 @@ def fp8_spec(model, seed: int = 0):
     from builder.model.llama import causal_mask
     from builder.quantize.checkpoint import _numpy
 
-    cfg, amax, hooks = model.cfg, {}, []
+    cfg, hooks = model.cfg, []
+    amax: dict[str, float] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith("layers.")]
     for n in names:
         hooks.append(model.get_submodule(n).register_forward_pre_hook(
@@ -103,8 +104,7 @@ def fp8_spec(model, seed: int = 0):
         w = model.get_submodule(n).weight.detach()
         s = (w.abs().max() / FP8_MAX).float()
         q = (w / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        linears[n] = LinearFp8(_numpy(q), np.float32(s.item()).reshape(()),
-                               np.float32(amax[n] / FP8_MAX).reshape(()))  # fmt: skip
+        linears[n] = LinearFp8(_numpy(q), np.array(s.item(), np.float32), np.array(amax[n] / FP8_MAX, np.float32))
     kv = {i: (float(cache.k[i].abs().max()) / FP8_MAX, float(cache.v[i].abs().max()) / FP8_MAX)
           for i in range(cfg.num_hidden_layers)}  # fmt: skip
     return Fp8Spec(linears, kv)
@@ -139,13 +139,14 @@ def phase_engine(graph: str, threads: int, repeats: int) -> dict[str, Any]:
     _reset_peak()
     cfg = config()
     t0 = time.perf_counter()
-    timer = StepTimer(Path(graph), SimpleNamespace(cfg=cfg), 1, CAPACITY, threads=threads)
+    shell: Any = SimpleNamespace(cfg=cfg)  # what StepTimer / step_feeds read of a model: its config
+    timer = StepTimer(Path(graph), shell, 1, CAPACITY, threads=threads)
     load_s = time.perf_counter() - t0
     loaded = {"load_s": round(load_s, 2), "rss_after_load": _status("VmRSS") - base,
               "peak_rss_load": _status("VmHWM") - base}  # fmt: skip
     steps = {}
     for t in NODES:
-        times = timer.time(step_feeds(SimpleNamespace(cfg=cfg), 1, t, PAST), warmup=2, repeats=repeats)
+        times = timer.time(step_feeds(shell, 1, t, PAST), warmup=2, repeats=repeats)
         steps[t] = round(1e3 * statistics.median(times), 2)
     return {"phase": "engine", "threads": threads, **loaded, "step_ms": steps}
 
