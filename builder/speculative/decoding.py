@@ -126,8 +126,11 @@ class Decoder:
         t0 = time.perf_counter()
         seqs = [_Seq(first_index + i, r, Generation([]), np.random.default_rng(r.sampling.seed),
                      self.drafter is not None and r.speculate) for i, r in enumerate(requests)]
-        if any(r.lookahead is not None for r in requests) and not hasattr(self.drafter, "configure"):
-            raise ValueError("per-request Lookahead settings need a Lookahead drafter")
+        for r in requests:  # refuse before the engine starts anything
+            if r.lookahead is not None and r.speculate:
+                if not hasattr(self.drafter, "configure"):
+                    raise ValueError("per-request Lookahead settings need a Lookahead drafter")
+                self.drafter.check(*r.lookahead)  # type: ignore[union-attr]
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
         for s, sid, tok in zip(seqs, ids, pre.tokens.tolist()):
             s.id = sid
@@ -137,7 +140,7 @@ class Decoder:
             self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
                                _rows(pre, drafting))
             for i in drafting:
-                if seqs[i].req.lookahead is not None:
+                if seqs[i].req.lookahead is not None:  # checked above
                     self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
         self.timing.prefill += time.perf_counter() - t0
         for s, tok in zip(seqs, pre.tokens.tolist()):

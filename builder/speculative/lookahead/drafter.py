@@ -113,11 +113,15 @@ class LookaheadDrafter:
         """Use at most `nodes` tree nodes per step, root included (None: no cap)."""
         self._budget = nodes
 
-    def configure(self, seq: int, window: int, ngram: int, verification_set: int) -> None:
-        """Run this (started) sequence with its own W, N, G, each at most the drafter's."""
+    def check(self, window: int, ngram: int, verification_set: int) -> None:
+        """ValueError unless 1 <= W, 2 <= N, 0 <= G, each at most the drafter's."""
         if not (1 <= window <= self.window and 2 <= ngram <= self.ngram and 0 <= verification_set <= self.verification_set):
             raise ValueError(f"Lookahead W={window}, N={ngram}, G={verification_set} outside this drafter's "
                              f"1..{self.window}, 2..{self.ngram}, 0..{self.verification_set}")  # fmt: skip
+
+    def configure(self, seq: int, window: int, ngram: int, verification_set: int) -> None:
+        """Run this (started) sequence with its own W, N, G, each at most the drafter's."""
+        self.check(window, ngram, verification_set)
         state = self._seqs[seq] = self._make(window, ngram, verification_set)
         state.reset(self._prompts[seq])
 
