@@ -84,7 +84,7 @@ def code_digest(stage: str) -> str:
 STAGES = [
     ("load", "HF checkpoint + draft → torch reference", ["model", "speculative.method", "speculative.checkpoint"]),
     ("quantize", "modelopt FP8 PTQ (weights, activations, KV)", ["quantization"]),
-    ("export", "ONNX step + draft graphs, FP8 Q/DQ", ["speculative", "build"]),
+    ("export", "ONNX step + draft graphs, FP8 Q/DQ", ["speculative", "build", "target.device"]),
     ("engine", "ORT sessions (cpu) | TensorRT + tree_verify (GPU)", ["target", "parallelism", "build"]),
     ("repo", "Triton repository (pre → spec_decoder → post)", ["triton"]),
 ]

@@ -22,6 +22,7 @@ from builder.stages.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = str(REPO / "recipes" / "tiny-llama3.yaml")
+STAGES = ["load", "export", "engine", "repo"]
 
 
 def trtspec(*args: str, cache: Path, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -50,7 +51,7 @@ def assert_complete(cache: Path) -> None:
 
 def test_build_then_rebuild_is_all_cache_hits(tmp_path):
     first = build_json(tmp_path)
-    assert [s["stage"] for s in first["stages"]] == ["load", "export", "engine"]
+    assert [s["stage"] for s in first["stages"]] == STAGES
     assert all(s["status"] == "built" for s in first["stages"])
     t0 = time.perf_counter()
     second = build_json(tmp_path)
@@ -61,7 +62,7 @@ def test_build_then_rebuild_is_all_cache_hits(tmp_path):
     assert_complete(tmp_path)
     plan = trtspec("plan", RECIPE, "--cache-dir", str(tmp_path), "--json", cache=tmp_path)
     cached = {s["name"]: s["cached"] for s in json.loads(plan.stdout)["stages"]}
-    assert cached["load"] and cached["export"] and cached["engine"]
+    assert all(cached[s] for s in STAGES)
     m = Manifest.read(Path(first["stages"][1]["output"]))
     assert m is not None and m.wall_s > 0 and m.peak_rss_bytes > 0 and "onnxruntime" in m.versions
 
@@ -70,7 +71,7 @@ def test_a_changed_input_rebuilds_only_what_depends_on_it(tmp_path):
     build_json(tmp_path)
     changed = build_json(tmp_path, "--set", "build.max_seq_len=900")
     status = {s["stage"]: s["status"] for s in changed["stages"]}
-    assert status == {"load": "cached", "export": "built", "engine": "built"}
+    assert status == {"load": "cached", "export": "built", "engine": "built", "repo": "built"}
 
 
 def test_the_engine_folder_decodes_like_the_reference(tmp_path):
@@ -80,7 +81,7 @@ def test_the_engine_folder_decodes_like_the_reference(tmp_path):
     from builder.stages.decoders import build_decoder
 
     summary = build_json(tmp_path)
-    opened = open_engine(summary["stages"][-1]["output"])
+    opened = open_engine(next(s["output"] for s in summary["stages"] if s["stage"] == "engine"))
     ref = build_decoder(load_recipe(RECIPE), engine="torch")
     prompt = ref.tokenizer.encode("def add(a, b):\n").ids
     want = generate(ref.engine, prompt, 24, ref.make_drafter()).token_ids
@@ -98,7 +99,7 @@ def test_kill_9_at_any_moment_then_build_completes(tmp_path, delay):
     if tmp_path.exists():
         assert_complete(tmp_path)  # whatever is there is whole
     summary = build_json(tmp_path)
-    assert len(summary["stages"]) == 3
+    assert len(summary["stages"]) == len(STAGES)
     assert_complete(tmp_path)
     assert not list(tmp_path.glob("*/.tmp-*")), "the next build removes a killed build's temp folders"
 
@@ -111,7 +112,7 @@ def test_two_concurrent_builds_both_succeed(tmp_path):
     outs = [p.communicate(timeout=240) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     built = [[s["status"] for s in json.loads(o[0])["stages"]] for o in outs]
-    for stage in range(3):  # each stage built exactly once; the other build found it cached
+    for stage in range(len(STAGES)):  # each stage built exactly once; the other build found it cached
         assert sorted(b[stage] for b in built) == ["built", "cached"]
     assert_complete(tmp_path)
 
