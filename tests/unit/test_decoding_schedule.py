@@ -126,12 +126,14 @@ def test_per_request_lookahead_settings():
     dec = build_decoder(load_recipe(str(REPO / "recipes" / RECIPES["lookahead"])), engine="torch", max_batch_size=3)
     reqs = _requests(dec)[:3]
     want = _plain(dec, reqs)
-    mixed = [reqs[0], Request(reqs[1].prompt, reqs[1].max_new_tokens, lookahead=(2, 3, 1)),
+    drafter = dec.make_drafter()
+    w, n, g = drafter.window, drafter.ngram, drafter.verification_set  # the recipe's; requests go at most that far
+    mixed = [reqs[0], Request(reqs[1].prompt, reqs[1].max_new_tokens, lookahead=(max(1, w - 1), max(2, n - 1), g)),
              Request(reqs[2].prompt, reqs[2].max_new_tokens, lookahead=(1, 2, 0))]  # fmt: skip
-    got = Decoder(dec.engine, dec.make_drafter()).run(mixed)
+    got = Decoder(dec.engine, drafter).run(mixed)
     assert [g.token_ids for g in got] == want
     with pytest.raises(ValueError):
-        Decoder(dec.engine, dec.make_drafter()).run([Request(reqs[0].prompt, 4, lookahead=(9, 4, 4))])
+        Decoder(dec.engine, dec.make_drafter()).run([Request(reqs[0].prompt, 4, lookahead=(w + 1, n, g))])
     eagle = build_decoder(load_recipe(str(REPO / "recipes" / RECIPES["eagle-2"])), engine="torch")
     with pytest.raises(ValueError, match="Lookahead"):
         Decoder(eagle.engine, eagle.make_drafter()).add([Request(reqs[0].prompt, 4, lookahead=(2, 2, 1))])
