@@ -12,3 +12,10 @@ class Section(BaseModel):
     """Base of every recipe section: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+VERIFICATION_DOC = (
+    "What the engine verifies. rejection (default): greedy requests verify greedily and sampled ones "
+    "(temperature > 0) by tree rejection sampling, which keeps the target's distribution; both step "
+    "graphs are built. greedy: only the greedy step graph is built and sampled requests are refused."
+)

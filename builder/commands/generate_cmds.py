@@ -85,6 +85,10 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
     if max_new_tokens > room:
         raise UserError(f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
                         f"build.max_seq_len {dec.engine.max_seq_len}", field="--max-new-tokens", allowed=f"1..{room}")
+    if temperature > 0 and loaded.recipe.speculative.verification == "greedy":
+        raise UserError("this recipe's engine verifies greedily only, so it cannot sample (--temperature > 0); set "
+                        "speculative.verification: rejection (e.g. --set speculative.verification=rejection)",
+                        field="speculative.verification", allowed="rejection")
     stream = None if as_json else _Streamer(dec.tokenizer)
     g = run_generate(dec.engine, ids, max_new_tokens, dec.make_drafter(), Sampling(temperature, top_p, seed),
                      dec.stop_ids, on_tokens=stream)

@@ -1,7 +1,9 @@
 """Memory plan per tensor-parallel rank (see DESIGN.md, "Memory plan").
 
 weights   Σ params × bytes(dtype) / tp for sharded matrices (decoder linears, vocab-parallel embedding
-          and lm_head, draft heads); norms and FP8 scales are replicated on every rank.
+          and lm_head, draft heads); norms and FP8 scales are replicated on every rank. Recipes that
+          sample (speculative.verification: rejection) hold the target twice: a greedy and a rejection
+          step engine.
 kv/token  2 × layers × ceil(kv_heads / tp) × head_dim × bytes(kv dtype)   (+ the EAGLE layer's own)
 free      device memory − weights − runtime reserve − activations
 kv budget free × kv_cache_free_gpu_mem_fraction, in paged blocks of tokens_per_block tokens
@@ -140,6 +142,11 @@ def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
     plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
                       kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
     plan.components = weight_components(recipe, a)
+    if recipe.speculative.verification == "rejection":
+        # Sampling runs the rejection step graph, a second engine beside the greedy one holding its own copy
+        # of the target's weights (TensorRT engines and ONNX Runtime sessions do not share them).
+        target = [c for c in plan.components if c.name not in ("medusa_heads", "eagle_draft")]
+        plan.components += [Component(f"{c.name} (rejection engine)", c.params, c.dtype, c.bytes) for c in target]
     plan.weight_bytes = sum(c.bytes for c in plan.components)
     for c in plan.components:
         plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes

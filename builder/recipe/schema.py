@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator
 
-from builder.section import Section
+from builder.section import VERIFICATION_DOC, Section
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
 from builder.speculative.medusa.config import MedusaConfig
@@ -91,6 +91,7 @@ class Quantization(Section):
 
 class NoSpeculation(Section):
     method: Literal["none"] = Field(description="Plain autoregressive decoding.")
+    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
 
 
 Speculative = Annotated[

@@ -56,7 +56,7 @@ def run(ctx: StageContext, out: Path) -> None:
         "max_batch_size": ctx.loaded.recipe.build.max_batch_size,
         "model": {"layers": a["num_hidden_layers"], "kv_heads": a["num_key_value_heads"], "head_dim": a["head_dim"],
                   "hidden": a["hidden_size"], "vocab": a["vocab_size"]},
-        "target": {"greedy": files["greedy"], "rejection": files["rejection"]},
+        "target": {"greedy": files["greedy"], "rejection": files.get("rejection")},
         "medusa": info["medusa"],
         "eagle": None if info["eagle"] is None else {"graph": files["eagle"], **info["eagle"]},
         "drafter": info["drafter"], "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"],

@@ -69,7 +69,8 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     medusa = parts.medusa(model) if parts.method == "medusa" else None
     k = shape["top_k"] if medusa is not None else None
     tag = "" if fp8 is None else ", FP8"
-    for mode in ("greedy", "rejection"):
+    modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
+    for mode in modes:
         say(f"exporting the target step graph ({mode}, {variant}{tag})")
         export_target(model, out / f"target-{mode}", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
                       medusa_topk=k, fp8=fp8)  # fmt: skip

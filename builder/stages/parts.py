@@ -70,6 +70,11 @@ class Parts:
         return self.loaded.recipe.speculative
 
     @property
+    def verification(self) -> str:
+        """greedy | rejection: which step graphs the engine has (`speculative.verification`)."""
+        return self.spec.verification
+
+    @property
     def max_seq_len(self) -> int:
         return self.loaded.recipe.build.max_seq_len
 

@@ -19,6 +19,10 @@ from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, BindingCache, make_session
 
 
+class GreedyOnly(ValueError):
+    """A sampled request for an engine built without the rejection graph."""
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """What the engine must know about the exported graphs."""
@@ -52,6 +56,7 @@ class OrtEngine(BatchedTarget):
     def _session(self, mode: str):
         if mode not in self._sessions:
             if self.spec.rejection is None:
-                raise ValueError("this engine was built for greedy decoding only (temperature 0)")
+                raise GreedyOnly("this engine verifies greedily only (the recipe's speculative.verification is "
+                                 "greedy): sampling (temperature > 0) needs speculative.verification: rejection")
             self._sessions[mode] = make_session(self.spec.rejection, self.threads)
         return self._sessions[mode]

@@ -71,7 +71,7 @@ def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, o
     rewritten = info.get("tensorrt") or {}
     engines, files = {}, {}
     for key, folder, stem in GRAPHS:
-        if key not in profiles:
+        if key not in profiles or not (export_dir / folder).is_dir():  # greedy-only recipes export no rejection graph
             continue
         if key in rewritten:
             onnx_path = export_dir / rewritten[key]

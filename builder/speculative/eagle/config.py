@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
-from builder.section import Section
+from builder.section import VERIFICATION_DOC, Section
 
 
 class StaticTree(Section):
@@ -42,5 +42,5 @@ class EagleConfig(Section):
         description="Static choices (version 1) or dynamic expansion settings (version 2).",
     )
     verification: Literal["greedy", "rejection"] = Field(
-        "greedy", description="greedy or rejection sampling (temperature/top-p per request)."
+        "rejection", description=VERIFICATION_DOC
     )

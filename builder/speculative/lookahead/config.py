@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from builder.section import Section
+from builder.section import VERIFICATION_DOC, Section
 
 
 def lookahead_draft_len(window: int, ngram: int, verification_set: int) -> int:
@@ -20,7 +20,7 @@ class LookaheadConfig(Section):
     ngram: int = Field(4, gt=0, le=16, description="N: n-gram length harvested from the window (levels = N-1).")
     verification_set: int = Field(4, ge=0, le=64, description="G: at most this many pool n-grams verified per step.")
     verification: Literal["greedy", "rejection"] = Field(
-        "greedy", description="greedy or rejection sampling (temperature/top-p per request)."
+        "rejection", description=VERIFICATION_DOC
     )
 
     @property

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from builder.section import Section
+from builder.section import VERIFICATION_DOC, Section
 
 Choices = list[list[int]]
 
@@ -26,8 +26,4 @@ class MedusaConfig(Section):
         "builder/speculative/trees/ (e.g. mc_sim_7b_63), or a .json file path relative to the recipe. "
         "At most 1024 draft nodes, 64 levels, ranks 0..1023 (checked for every source).",
     )
-    verification: Literal["greedy", "rejection"] = Field(
-        "greedy",
-        description="greedy: lossless vs greedy decoding; rejection: lossless vs sampling "
-        "(temperature/top-p come per request).",
-    )
+    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
