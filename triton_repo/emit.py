@@ -15,7 +15,6 @@ outside itself except the Python packages named in every config's `python_paths`
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import sysconfig
@@ -23,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from builder.files import link_or_copy
 from triton_repo import tensors as T
 from triton_repo.config import Settings, all_configs, render
 
@@ -41,18 +41,10 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def _place(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def _tree(src: Path, dst: Path) -> None:
     for f in sorted(src.rglob("*")):
         if f.is_file():
-            _place(f, dst / f.relative_to(src))
+            link_or_copy(f, dst / f.relative_to(src))
 
 
 def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
@@ -71,7 +63,7 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
     _tree(engine_dir, out / T.SPEC_DECODER / "1" / "engine")
     tokenizer = engine_dir / meta["tokenizer"]
     for name in (T.PREPROCESSING, T.POSTPROCESSING):
-        _place(tokenizer, out / name / "1" / "tokenizer.json")
+        link_or_copy(tokenizer, out / name / "1" / "tokenizer.json")
     info = {
         "ensemble": settings.model_name,
         "models": list(configs),

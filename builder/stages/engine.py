@@ -11,20 +11,12 @@ it is cached.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
+from builder.files import link_or_copy
 from builder.stages.context import NeedsGpu, StageContext
 from builder.stages.manifest import tool_versions
-
-
-def _place(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -45,7 +37,7 @@ def run(ctx: StageContext, out: Path) -> None:
             continue
         for f in folder.iterdir():
             if f.suffix in (".data",) or f.name.endswith(".ort.onnx"):
-                _place(f, out / stem / f.name)
+                link_or_copy(f, out / stem / f.name)
         files[name] = f"{stem}/{next(f.name for f in folder.iterdir() if f.name.endswith('.ort.onnx'))}"
     tok = Path(source["tokenizer"]) / "tokenizer.json"
     shutil.copy2(tok, out / "tokenizer.json")

@@ -45,19 +45,25 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def drafter_for(meta: dict[str, Any], drafter: dict[str, Any] | None) -> dict[str, Any]:
+    """The drafter config to run (`drafter` or the folder's own), checked against what the engine holds."""
+    config = drafter or meta["drafter"]
+    shape = drafter_shape(config)
+    room = meta["capacity"] - meta["max_seq_len"]
+    if shape["max_nodes"] > room:
+        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for {room}")
+    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
+        raise ValueError("this engine has no fused Medusa heads for that tree")
+    return config
+
+
 def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
                 threads: int = 1) -> Opened:  # fmt: skip
     """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead only, or
     the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph."""
     folder = Path(folder)
     meta = read_meta(folder)
-    config = drafter or meta["drafter"]
-    shape = drafter_shape(config)
-    if shape["max_nodes"] > meta["capacity"] - meta["max_seq_len"]:
-        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for "
-                         f"{meta['capacity'] - meta['max_seq_len']}")
-    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
-        raise ValueError("this engine has no fused Medusa heads for that tree")
+    config = drafter_for(meta, drafter)
     m = meta["model"]
     t = meta["target"]
     medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])

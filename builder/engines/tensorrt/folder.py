@@ -137,20 +137,14 @@ def read_meta(folder: Path) -> dict[str, Any]:
 def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1) -> Any:
     """A `builder.engines.ort.load.Opened` over the TensorRT engines: the engine and a drafter factory;
     `drafter` overrides the folder's (none / lookahead, or the folder's own method), as for ONNX Runtime."""
-    from builder.engines.ort.load import Opened
+    from builder.engines.ort.load import Opened, drafter_for
     from builder.engines.tensorrt.eagle import TrtEagleNet
     from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
-    from builder.speculative.drafters import drafter_factory, drafter_shape, label
+    from builder.speculative.drafters import drafter_factory, label
 
     folder = Path(folder)
     meta = read_meta(folder)
-    config = drafter or meta["drafter"]
-    shape = drafter_shape(config)
-    if shape["max_nodes"] > meta["capacity"] - meta["max_seq_len"]:
-        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for "
-                         f"{meta['capacity'] - meta['max_seq_len']}")  # fmt: skip
-    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
-        raise ValueError("this engine has no fused Medusa heads for that tree")
+    config = drafter_for(meta, drafter)
     if max_batch_size > meta["max_batch_size"]:
         raise ValueError(f"the engines' profiles take up to {meta['max_batch_size']} sequences, not {max_batch_size}")
     m, t, engines = meta["model"], meta["target"], meta["engines"]
