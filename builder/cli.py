@@ -20,7 +20,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("builder.commands.recipe_cmds", "plan", "Show build stages, cache keys and the memory plan."),
     "schema": ("builder.commands.recipe_cmds", "schema", "Print the recipe JSON schema."),
     "build": ("builder.commands.build_cmds", "build", "Build the recipe's engines (cached, atomic, resumable)."),
-    "generate": ("builder.commands.generate_cmds", "generate", "Generate text with speculative decoding (CPU reference)."),
+    "generate": ("builder.commands.generate_cmds", "generate",
+                 "Generate text with speculative decoding on this machine (ONNX Runtime; --engine torch)."),
     "serve": ("builder.commands.serve_cmds", "serve", "Serve a recipe's Triton repository (built first) with tritonserver."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),
@@ -68,6 +69,9 @@ def cli() -> None:
     Typical flow:
       trtspec validate recipes/tiny-llama3.yaml
       trtspec plan recipes/llama3-8b-1xh100-fp8-eagle.yaml --set build.max_batch_size=16
+      trtspec build recipes/tiny-llama3.yaml
+      trtspec generate recipes/tiny-llama3.yaml --prompt "def fib(n):"
+      trtspec serve recipes/tiny-llama3.yaml
     """
 
 
