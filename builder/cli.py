@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "generate": ("builder.commands.generate_cmds", "generate",
                  "Generate text with speculative decoding on this machine (ONNX Runtime; --engine torch)."),
     "serve": ("builder.commands.serve_cmds", "serve", "Serve a recipe's Triton repository (built first) with tritonserver."),
+    "bench": ("builder.commands.bench_cmds", "bench",
+              "perf_analyzer sweep of a served recipe: speculative vs no-speculation baseline, report + plots."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),
 }

@@ -2,6 +2,12 @@
 
 Pure NumPy + `encode(text, add_special_tokens)`: spec_decoder's Triton glue passes `{name: array | None}`; tests pass the same.
 Triton itself already refuses unknown inputs, missing required ones and wrong dtypes or ranks.
+
+Request parameters (Triton's per-request `parameters`, not tensors: gRPC/HTTP clients set them, perf_analyzer
+with `--request-parameter NAME:VALUE:TYPE`, and the ensemble forwards them to spec_decoder):
+
+    ignore_eos (bool, default false)      generate max_tokens tokens, past end-of-sequence ids (benchmarks:
+                                          every request then emits exactly max_tokens; stop words still apply)
 """
 
 from __future__ import annotations
@@ -158,8 +164,16 @@ def _lookahead(fields: Fields, limits: Limits) -> tuple[int, int, int] | None:
     return int(w), int(n), int(g)
 
 
-def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]]) -> Parsed:
-    """Check every field of one request; RequestError on the first problem."""
+def _param_flag(params: Mapping[str, Any], name: str) -> bool:
+    v = params.get(name, False)
+    if not isinstance(v, bool):
+        raise RequestError(f"{name}: expected a bool request parameter, got {type(v).__name__} {v!r}")
+    return v
+
+
+def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]],
+          params: Mapping[str, Any] | None = None) -> Parsed:  # fmt: skip
+    """Check every field (and request parameter) of one request; RequestError on the first problem."""
     prompt, text = _prompt(fields, limits, encode)
     room = limits.max_seq_len - len(prompt)
     max_tokens = _scalar(fields, "max_tokens", int)
@@ -180,6 +194,7 @@ def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int
     stream = _scalar(fields, "stream", bool, False)
     speculate = _scalar(fields, "speculate", bool, True)
     lookahead = _lookahead(fields, limits)
-    req = Request(tuple(prompt), max_tokens, Sampling(temperature, top_p, seed), limits.stop_ids, speculate,
+    stop_ids = () if _param_flag(params or {}, "ignore_eos") else limits.stop_ids
+    req = Request(tuple(prompt), max_tokens, Sampling(temperature, top_p, seed), stop_ids, speculate,
                   _stops(fields, limits, encode), lookahead if speculate else None)  # fmt: skip
     return Parsed(req, stream, text)

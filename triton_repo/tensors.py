@@ -17,6 +17,8 @@ Clients call the ensemble (`triton.model_name`): text in, text out.
     speculate [1] BOOL (optional)         false: plain decoding for this request (default true)
     lookahead_window / lookahead_ngram / lookahead_verification_set [1] INT32 (optional)
                                           this request's Lookahead W, N, G (Lookahead engines; each <= the engine's)
+    (request parameter, not a tensor) ignore_eos: bool   generate max_tokens tokens past end-of-sequence ids
+                                          (`triton_repo.request`; the ensemble forwards parameters)
 
     text_output [1] STRING                the text of this response's new tokens (streamed: a delta)
     output_tokens [1] INT32               tokens generated so far

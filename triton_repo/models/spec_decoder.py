@@ -1,6 +1,6 @@
 """spec_decoder: owns the engine and runs the decoding loop (Python backend, decoupled by default).
 
-`execute` checks each request (`triton_repo.request`: a bad one gets an error response at once) and
+`execute` checks each request and its parameters (`triton_repo.request`: a bad one gets an error response at once) and
 hands the rest to the in-flight-batching `Scheduler`, which answers through each request's response
 sender from its own thread, so `execute` returns None immediately. Responses carry a window of
 generated ids (`output_ids`, `prefix_len`, `is_final`) for postprocessing, the counters, and — for
@@ -60,6 +60,15 @@ class _Sink:
         self.sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=flags)
 
 
+def _parameters(request) -> dict:
+    """The request's Triton parameters (a JSON object); a RequestError when they do not parse."""
+    try:
+        params = json.loads(request.parameters() or "{}")
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"request parameters: {exc}") from None
+    return params if isinstance(params, dict) else {}
+
+
 class Model:
     def __init__(self, args: dict, params: dict[str, str]) -> None:
         from tokenizers import Tokenizer
@@ -96,7 +105,7 @@ class Model:
                 t = pb_utils.get_input_tensor_by_name(r, name)
                 fields[name] = None if t is None else t.as_numpy()
             try:
-                parsed = parse(fields, self.limits, self._encode)
+                parsed = parse(fields, self.limits, self._encode, _parameters(r))
                 if parsed.stream and not self.decoupled:
                     raise RequestError("stream: this repository is not decoupled (triton.decoupled: false); "
                                        "send stream=false or serve a decoupled build")  # fmt: skip
