@@ -80,7 +80,7 @@ def source_texts(source: str, base_dir: Path) -> list[str]:
         import random
 
         rng = random.Random(0)
-        words = keyword.kwlist + ["x", "y", "self", "data", "value", "(", ")", ":", "\n", "    ", "=", "1", "0"]
+        words = [*keyword.kwlist, "x", "y", "self", "data", "value", "(", ")", ":", "\n", "    ", "=", "1", "0"]
         return [" ".join(rng.choice(words) for _ in range(400)) for _ in range(64)]
     path = Path(source) if Path(source).is_absolute() else base_dir / source
     if not path.is_file():
@@ -319,28 +319,57 @@ def order(index: int) -> list[str]:
     return names if index % 2 == 0 else names[::-1]
 
 
-def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Callable[[str], None] = print,
-              genai: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Serve `repo`, probe, sweep every level in both modes, stop the server; the results (JSON-ready)."""
-    from tokenizers import Tokenizer
-
-    from builder.serve.server import TritonServer, free_ports
-
-    model = info["ensemble"]
+def _check_lengths(info: dict[str, Any], s: Settings) -> None:
     max_seq = int(info["engine"].get("max_seq_len") or 0)
     max_in = int(info["settings"].get("max_input_len") or 0)
     if max_in and s.input_len > max_in:
         raise BenchError(f"input_len {s.input_len} > the engine's max_input_len {max_in}")
     if max_seq and s.input_len + s.output_len > max_seq:
         raise BenchError(f"input_len + output_len = {s.input_len + s.output_len} > the engine's max_seq_len {max_seq}")
+
+
+def run_probes(grpc_url: str, model: str, prompts: Prompts, s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
+    """`s.probes` streamed requests per mode (also the server's warm-up): counters, τ, token-count check."""
+    out = {}
+    for mode, spec in MODES.items():
+        got = [probe(grpc_url, model, prompts.texts[i % len(prompts.texts)], s.output_len, spec) for i in range(s.probes)]
+        steps = sum(g.get("steps", 0) for g in got)
+        tau = (sum(g.get("accepted_tokens", 0) for g in got) + steps) / steps if steps else None
+        out[mode] = {"requests": [{k: v for k, v in g.items() if k != "text"} for g in got],
+                     "token_counts_ok": all(g.get("output_tokens") == s.output_len for g in got), "tau": tau,
+                     "sample_text": got[0]["text"][:200] if got else ""}  # fmt: skip
+        log(f"probe {mode}: {len(got)} requests, output tokens {[g.get('output_tokens') for g in got]}, τ {tau or 1.0:.2f}")
+    return out
+
+
+def sweep(endpoints: dict[str, str], model: str, data: dict[str, Path], s: Settings, raw: Path,
+          log: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
+    """Every level in both modes, alternating which goes first."""
+    levels = []
+    for i, c in enumerate(s.concurrency):
+        for mode in order(i):
+            r = run_level(endpoints, model, data[mode], mode, c, s, raw)
+            log(f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
+                f"  p50 {r['latency_p50_ms']:.1f} ms  TTFT {r['ttft_p50_ms']:.1f} ms  τ {r['tau'] or 1.0:.2f}"
+                f"  errors {r['errors']}")  # fmt: skip
+            levels.append(r)
+    return levels
+
+
+def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Callable[[str], None] = print,
+              genai: Callable[..., list[dict[str, Any]]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Serve `repo`, probe, sweep every level in both modes, stop the server; the results (JSON-ready)."""
+    from tokenizers import Tokenizer
+
+    from builder.serve.perf import write_input_data
+    from builder.serve.server import TritonServer, free_ports
+
+    _check_lengths(info, s)
     tokenizer = Tokenizer.from_file(str(repo / "preprocessing" / "1" / "tokenizer.json"))
     prompts = make_prompts(tokenizer, source_texts(s.prompt_source, Path(s.base_dir)), s.input_len, s.num_prompts)
     raw.mkdir(parents=True, exist_ok=True)
-    data = {}
-    from builder.serve.perf import write_input_data
-
-    for mode, spec in MODES.items():
-        data[mode] = write_input_data(raw / f"inputs_{mode}.json", prompts.texts, s.output_len, speculate=spec)
+    data = {mode: write_input_data(raw / f"inputs_{mode}.json", prompts.texts, s.output_len, speculate=spec)
+            for mode, spec in MODES.items()}  # fmt: skip
     server = TritonServer(repo, ports=free_ports())
     busy_before = busy_processes({os.getpid()})
     t0 = time.time()
@@ -348,31 +377,17 @@ def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Cal
         log(f"starting tritonserver on {repo}")
         server.start()
         server.wait_ready(180)
-        ep = server.endpoints
+        ep, model = server.endpoints, info["ensemble"]
         log(f"tritonserver ready: gRPC {ep['grpc']}, HTTP {ep['http']} (pid {server.proc.pid if server.proc else '?'})")
-        results: dict[str, Any] = {"model": model, "endpoints": ep, "settings": asdict(s), "engine": info.get("engine", {}),
-                                   "draft_schedule": info.get("settings", {}).get("draft_schedule") or [],
-                                   "prompts": {"count": len(prompts.texts), "tokens_min": min(prompts.tokens),
-                                               "tokens_max": max(prompts.tokens),
-                                               "tokens_mean": sum(prompts.tokens) / len(prompts.tokens)},
-                                   "machine": {**machine(), "busy_before": busy_before}, "versions": versions(ep),
-                                   "probes": {}, "levels": []}  # fmt: skip
-        for mode, spec in MODES.items():
-            got = [probe(ep["grpc"], model, prompts.texts[i % len(prompts.texts)], s.output_len, spec)
-                   for i in range(s.probes)]  # fmt: skip
-            bad = [g["output_tokens"] for g in got if g.get("output_tokens") != s.output_len]
-            results["probes"][mode] = {"requests": [{k: v for k, v in g.items() if k != "text"} for g in got],
-                                       "token_counts_ok": not bad, "tau": _probe_tau(got),
-                                       "sample_text": got[0]["text"][:200] if got else ""}  # fmt: skip
-            log(f"probe {mode}: {len(got)} requests, output tokens {[g.get('output_tokens') for g in got]}, "
-                f"τ {results['probes'][mode]['tau'] or 1.0:.2f}")
-        for i, c in enumerate(s.concurrency):
-            for mode in order(i):
-                r = run_level(ep, model, data[mode], mode, c, s, raw)
-                log(f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
-                    f"  p50 {r['latency_p50_ms']:.1f} ms  TTFT {r['ttft_p50_ms']:.1f} ms  τ {r['tau'] or 1.0:.2f}"
-                    f"  errors {r['errors']}")  # fmt: skip
-                results["levels"].append(r)
+        results: dict[str, Any] = {
+            "model": model, "endpoints": ep, "settings": asdict(s), "engine": info.get("engine", {}),
+            "draft_schedule": info.get("settings", {}).get("draft_schedule") or [],
+            "prompts": {"count": len(prompts.texts), "tokens_min": min(prompts.tokens), "tokens_max": max(prompts.tokens),
+                        "tokens_mean": sum(prompts.tokens) / len(prompts.tokens)},
+            "machine": {**machine(), "busy_before": busy_before}, "versions": versions(ep),
+        }  # fmt: skip
+        results["probes"] = run_probes(ep["grpc"], model, prompts, s, log)
+        results["levels"] = sweep(ep, model, data, s, raw, log)
         if genai is not None:
             results["genai_perf"] = genai(ep, model, prompts, s, raw.parent / "genai-perf", log, repo)
         results["machine"]["loadavg_after"] = list(os.getloadavg())
@@ -385,8 +400,3 @@ def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Cal
                 shutil.copy2(server.log_path, raw / "tritonserver.log")
         finally:
             server.stop()
-
-
-def _probe_tau(got: list[dict[str, Any]]) -> float | None:
-    steps = sum(g.get("steps", 0) for g in got)
-    return None if not steps else (sum(g.get("accepted_tokens", 0) for g in got) + steps) / steps

@@ -172,8 +172,8 @@ def write_plots(folder: Path, results: dict[str, Any]) -> list[str]:
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
         for mode, style in (("speculative", "-o"), ("baseline", "--s")):
             for metric, suffix in series:
-                ys = [level(results, c, mode).get(metric) for c in levels]
-                ys = [float("nan") if y is None else y for y in ys]
+                got = [level(results, c, mode).get(metric) for c in levels]
+                ys = [float("nan") if y is None else float(y) for y in got]
                 ax.plot(levels, ys, style, label=f"{mode}{suffix}")
         ax.set_title(title)
         ax.set_xlabel("concurrency")

@@ -139,7 +139,7 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
                f"{len(settings.concurrency)} levels × 2 modes")
     for line in table_lines(results):
         click.echo(line)
-    errors = sum(r["errors"] for r in results["levels"])
+    errors = sum(r["errors"] for r in results["levels"]) + sum(not p["token_counts_ok"] for p in results["probes"].values())
     click.echo(f"errors: {errors}")
     click.echo(f"report: {out / 'report.md'} (bench.json, bench.csv, plots, raw/ beside it)")
     if errors:

@@ -127,7 +127,7 @@ def read_perf_csv(path: Path) -> list[dict[str, float | None]]:
     import csv as csv_module
 
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    table = []
+    table: list[str] = []
     for line in lines:
         if not line.strip():
             if table:
