@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from builder.bench.serve_metrics import records, summarize
+from builder.bench.serve_metrics import RequestRecord, records, summarize
 
 MODES: dict[str, bool] = {"speculative": True, "baseline": False}  # mode -> the `speculate` input
 REQUEST_PARAMETERS = {"ignore_eos": True}
@@ -56,6 +56,7 @@ class Settings:
     num_prompts: int = 32
     probes: int = 3
     genai_perf: bool = False
+    repeats: int = 1  # runs per level and mode (alternating order); throughputs averaged
     base_dir: str = "."  # where a relative JSONL prompt_source is found (the recipe's folder)
 
 
@@ -208,11 +209,11 @@ def _tail(path: Path, n: int = 25) -> str:
 
 
 def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, concurrency: int, s: Settings,
-              raw: Path) -> dict[str, Any]:  # fmt: skip
-    """One perf_analyzer run: its CSV and profile export in `raw`, the level's numbers returned."""
+              raw: Path, repeat: int = 0) -> tuple[dict[str, Any], list[RequestRecord]]:  # fmt: skip
+    """One perf_analyzer run: its CSV and profile export in `raw`; the run's numbers and its measured requests."""
     from builder.serve.perf import perf_command, perf_env, read_perf_csv, read_profile_export
 
-    stem = f"{mode}_c{concurrency}"
+    stem = f"{mode}_c{concurrency}" + (f"_r{repeat + 1}" if s.repeats > 1 else "")
     csv, export, log = raw / f"{stem}.csv", raw / f"{stem}.export.json", raw / f"{stem}.log"
     cmd = perf_command(model, endpoints["grpc"], data, concurrency, measurement_ms=s.window_ms,
                        stability_percentage=s.stability_percentage, max_trials=s.max_trials, csv=csv,
@@ -227,7 +228,8 @@ def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, conc
     exp = read_profile_export(export)["experiments"][0]
     export.with_suffix(".json.gz").write_bytes(gzip.compress(export.read_bytes()))
     export.unlink()
-    summary = summarize(records(exp), s.output_len, exp.get("window_boundaries") or ())
+    recs = records(exp)
+    summary = summarize(recs, s.output_len, exp.get("window_boundaries") or ())
     rps = float(row["Inferences/Second"] or 0.0)
     failed = after["fail"] - before["fail"]
     return {
@@ -241,7 +243,27 @@ def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, conc
         "errors": failed + (0 if summary["token_counts_ok"] else 1),
         "csv": f"raw/{csv.name}", "export": f"raw/{export.name}.gz", "log": f"raw/{log.name}",
         "command": cmd,
-    }  # fmt: skip
+    }, recs  # fmt: skip
+
+
+def combine(runs: list[tuple[dict[str, Any], list[RequestRecord]]], output_len: int) -> dict[str, Any]:
+    """One level and mode over its repeated runs: throughputs averaged, latency/TTFT/ITL/τ over all their
+    requests together, failures summed; each run's throughput kept (`runs`) so the spread shows."""
+    if len(runs) == 1:
+        return runs[0][0]
+    rows = [r for r, _ in runs]
+    out = dict(rows[0])
+    for key in ("requests_per_s", "output_tokens_per_s", "responses_per_s", "pa_latency_p50_ms", "pa_latency_p99_ms",
+                "export_requests_per_s"):  # fmt: skip
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(vals) / len(vals) if vals else None
+    out.update(summarize([x for _, recs in runs for x in recs], output_len))
+    out["export_requests_per_s"] = sum(r.get("export_requests_per_s") or 0 for r in rows) / len(rows)
+    out["failed_requests"] = sum(r["failed_requests"] for r in rows)
+    out["errors"] = out["failed_requests"] + (0 if out["token_counts_ok"] else 1)
+    out["runs"] = [{k: r[k] for k in ("output_tokens_per_s", "requests_per_s", "latency_p50_ms", "tau", "csv", "export")}
+                   for r in rows]  # fmt: skip
+    return out
 
 
 # -- the whole run ------------------------------------------------------------------------------------
@@ -344,15 +366,18 @@ def run_probes(grpc_url: str, model: str, prompts: Prompts, s: Settings, log: Ca
 
 def sweep(endpoints: dict[str, str], model: str, data: dict[str, Path], s: Settings, raw: Path,
           log: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
-    """Every level in both modes, alternating which goes first."""
+    """Every level in both modes, `s.repeats` times, alternating which mode goes first (A B B A …)."""
     levels = []
     for i, c in enumerate(s.concurrency):
-        for mode in order(i):
-            r = run_level(endpoints, model, data[mode], mode, c, s, raw)
-            log(f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
-                f"  p50 {r['latency_p50_ms']:.1f} ms  TTFT {r['ttft_p50_ms']:.1f} ms  τ {r['tau'] or 1.0:.2f}"
-                f"  errors {r['errors']}")  # fmt: skip
-            levels.append(r)
+        runs: dict[str, list] = {mode: [] for mode in MODES}
+        for rep in range(s.repeats):
+            for mode in order(i + rep):
+                r, recs = run_level(endpoints, model, data[mode], mode, c, s, raw, rep)
+                log(f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
+                    f"  p50 {r['latency_p50_ms']:.1f} ms  TTFT {r['ttft_p50_ms']:.1f} ms  τ {r['tau'] or 1.0:.2f}"
+                    f"  errors {r['errors']}")  # fmt: skip
+                runs[mode].append((r, recs))
+        levels += [combine(runs[mode], s.output_len) for mode in order(i)]
     return levels
 
 

@@ -77,11 +77,13 @@ def table_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _detail_lines(results: dict[str, Any]) -> list[str]:
-    lines = ["| conc. | mode | req/s | tokens/s | measured requests | tokens ok | failed | "
+    lines = ["| conc. | mode | req/s | tokens/s | tokens/s per run | measured requests | tokens ok | failed | "
              "perf_analyzer p50 ms | export req/s | responses / request | CSV |",
-             "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
+             "|---:|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for r in results["levels"]:
+        per_run = ", ".join(_f(x["output_tokens_per_s"]) for x in r.get("runs") or [r])
         lines.append(f"| {r['concurrency']} | {r['mode']} | {_f(r['requests_per_s'], 2)} | {_f(r['output_tokens_per_s'])} | "
+                     f"{per_run} | "
                      f"{r['measured_requests']} | {'yes' if r['token_counts_ok'] else 'NO ' + str(r['wrong_token_counts'])} | "
                      f"{r['failed_requests']} | {_f(r['pa_latency_p50_ms'])} | {_f(r.get('export_requests_per_s'), 2)} | "
                      f"{_f(r['responses_per_request'])} | `{r['csv']}` |")  # fmt: skip
@@ -122,7 +124,7 @@ def report_md(results: dict[str, Any], title: str) -> str:
         f"# trtspec bench: {title}", "",
         f"Model `{results['model']}` served by tritonserver {v.get('tritonserver')} on loopback; perf_analyzer "
         f"(gRPC streaming, time windows of {s['window_ms']} ms, stability {s['stability_percentage']} %, at most "
-        f"{s['max_trials']} windows). Both modes run on the same engine in the same server: `speculative` = the "
+        f"{s['max_trials']} windows; {s.get('repeats', 1)} run(s) per level and mode, throughputs averaged). Both modes run on the same engine in the same server: `speculative` = the "
         "recipe's drafter, `baseline` = the per-request input `speculate: false` (plain decoding). The modes "
         "alternate per concurrency level. Every request sets the request parameter `ignore_eos`, so it generates "
         f"exactly {s['output_len']} tokens (checked on every measured request: spec_decoder's `output_tokens`), and "

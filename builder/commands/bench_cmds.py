@@ -73,12 +73,15 @@ def _replace(tmp: Path, out: Path) -> None:
 @click.option("--max-trials", default=3, show_default=True, type=click.IntRange(3, 50), help="perf_analyzer --max-trials.")
 @click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 10_000), help="Distinct prompts (round-robin).")
 @click.option("--probes", default=3, show_default=True, type=click.IntRange(1, 100), help="Probe requests per mode before the sweep.")
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(1, 20),
+              help="perf_analyzer runs per level and mode, alternating the modes' order (A B B A …); "
+                   "throughputs averaged, each run kept in bench.json.")
 @click.option("--genai-perf", "genai_perf", is_flag=True, help="Also run genai-perf 0.0.16 at the same levels.")
 @click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
               help="Build cache (when TARGET is a recipe).")
 @click.option("--quiet", "-q", is_flag=True, help="No build progress or per-run lines.")
 def bench(target, overrides, out_dir, concurrency, input_len, output_len, window_ms, stability, max_trials, num_prompts,
-          probes, genai_perf, cache_dir, quiet):  # fmt: skip
+          probes, repeats, genai_perf, cache_dir, quiet):  # fmt: skip
     """Benchmark RECIPE (built first, cached) or REPO served by tritonserver: perf_analyzer over gRPC
     streaming at every concurrency level, the speculative method and a no-speculation baseline of the
     same engine in the same run.
@@ -107,9 +110,11 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
         genai = run_genai
     repo, info, section, base_dir, stem = _target(target, overrides, cache_dir, quiet)
     b = section or Bench()
-    settings = Settings(levels or tuple(b.concurrency), input_len or b.input_len, output_len or b.output_len,
-                        b.prompt_source, window_ms or b.measurement_window_ms, stability, max_trials, num_prompts,
-                        probes, genai_perf, str(base_dir))  # fmt: skip
+    settings = Settings(concurrency=levels or tuple(b.concurrency), input_len=input_len or b.input_len,
+                        output_len=output_len or b.output_len, prompt_source=b.prompt_source,
+                        window_ms=window_ms or b.measurement_window_ms, stability_percentage=stability,
+                        max_trials=max_trials, num_prompts=num_prompts, probes=probes, genai_perf=genai_perf,
+                        repeats=repeats, base_dir=str(base_dir))  # fmt: skip
     out = Path(out_dir) if out_dir else Path("out") / "bench" / stem
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))

@@ -209,3 +209,20 @@ def test_genai_perf_json_and_command():
     assert cmd[cmd.index("--endpoint") + 1] == "v2/models/m/generate_stream" and "--streaming" in cmd
     extra = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--extra-inputs"]
     assert extra == ["ignore_eos:true", "speculate:false"]
+
+
+def test_repeated_runs_combine_over_all_requests():
+    from builder.bench.serve_bench import combine
+
+    exp = read_profile_export(EXPORT)["experiments"][0]
+    recs = records(exp)
+    a = {**_level(1, "speculative", 300.0), "responses_per_s": 10.0, "pa_latency_p99_ms": 1.0, "export": "a.gz"}
+    b = {**_level(1, "speculative", 100.0), "responses_per_s": 20.0, "pa_latency_p99_ms": 3.0, "export": "b.gz",
+         "failed_requests": 2}  # fmt: skip
+    assert combine([(a, recs)], 16) is a
+    got = combine([(a, recs[:1]), (b, recs[1:])], 16)
+    assert got["output_tokens_per_s"] == 200.0 and got["responses_per_s"] == 15.0 and got["failed_requests"] == 2
+    assert got["errors"] == 2 and [r["output_tokens_per_s"] for r in got["runs"]] == [300.0, 100.0]
+    whole = summarize(recs, 16)
+    assert got["tau"] == pytest.approx(whole["tau"]) and got["latency_p50_ms"] == pytest.approx(whole["latency_p50_ms"])
+    assert got["measured_requests"] == 3
