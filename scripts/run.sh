@@ -3,7 +3,7 @@
 # Sets up (idempotent), validates and plans the recipe, builds it for the CPU (ONNX Runtime engine +
 # Triton model repository, cached), generates once with speculative decoding, serves the repository
 # with tritonserver and streams one request through it, runs a short `trtspec bench` (perf_analyzer:
-# speculative vs no-speculation baseline, report in out/bench/<recipe>/), then profiles every method's
+# speculative vs no-speculation baseline, report in out/bench/<recipe>-quick/), then profiles every method's
 # acceptance side by side (out/acceptance.json).
 # Pass another recipe as the first argument to run the same job with it.
 set -euo pipefail
@@ -74,7 +74,7 @@ stop_server
 echo "--- server stopped"
 
 echo "--- bench ($RECIPE): perf_analyzer, speculative vs baseline, short windows"
-$TRTSPEC bench "$RECIPE" -q --concurrency 1,2 --window-ms 2000 --out "out/bench/$STEM"
+$TRTSPEC bench "$RECIPE" -q --concurrency 1,2 --window-ms 2000 --out "out/bench/$STEM-quick"
 
 echo "--- acceptance profile (held-out HumanEval prompts)"
 if [ $# -eq 0 ]; then
@@ -83,4 +83,4 @@ if [ $# -eq 0 ]; then
 else
   $TRTSPEC profile-acceptance "$RECIPE" --num-prompts 10 --max-new-tokens 64 -o out/acceptance.json
 fi
-echo "--- done: bench report out/bench/$STEM/report.md, acceptance out/acceptance.json"
+echo "--- done: bench report out/bench/$STEM-quick/report.md, acceptance out/acceptance.json"
