@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- 4. TensorRT engines of the fixture recipes against ONNX Runtime ----------------------------------------
 
-ENGINE_RECIPES = ("tiny-llama3.yaml", "tiny-llama3-medusa.yaml")
+ENGINE_RECIPES = ("tiny-llama3.yaml", "tiny-llama3-eagle2.yaml", "tiny-llama3-medusa.yaml")
 PROMPTS = ("def add(a, b):\n", "import os\n\ndef list_files(path):\n", "class Stack:\n    def __init__(self):\n",
            "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")  # fmt: skip
 

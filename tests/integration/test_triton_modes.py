@@ -94,8 +94,8 @@ def test_stop_words(la_server, la_expected):
 
 
 def test_non_decoupled_repository_serves_http_infer(serve):
-    server = serve(build_repo("recipes/tiny-llama3.yaml", "triton.decoupled=false", "triton.model_name=tiny_sync"))
-    want = oracle("recipes/tiny-llama3.yaml", "def add(a, b):", 12)
+    server = serve(build_repo("recipes/tiny-llama3-eagle2.yaml", "triton.decoupled=false", "triton.model_name=tiny_sync"))
+    want = oracle("recipes/tiny-llama3-eagle2.yaml", "def add(a, b):", 12)
     body = {"inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["def add(a, b):"]},
                        {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [12]}]}  # fmt: skip
     url = f"http://{server.endpoints['http']}/v2/models/tiny_sync/infer"
@@ -108,7 +108,7 @@ def test_non_decoupled_repository_serves_http_infer(serve):
 
 def test_engine_of_another_onnxruntime_is_refused(tmp_path):
     repo = tmp_path / "repo"
-    shutil.copytree(build_repo("recipes/tiny-llama3.yaml"), repo)  # copies: the cached files stay untouched
+    shutil.copytree(build_repo("recipes/tiny-llama3-eagle2.yaml"), repo)  # copies: the cached files stay untouched
     engine_json = repo / "spec_decoder" / "1" / "engine" / "engine.json"
     meta = json.loads(engine_json.read_text())
     meta["versions"]["onnxruntime"] = "0.0.1"
@@ -132,7 +132,7 @@ def test_engine_of_another_onnxruntime_is_refused(tmp_path):
 def test_trtspec_serve_command_starts_answers_and_stops_on_sigterm(tmp_path):
     ports = free_ports()
     env = {**os.environ, "TRTSPEC_CACHE_DIR": os.environ["TRTSPEC_CACHE_DIR"]}
-    cmd = [sys.executable, "-m", "builder.cli", "serve", str(REPO_ROOT / "recipes/tiny-llama3.yaml"), "--cache-dir",
+    cmd = [sys.executable, "-m", "builder.cli", "serve", str(REPO_ROOT / "recipes/tiny-llama3-eagle2.yaml"), "--cache-dir",
            env["TRTSPEC_CACHE_DIR"], "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port",
            str(ports.metrics), "--workdir", str(tmp_path / "work"), "--quiet"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

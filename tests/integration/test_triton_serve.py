@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import build_repo, http_generate, oracle, stream_request
 
-RECIPE = "recipes/tiny-llama3.yaml"
+RECIPE = "recipes/tiny-llama3-eagle2.yaml"  # the EAGLE path served (Lookahead: test_triton_modes)
 MODEL = "tiny_llama3"  # the recipe's triton.model_name
 PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:\n    def push(self, x):", "for i in range(10):",
            "# parse the arguments\n", "def add(a, b):\n    return", "with open(path) as fh:", "x = [1, 2, 3]\n",

@@ -18,7 +18,7 @@ from builder.speculative.tree import tree_from_choices
 from builder.stages.decoders import build_decoder
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = {"eagle-2": "tiny-llama3.yaml", "eagle-1": "tiny-llama3-eagle1.yaml", "medusa": "tiny-llama3-medusa.yaml",
+RECIPES = {"eagle-2": "tiny-llama3-eagle2.yaml", "eagle-1": "tiny-llama3-eagle1.yaml", "medusa": "tiny-llama3-medusa.yaml",
            "lookahead": "tiny-llama3-lookahead.yaml"}  # fmt: skip
 PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:", "for i in range(10):", "x = [1, 2, 3]\n"]
 LENGTHS = [20, 9, 17, 13, 24]

@@ -25,7 +25,7 @@ LIMITS = Limits(vocab=4096, max_input_len=16, max_seq_len=64, stop_ids=(1,), sam
 
 @pytest.fixture(scope="module")
 def tiny():
-    return build_decoder(load_recipe(str(REPO / "recipes" / "tiny-llama3.yaml")), engine="torch", max_batch_size=3)
+    return build_decoder(load_recipe(str(REPO / "recipes" / "tiny-llama3-eagle2.yaml")), engine="torch", max_batch_size=3)
 
 
 def _encode(text: str, special: bool) -> list[int]:
