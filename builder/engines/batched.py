@@ -20,7 +20,9 @@ runs the rejection graph.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Hashable, Mapping, Protocol, Sequence
+from functools import lru_cache
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+
 
 import numpy as np
 
@@ -86,6 +88,13 @@ def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: i
     return inputs, outputs
 
 
+@lru_cache(maxsize=64)
+def _eye(t: int) -> np.ndarray:
+    eye = np.eye(t, dtype=bool)
+    eye.flags.writeable = False
+    return eye
+
+
 class BatchedTarget:
     """The `Engine` protocol over a target step graph; subclasses supply the runtime (module docstring)."""
 
@@ -94,6 +103,7 @@ class BatchedTarget:
     def __init__(self, kv: KVRows, bindings: BindingCache, *, vocab_size: int, hidden_size: int,
                  medusa: tuple[int, int] | None, max_seq_len: int, max_batch_size: int) -> None:  # fmt: skip
         self.kv, self._bound = kv, bindings
+        self._last: tuple[Hashable, Any] = ((), None)  # the latest (shape key, binding): the fast path
         self.vocab_size, self.hidden_size, self.medusa = vocab_size, hidden_size, medusa
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.rows = RowTable(max_batch_size)
@@ -171,7 +181,7 @@ class BatchedTarget:
     def _fill_step(self, x: dict[str, np.ndarray], rows: list[int], drafts: Sequence[Draft], t: int, n_rows: int) -> None:
         past = self.committed[:n_rows]
         x["tokens"][:] = 0
-        x["tree_mask"][:] = np.eye(t, dtype=bool)  # padding nodes (and idle rows) attend themselves only
+        x["tree_mask"][:] = _eye(t)  # padding nodes (and idle rows) attend themselves only
         x["position_ids"][:] = past[:, None]
         x["past_len"][:] = past
         x["num_nodes"][:] = 0  # rows without a draft this step are idle
@@ -200,26 +210,34 @@ class BatchedTarget:
 
     def _commit(self, y: dict[str, np.ndarray], rows: list[int], drafts: Sequence[Draft]) -> StepResult:
         b, w, t = len(rows), max(d.width for d in drafts), max(d.num_nodes for d in drafts)
-        out = StepResult(np.zeros(b, np.int64), np.full((b, w), -1, np.int64), np.full((b, w), -1, np.int64),
+        out = StepResult(np.empty(b, np.int64), np.full((b, w), -1, np.int64), np.full((b, w), -1, np.int64),
                          np.zeros((b, w, self.hidden_size), np.float32), np.full((b, t), -1, np.int64),
                          None if "medusa_topk" not in y else y["medusa_topk"][rows])  # fmt: skip
+        acc, best, toks, hidden, argmax = (y[k] for k in ("accepted_len", "best_path", "output_tokens", "hidden",
+                                                           "node_argmax"))  # fmt: skip
         for i, (row, d) in enumerate(zip(rows, drafts)):
-            k = int(y["accepted_len"][row])
-            chain: np.ndarray = d.paths[int(y["best_path"][row]), :k].astype(np.int64)
+            k = int(acc[row])
+            chain = d.paths[int(best[row]), :k]
             start = int(self.committed[row])
             self.kv.compact(row, start, chain)
             self.committed[row] = start + k
-            out.accepted_len[i], out.chain[i, :k] = k, chain
-            out.tokens[i, :k] = y["output_tokens"][row, :k]
-            out.hidden[i, :k] = y["hidden"][row, chain]
-            out.node_argmax[i, : d.num_nodes] = y["node_argmax"][row, : d.num_nodes]
+            out.accepted_len[i] = k
+            out.chain[i, :k] = chain
+            out.tokens[i, :k] = toks[row, :k]
+            out.hidden[i, :k] = hidden[row, chain]
+            out.node_argmax[i, : d.num_nodes] = argmax[row, : d.num_nodes]
         return out
 
     # -- bindings --------------------------------------------------------------------------------
 
     def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int) -> Binding:
         mode = "greedy" if sampling.greedy else "rejection"
-        return self._bound.get((mode, r0, r1, t, tv, p, w), lambda: self._build(mode, r0, r1, t, tv, p, w))
+        key = (mode, r0, r1, t, tv, p, w)
+        if key == self._last[0]:  # steady state: the same shape as the previous call
+            return self._last[1]
+        bound = self._bound.get(key, lambda: self._build(mode, r0, r1, t, tv, p, w))
+        self._last = (key, bound)
+        return bound
 
     def _build(self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int) -> Binding:
         inputs, outputs = target_io(mode, r1 - r0, t, tv, p, w, self.hidden_size, self.medusa)

@@ -114,6 +114,7 @@ class Decoder:
         self.active: list[_Seq] = []
         self.timing = Timing()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
+        self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
 
     @property
     def free_slots(self) -> int:
@@ -224,6 +225,14 @@ class Decoder:
 
     def _sampling(self, seqs: Sequence[_Seq], widths: Sequence[int]) -> SamplingBatch:
         w = max(widths)
+        if all(s.req.sampling.greedy for s in seqs):  # the common case: one shared, read-only batch per shape
+            key = (len(seqs), w)
+            batch = self._greedy.get(key)
+            if batch is None:
+                batch = self._greedy[key] = SamplingBatch.all_greedy(len(seqs), w)
+                for a in (batch.temperature, batch.top_p, batch.uniforms):
+                    a.flags.writeable = False
+            return batch
         batch = SamplingBatch(np.array([s.req.sampling.temperature for s in seqs], np.float32),
                               np.array([s.req.sampling.top_p for s in seqs], np.float32),
                               np.zeros((len(seqs), w), np.float32))  # fmt: skip

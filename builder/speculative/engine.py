@@ -118,19 +118,24 @@ class StepResult:
 
 
 _UPPER: dict[int, np.ndarray] = {}  # T -> [T, T] bool strictly upper triangle (cached)
+_CHECKED: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # read-only (mask, depth) pairs already checked
 
 
 def check_draft(draft: Draft, vocab_size: int) -> None:
     """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range).
 
-    Engines call it on every draft; the structural checks of a static tree's shared (read-only)
-    arrays are as cheap as those of a fresh draft's (one AND and a few reductions).
+    Engines call it on every draft. The structure of a shared, read-only tree (static trees, Lookahead
+    layouts) is checked once and remembered (the pair is kept alive, so its ids stay its own); only
+    the tokens are checked per draft then.
     """
     t = draft.num_nodes
     if draft.tokens.shape != (t,) or t == 0 or draft.tokens.dtype != np.int64:
         raise ValueError(f"tokens must be a non-empty int64 [T] array, got {draft.tokens.dtype} {draft.tokens.shape}")
     if draft.tokens.min() < 0 or draft.tokens.max() >= vocab_size:
         raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
+    key = (id(draft.mask), id(draft.depth))
+    if key in _CHECKED:
+        return
     if draft.mask.shape != (t, t) or draft.mask.dtype != bool:
         raise ValueError(f"mask must be bool [{t}, {t}], got {draft.mask.dtype} {draft.mask.shape}")
     upper = _UPPER.get(t)
@@ -140,6 +145,8 @@ def check_draft(draft: Draft, vocab_size: int) -> None:
         raise ValueError("mask must have a true diagonal and attend earlier nodes only (j <= i)")
     if draft.depth.shape != (t,) or draft.depth.min() < 0 or draft.depth[0] != 0:
         raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0, got {draft.depth.tolist()}")
+    if not draft.mask.flags.writeable and not draft.depth.flags.writeable and len(_CHECKED) < 4096:
+        _CHECKED[key] = (draft.mask, draft.depth)
 
 
 class Engine(Protocol):

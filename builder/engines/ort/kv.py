@@ -34,12 +34,20 @@ class KVBuffers:
         return views
 
     def compact(self, row: int, start: int, nodes: np.ndarray) -> None:
-        """Move the KV of slots start + nodes[k] to start + k (a committed chain); no-op when in place."""
+        """Move the KV of slots start + nodes[k] to start + k (a committed chain); no-op when in place.
+
+        nodes[0] is the root, always in place. A chain whose other nodes are consecutive (a Lookahead
+        branch, a chain tree) moves as one slice; any other chain by one gather.
+        """
         k = len(nodes)
-        if k == 0 or (nodes == np.arange(k)).all():
+        if k <= 1 or nodes[1] == 1 and nodes[k - 1] == k - 1:  # in place (node i at depth i)
             return
         cache = self.buf[:, :, row]  # (L, 2, KV, CAP, D) view
-        cache[:, :, :, start : start + k] = cache[:, :, :, start + nodes]  # the fancy index copies first
+        first = int(nodes[1])
+        if int(nodes[k - 1]) - first == k - 2:  # consecutive: one slice (numpy handles the overlap)
+            cache[:, :, :, start + 1 : start + k] = cache[:, :, :, start + first : start + first + k - 1]
+        else:
+            cache[:, :, :, start + 1 : start + k] = cache[:, :, :, start + nodes[1:]]  # the fancy index copies first
 
     def move_row(self, dst: int, src: int, length: int) -> None:
         """Copy the first `length` slots of row `src` into row `dst` (a departure leaves rows dense)."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -103,50 +104,74 @@ class StepLayout:
 def step_layout(window: Window, root_token: int, verification: Sequence[Sequence[int]]) -> StepLayout:
     """Nodes, explicit mask, depths and paths for root + prefill + window + verification set.
 
-    verification: at most G n-gram tails (N-1 tokens each) that follow the root token.
+    verification: at most G n-gram tails (N-1 tokens each) that follow the root token. The mask,
+    depths and paths depend only on the layout's shape, so they are built once per shape (read-only,
+    shared by every draft of that shape); each step only lays out its tokens.
     """
     n = window.ngram
-    tokens, depth, attends = [int(root_token)], [0], [[0]]
+    for tail in verification:
+        if len(tail) != n - 1:
+            raise ValueError(f"verification n-gram tail {list(tail)} needs N-1 = {n - 1} tokens")
+    shape = _shape(n, window.full, len(window.prefill), window.width, window.filled, len(verification))
+    tokens = [int(root_token), *window.prefill]
+    for c, column in enumerate(window.columns):
+        tokens.extend(column[1:] if window.full and c == 0 else column)  # column 0, level 0 is the root
+    for tail in verification:
+        tokens.extend(tail)
+    draft = Draft(np.array(tokens, dtype=np.int64), shape.mask, shape.depth, shape.paths)
+    return StepLayout(draft, shape.window_nodes, shape.verification_nodes)
 
-    def add(token: int, d: int, context: list[int]) -> int:
-        node = len(tokens)
-        tokens.append(int(token))
+
+@dataclass(frozen=True)
+class _Shape:
+    mask: np.ndarray  # [T, T] bool, read-only
+    depth: np.ndarray  # [T] int64, read-only
+    paths: np.ndarray  # [P, N] int32, read-only
+    window_nodes: tuple[tuple[int, ...], ...]
+    verification_nodes: tuple[tuple[int, ...], ...]
+
+
+@lru_cache(maxsize=512)
+def _shape(n: int, full: bool, n_prefill: int, width: int, filled: int, n_branches: int) -> _Shape:
+    """The node structure of a step layout (nodes are added in the order `step_layout` lays out tokens)."""
+    depth, attends = [0], [[0]]
+
+    def add(d: int, context: list[int]) -> int:
+        node = len(depth)
         depth.append(d)
         attends.append(context + [node])
         return node
 
     shared = [0]  # root + prefill chain: attended by every window node
-    for k, tok in enumerate(window.prefill):
-        shared.append(add(tok, k + 1, list(shared)))
-    offset = 0 if window.full else len(window.prefill) + 1
+    for k in range(n_prefill):
+        shared.append(add(k + 1, list(shared)))
+    offset = 0 if full else n_prefill + 1
     level0: list[int] = []  # level-0 nodes of the columns placed so far
     window_nodes = []
-    for c, column in enumerate(window.columns):
+    for c in range(width):
         own: list[int] = []
-        for l, tok in enumerate(column):
-            if window.full and c == 0 and l == 0:
+        for l in range(filled):
+            if full and c == 0 and l == 0:
                 own.append(0)  # the root's slot
                 continue
-            own.append(add(tok, offset + c + l, shared + level0 + [x for x in own if x != 0]))
+            own.append(add(offset + c + l, shared + level0 + [x for x in own if x != 0]))
         if own[0] != 0:
             level0.append(own[0])
         window_nodes.append(tuple(own))
     branches = []
-    for tail in verification:
-        if len(tail) != n - 1:
-            raise ValueError(f"verification n-gram tail {list(tail)} needs N-1 = {n - 1} tokens")
+    for _ in range(n_branches):
         chain: list[int] = []
-        for j, tok in enumerate(tail):
-            chain.append(add(tok, j + 1, [0] + chain))
+        for j in range(n - 1):
+            chain.append(add(j + 1, [0] + chain))
         branches.append(tuple(chain))
-    return StepLayout(_draft(tokens, depth, attends, branches, n), tuple(window_nodes), tuple(branches))
+    mask, depth_a, paths = _arrays(depth, attends, branches, n)
+    return _Shape(mask, depth_a, paths, tuple(window_nodes), tuple(branches))
 
 
-def _draft(
-    tokens: list[int], depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]], n: int
-) -> Draft:
-    """Draft from per-node tokens, depths and attended nodes; paths = the verification branches."""
-    t = len(tokens)
+def _arrays(depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]],
+            n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Read-only mask [T, T], depths [T] and paths [P, N] (the verification branches) of a layout."""
+    t = len(depth)
     mask = np.zeros((t, t), dtype=bool)  # [T, T]
     for i, row in enumerate(attends):
         mask[i, row] = True
@@ -154,7 +179,10 @@ def _draft(
     paths = np.full((len(rows), n), -1, dtype=np.int32)  # [P, N]: D = N-1
     for r, row in enumerate(rows):
         paths[r, : len(row)] = row
-    return Draft(tokens=np.array(tokens, dtype=np.int64), mask=mask, depth=np.array(depth, dtype=np.int64), paths=paths)
+    depth_a = np.array(depth, dtype=np.int64)
+    for a in (mask, depth_a, paths):
+        a.flags.writeable = False
+    return mask, depth_a, paths
 
 
 def advance_window(window: Window, layout: StepLayout, target_tokens: Sequence[int]) -> tuple[Window, list[Ngram]]:
