@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 
 import numpy as np
@@ -90,7 +90,7 @@ def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: i
 
 @lru_cache(maxsize=64)
 def _eye(t: int) -> np.ndarray:
-    eye = np.eye(t, dtype=bool)
+    eye: np.ndarray = np.eye(t, dtype=bool)
     eye.flags.writeable = False
     return eye
 
@@ -103,7 +103,7 @@ class BatchedTarget:
     def __init__(self, kv: KVRows, bindings: BindingCache, *, vocab_size: int, hidden_size: int,
                  medusa: tuple[int, int] | None, max_seq_len: int, max_batch_size: int) -> None:  # fmt: skip
         self.kv, self._bound = kv, bindings
-        self._last: tuple[Hashable, Any] = ((), None)  # the latest (shape key, binding): the fast path
+        self._last: tuple[Hashable, Binding | None] = ((), None)  # the latest (shape key, binding): the fast path
         self.vocab_size, self.hidden_size, self.medusa = vocab_size, hidden_size, medusa
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.rows = RowTable(max_batch_size)
@@ -233,8 +233,9 @@ class BatchedTarget:
     def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int) -> Binding:
         mode = "greedy" if sampling.greedy else "rejection"
         key = (mode, r0, r1, t, tv, p, w)
-        if key == self._last[0]:  # steady state: the same shape as the previous call
-            return self._last[1]
+        last_key, last = self._last
+        if key == last_key and last is not None:  # steady state: the same shape as the previous call
+            return last
         bound = self._bound.get(key, lambda: self._build(mode, r0, r1, t, tv, p, w))
         self._last = (key, bound)
         return bound
