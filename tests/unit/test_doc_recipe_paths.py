@@ -36,13 +36,15 @@ def _braces(pattern: str) -> list[str]:
 
 
 def _mentions() -> dict[str, str]:
-    """Each recipe path or pattern mentioned → where it was first seen."""
+    """Each recipe path or pattern mentioned → every place it is seen (comma-separated)."""
     sources = {"README.md": (REPO / "README.md").read_text(), **_help_texts()}
-    found: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for where, text in sources.items():
         for path in RECIPE_PATH.findall(text.replace("\n", " ")):
-            found.setdefault(path, where)
-    return found
+            found.setdefault(path, [])
+            if where not in found[path]:
+                found[path].append(where)
+    return {path: ", ".join(places) for path, places in found.items()}
 
 
 MENTIONS = _mentions()
@@ -57,7 +59,7 @@ def _expand(pattern: str) -> list[str]:
 
 def test_the_docs_mention_recipes():
     assert len(MENTIONS) >= 5, MENTIONS  # the scan is not vacuous
-    assert any(where.startswith("trtspec") for where in MENTIONS.values()), "no recipe path in any --help"
+    assert any("trtspec" in where for where in MENTIONS.values()), "no recipe path in any --help"
 
 
 @pytest.mark.parametrize("pattern", sorted(MENTIONS), ids=str)
