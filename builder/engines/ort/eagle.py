@@ -13,8 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
+from builder.engines.batched import LruBindings
 from builder.engines.ort.kv import KVBuffers
-from builder.engines.ort.session import Bound, BindingCache, make_session
+from builder.engines.ort.session import Bound, make_session
 from builder.engines.rows import RowTable
 from builder.speculative.engine import DraftOutput
 
@@ -28,7 +29,7 @@ class OrtEagleNet:
         self.kv = KVBuffers(layers, max_batch_size, kv_heads, capacity, head_dim)
         self.committed = np.zeros(max_batch_size, dtype=np.int64)
         self._ids: dict[int, int] = {}  # the target engine's sequence id -> our sequence id
-        self._bound = BindingCache()
+        self._bound = LruBindings()
 
     def start(self, seqs: Sequence[int]) -> None:
         for s, ours in zip(seqs, self.rows.add(len(seqs))):

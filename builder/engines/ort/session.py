@@ -9,9 +9,8 @@ nothing and copies nothing but its own small inputs.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Hashable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -53,24 +52,3 @@ class Bound:
 
     def run(self) -> None:
         self.session.run_with_iobinding(self.io)
-
-
-class BindingCache:
-    """The most recently used `Bound` objects, keyed by shape; built on demand."""
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self._items: OrderedDict[Hashable, Bound] = OrderedDict()
-
-    def get(self, key: Hashable, build: Callable[[], Bound]) -> Bound:
-        bound = self._items.get(key)
-        if bound is None:
-            bound = self._items[key] = build()
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(key)
-        return bound
-
-    def clear(self) -> None:
-        self._items.clear()

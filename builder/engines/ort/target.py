@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engines.batched import BatchedTarget, Spec
+from builder.engines.batched import BatchedTarget, LruBindings, Spec
 from builder.engines.ort.kv import KVBuffers
-from builder.engines.ort.session import Bound, BindingCache, make_session
+from builder.engines.ort.session import Bound, make_session
 
 
 class GreedyOnly(ValueError):
@@ -45,7 +45,7 @@ class OrtEngine(BatchedTarget):
         self.check_capacity(max_seq_len, spec.capacity)
         self.spec, self.threads = spec, threads
         kv = KVBuffers(spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim)
-        super().__init__(kv, BindingCache(), vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+        super().__init__(kv, LruBindings(), vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
                          medusa=spec.medusa, max_seq_len=max_seq_len, max_batch_size=max_batch_size)  # fmt: skip
         self.kv: KVBuffers = kv
         self._sessions = {"greedy": make_session(spec.greedy, threads)}

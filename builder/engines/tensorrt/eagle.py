@@ -50,7 +50,7 @@ class TrtEagleNet(OrtEagleNet):
         self.kv = DeviceKV(layers, max_batch_size, kv_heads, capacity, head_dim)  # type: ignore[assignment]
         self.committed = np.zeros(max_batch_size, dtype=np.int64)
         self._ids: dict[int, int] = {}
-        self._bound = LruBindings()  # type: ignore[assignment]
+        self._bound = LruBindings()
 
     def _build(self, b: int, f: int, u: int) -> TrtBinding:  # type: ignore[override]
         inputs, outputs = eagle_io(b, f, u, self.hidden_size, self.top_k)
