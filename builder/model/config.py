@@ -106,15 +106,20 @@ class LlamaConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
-            raise UserError("no config.json found", location=str(path))
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"config is not valid JSON: {exc}", location=str(path)) from exc
-        if not isinstance(raw, dict):
-            raise UserError("config must be a JSON object", location=str(path))
-        return cls.from_hf_dict(raw, source=str(path))
+        return cls.from_hf_dict(read_json_object(path), source=str(path))
+
+
+def read_json_object(path: Path, missing: str = "no config.json found") -> dict[str, Any]:
+    """A JSON object from `path`; UserError (naming the file) when absent, not JSON or not an object."""
+    if not path.is_file():
+        raise UserError(missing, location=str(path))
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"config is not valid JSON: {exc}", location=str(path)) from exc
+    if not isinstance(raw, dict):
+        raise UserError("config must be a JSON object", location=str(path))
+    return raw
 
 
 _MISSING = object()

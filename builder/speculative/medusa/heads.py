@@ -18,7 +18,6 @@ are equal) loads unchanged, and with `num_layers == 1` the two are identical.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from builder.errors import UserError
+from builder.model.config import read_json_object
 from builder.model.loader import check_keys, read_draft_weights
 
 CONFIG = "config.json"
@@ -108,16 +108,7 @@ def _optional_int(raw: dict[str, Any], key: str, source: str) -> int | None:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The decoded `config.json` of a Medusa checkpoint directory."""
-    cfg_path = path / CONFIG
-    if not cfg_path.is_file():
-        raise UserError("no config.json in the Medusa checkpoint directory", location=str(path))
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"config is not valid JSON: {exc}", location=str(cfg_path)) from exc
-    if not isinstance(raw, dict):
-        raise UserError("config must be a JSON object", location=str(cfg_path))
-    return raw
+    return read_json_object(path / CONFIG, missing="no config.json in the Medusa checkpoint directory")
 
 
 def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], str]:
