@@ -43,7 +43,7 @@ class _Display:
 @set_option
 @click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
               help="Where stage outputs live (content-addressed: <cache>/<stage>/<key>/).")
-@click.option("--until", metavar="STAGE", help="Stop after this stage (load, quantize, export, engine, repo).")
+@click.option("--until", metavar="STAGE", help="Stop after this stage (load, quantize, export, engine, repo; trtllm backend: load, quantize, checkpoint, engine, repo).")
 @click.option("--force", is_flag=True, help="Rebuild every stage even when its output is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors and the summary only).")

@@ -8,6 +8,9 @@ kv/token  2 × layers × ceil(kv_heads / tp) × head_dim × bytes(kv dtype)   (+
 free      device memory − weights − runtime reserve − activations
 kv budget free × kv_cache_free_gpu_mem_fraction, in paged blocks of tokens_per_block tokens
 sequences blocks ÷ ceil((max_seq_len + max_draft_len) / tokens_per_block)
+trtllm    (target.backend: trtllm) one engine (TensorRT-LLM samples in its runtime: no rejection copy), the
+          embedding replicated on every rank unless trtllm.use_parallel_embedding, KV heads duplicated to one
+          per rank when kv_heads < tp (ceil above), blocks capped by trtllm.max_tokens_in_paged_kv_cache.
 With pp > 1 each pipeline stage holds ceil(layers / pp) layers; the first adds the embedding, the last
 the lm_head and draft weights. The plan reports the most loaded stage.
 """
@@ -50,6 +53,7 @@ class MemoryPlan:
     kv_cache_fraction: float = 0.9
     kv_budget_bytes: int = 0
     tokens_per_block: int = 32
+    kv_dtype: str = "bf16"
     kv_blocks: int = 0
     kv_tokens: int = 0
     tokens_per_sequence: int = 0
@@ -94,10 +98,13 @@ def weight_components(recipe: Recipe, a: Architecture) -> list[Component]:
         ("decoder", layers * _layer_linear_params(a), 0),
         ("norms", 0, (2 * layers + 1) * a.hidden_size),
     ]
-    first_stage = [("embed_tokens", vh, 0)]
+    # TensorRT-LLM keeps the whole embedding table on every rank unless trtllm.use_parallel_embedding
+    # (tensorrt_llm/models/llama/convert.py); trtspec's own engines count it vocab-parallel.
+    replicated_embed = recipe.target.engine_backend == "trtllm" and not recipe.trtllm.use_parallel_embedding
+    first_stage = [("embed_tokens", 0, vh)] if replicated_embed else [("embed_tokens", vh, 0)]
     last_stage = [] if a.tie_word_embeddings and pp == 1 else [("lm_head", vh, 0)]
     last_stage += _draft_components(recipe, a)
-    stages = first_stage + last_stage if pp == 1 else max(first_stage, last_stage, key=lambda s: sum(p for _, p, _ in s))
+    stages = first_stage + last_stage if pp == 1 else max(first_stage, last_stage, key=lambda s: sum(p + r for _, p, r in s))
     out = []
     for name, sharded, replicated in parts + list(stages):
         params = math.ceil(sharded / tp) + replicated
@@ -142,7 +149,7 @@ def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
     plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
                       kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
     plan.components = weight_components(recipe, a)
-    if recipe.speculative.verification == "rejection":
+    if recipe.speculative.verification == "rejection" and recipe.target.engine_backend != "trtllm":
         # Sampling runs the rejection step graph, a second engine beside the greedy one holding its own copy
         # of the target's weights (TensorRT engines and ONNX Runtime sessions do not share them).
         target = [c for c in plan.components if c.name not in ("medusa_heads", "eagle_draft")]
@@ -155,8 +162,12 @@ def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
     plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a)
     plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
     plan.kv_budget_bytes = max(0, int(plan.free_bytes * plan.kv_cache_fraction))
+    plan.kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
     block_bytes = plan.kv_bytes_per_token * b.tokens_per_block
     plan.kv_blocks = plan.kv_budget_bytes // block_bytes
+    cap = recipe.trtllm.max_tokens_in_paged_kv_cache if recipe.target.engine_backend == "trtllm" else None
+    if cap is not None:  # the tensorrt_llm model's max_tokens_in_paged_kv_cache caps the pool (per rank)
+        plan.kv_blocks = min(plan.kv_blocks, cap // b.tokens_per_block)
     plan.kv_tokens = plan.kv_blocks * b.tokens_per_block
     plan.tokens_per_sequence = b.max_seq_len + draft_len
     blocks_per_seq = math.ceil(plan.tokens_per_sequence / b.tokens_per_block)

@@ -68,12 +68,18 @@ STAGE_CODE = {  # source files (or folders of them) whose change must rebuild th
     "engine": ("builder/stages/engine.py", "builder/engines/ort", "builder/engines/tensorrt"),
     "repo": ("builder/stages/repo.py", "triton_repo"),
 }
+TRTLLM_STAGE_CODE = {  # the trtllm backend's stages that differ (load and quantize are shared)
+    "checkpoint": ("builder/stages/checkpoint.py", "builder/stages/parts.py", "builder/trtllm/checkpoint"),
+    "engine": ("builder/stages/engine.py", "builder/trtllm/build_cmd.py", "builder/trtllm/engine.py"),
+    "repo": ("builder/stages/repo.py", "builder/trtllm/repo_settings.py", "triton_repo/trtllm"),
+}
 
 
-def code_digest(stage: str) -> str:
+def code_digest(stage: str, backend: str = "onnxruntime") -> str:
     """sha256 over the stage's source files (names and bytes), in a stable order."""
     h = hashlib.sha256()
-    for rel in STAGE_CODE.get(stage, ()):
+    table = TRTLLM_STAGE_CODE if backend == "trtllm" and stage in TRTLLM_STAGE_CODE else STAGE_CODE
+    for rel in table.get(stage, ()):
         path = ROOT / rel
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
         for f in files:
@@ -88,6 +94,20 @@ STAGES = [
     ("engine", "ORT sessions (cpu) | TensorRT + tree_verify (GPU)", ["target", "parallelism", "build"]),
     ("repo", "Triton repository (pre → spec_decoder → post)", ["triton"]),
 ]
+TRTLLM_STAGES = [  # target.backend: trtllm (TensorRT-LLM 1.2.x)
+    STAGES[0],
+    STAGES[1],
+    ("checkpoint", "TensorRT-LLM checkpoint: config.json + rank{N}.safetensors (TP/PP, FP8)",
+     ["model", "speculative", "parallelism", "build.max_draft_len", "trtllm.version", "trtllm.use_parallel_embedding"]),
+    ("engine", "trtllm-build (GPU host with TensorRT-LLM)", ["target", "parallelism", "build", "speculative", "trtllm"]),
+    ("repo", "inflight_batcher_llm repository (TensorRT-LLM Triton backend)",
+     ["triton", "trtllm", "speculative", "build", "parallelism", "target"]),
+]
+
+
+def stage_table(loaded: LoadedRecipe) -> list[tuple[str, str, list[str]]]:
+    """The recipe's stages in order: (name, what it does, recipe fields it reads)."""
+    return TRTLLM_STAGES if loaded.recipe.target.engine_backend == "trtllm" else STAGES
 
 
 def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
@@ -95,7 +115,8 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
     quantized = recipe.quantization.mode != "none" or recipe.quantization.kv_cache != "model_dtype"
     stages: list[Stage] = []
     upstream: str | None = None
-    for name, description, reads in STAGES:
+    backend = recipe.target.engine_backend
+    for name, description, reads in stage_table(loaded):
         if name == "quantize" and not quantized:
             continue
         stage = Stage(name, description, reads, upstream)
@@ -103,7 +124,8 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
         if name == "export":
             # a developer override of the ONNX Runtime graph variant (builder.engines.ort.build.pick_variant)
             stage.inputs["env.TRTSPEC_ORT_VARIANT"] = os.environ.get("TRTSPEC_ORT_VARIANT")
-            choices = tree_choices_spec(recipe)
+        if name == "export" or (backend == "trtllm" and name in ("checkpoint", "engine", "repo")):
+            choices = tree_choices_spec(recipe)  # the tree's contents, not only its name or file path
             if choices is not None:
                 stage.inputs["speculative.tree#choices"] = load_choices(choices, loaded.dir_of(tree_field(recipe)))
         if name == "load":
@@ -114,7 +136,7 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
                 stage.inputs["speculative.checkpoint#files"] = checkpoint_identity(
                     draft, loaded.dir_of(("speculative", "checkpoint")))
         stage.key = _digest({"stage": name, "inputs": stage.inputs, "upstream": upstream,
-                             "trtspec": builder.__version__, "code": code_digest(name)})
+                             "trtspec": builder.__version__, "code": code_digest(name, backend)})
         upstream = stage.key
         stages.append(stage)
     return stages

@@ -13,6 +13,7 @@ from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import architecture_from_hf, parse_checkpoint, read_config
 from builder.recipe.schema import Architecture
 from builder.recipe.spec_checks import check_speculative
+from builder.recipe.trtllm_checks import check_trtllm, kv_heads_rule
 from builder.recipe.yaml_safe import clip
 
 __all__ = ["Checker", "Finding", "check_recipe"]
@@ -26,7 +27,10 @@ class Checker(Findings):
         self.arch: Architecture | None = None
 
     def run(self) -> list[Finding]:
-        for rule in (self.checkpoints, self.parallelism, self.target, self.fp8, self.lengths, self.speculative):
+        rules = [self.checkpoints, self.parallelism, self.target, self.fp8, self.lengths, self.speculative]
+        if self.recipe.target.engine_backend == "trtllm":
+            rules.append(self.trtllm)
+        for rule in rules:
             try:
                 rule()
             except UserError as exc:
@@ -81,7 +85,13 @@ class Checker(Findings):
         if a.num_attention_heads % tp:
             self.add(("parallelism", "tp"), f"tp={tp} does not divide num_attention_heads={a.num_attention_heads}",
                      allowed=_divisors(a.num_attention_heads))
-        if a.num_kv_heads % tp:
+        if self.recipe.target.engine_backend == "trtllm":
+            problem = kv_heads_rule(a.num_kv_heads, tp)
+            if problem is not None:
+                ok = [d for d in range(1, a.num_attention_heads + 1) if a.num_attention_heads % d == 0
+                      and kv_heads_rule(a.num_kv_heads, d) is None]
+                self.add(("parallelism", "tp"), problem, allowed=", ".join(map(str, ok)))
+        elif a.num_kv_heads % tp:
             self.add(("parallelism", "tp"), f"tp={tp} does not divide num_kv_heads={a.num_kv_heads}",
                      allowed=_divisors(a.num_kv_heads))
         if pp > a.num_layers:
@@ -123,6 +133,9 @@ class Checker(Findings):
 
     def speculative(self) -> None:
         check_speculative(self)
+
+    def trtllm(self) -> None:
+        check_trtllm(self)
 
 
 def _config(directory: Path) -> dict:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator
 
+from builder.recipe.trtllm import TrtllmSection
 from builder.section import VERIFICATION_DOC, Section
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
@@ -130,7 +131,8 @@ class Target(Section):
     )
     gpus: int = Field(1, gt=0, le=64, description="GPUs used; must equal tp × pp on GPU targets.")
     backend: Literal["onnxruntime", "tensorrt", "trtllm"] | None = Field(
-        None, description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs (trtllm: interop, later)."
+        None, description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs. trtllm: a TensorRT-LLM 1.2.x "
+        "checkpoint, trtllm-build command and inflight_batcher_llm repository (settings in the trtllm section)."
     )
     runtime_reserve_gib: float = Field(
         2.0, ge=0, le=1024, allow_inf_nan=False,
@@ -212,5 +214,8 @@ class Recipe(Section):
     parallelism: Parallelism = Field(default_factory=Parallelism, description="Model parallelism.")
     build: Build = Field(default_factory=Build, description="Engine build limits.")
     target: Target = Field(default_factory=Target, description="Target hardware.")
+    trtllm: TrtllmSection = Field(
+        default_factory=TrtllmSection, description="TensorRT-LLM settings (used when target.backend is trtllm)."
+    )
     triton: TritonSection = Field(default_factory=TritonSection, description="Triton model repository.")
     bench: Bench = Field(default_factory=Bench, description="Benchmark settings.")
