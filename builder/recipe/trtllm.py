@@ -24,29 +24,37 @@ FIRST_WITHOUT_ENGINE_PATH = (1, 3)
 
 @dataclass(frozen=True)
 class Release:
-    """One TensorRT-LLM release and NVIDIA's Triton container that ships it."""
+    """One TensorRT-LLM release and NVIDIA's Triton containers that ship it."""
 
     version: str
-    container: str  # nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3
-    tensorrt: str  # TensorRT inside that container
-    python: str  # the container's Python (its site-packages hold tensorrt_llm)
-    source: str  # where the pairing is stated
+    containers: tuple[str, ...]  # <yy.mm> tags of nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3, oldest first
+    tensorrt: str  # TensorRT inside those containers
+    python: str  # the containers' Python (its site-packages hold tensorrt_llm)
+    cuda: str
+
+    @property
+    def container(self) -> str:
+        """The newest container shipping this release (the default image)."""
+        return _NGC.format(self.containers[-1])
 
 
 _NGC = "nvcr.io/nvidia/tritonserver:{}-trtllm-python-py3"
+TABLE_SOURCE = ("triton-inference-server/server docs/introduction/compatibility.md @0f963c9a, table "
+                "'trtllm-python-py3' (e.g. '| 26.07 | nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 | "
+                "Python 3.12.3 | … | 10.14.1.48 | 1.2.1 | 13.1.0.036 |'); cross-checked with tensorrtllm_backend "
+                "dockerfile/Dockerfile.triton.trt_llm_backend @8addf2f (TENSORRTLLM_VER=1.2.1, TRT_VER=10.14.1.48)")
 
-# TensorRT-LLM release -> the Triton container that ships it. Filled from NVIDIA's Triton release notes
-# ("TensorRT-LLM version release/…" in each container's contents) and tensorrtllm_backend's
-# dockerfile/Dockerfile.triton.trt_llm_backend history (base image, TRT_VER, TENSORRTLLM_VER).
+# TensorRT-LLM release -> the Triton containers that ship it (TABLE_SOURCE). Only the 1.2 line is listed:
+# the checkpoint layout, trtllm-build flags and inflight_batcher_llm templates trtspec writes are those of
+# 1.2.x, the last line with the engine path. Older lines (0.15 … 1.1.0 in 24.11 … 26.02) are refused.
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
-        Release("1.2.1", _NGC.format("25.12"), "10.14.1.48", "3.12",
-                "tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend @8addf2f (2026-04-21): "
-                "BASE_IMAGE tritonserver:25.12-py3-min, TRT_VER=10.14.1.48, TENSORRTLLM_VER=1.2.1; "
-                "README @0b9d7d5 launches nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"),
+        Release("1.2.0", ("26.03",), "10.14.1.48", "3.12.3", "13.1.0.036"),
+        Release("1.2.1", ("26.04", "26.05", "26.06", "26.07"), "10.14.1.48", "3.12.3", "13.1.0.036"),
     )
 }
+OLDEST_LINE = (1, 2)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -114,9 +122,12 @@ class TrtllmSection(Section):
         if parsed[:2] >= FIRST_WITHOUT_ENGINE_PATH:
             raise ValueError(
                 f"TensorRT-LLM {v} has no TensorRT engine path: trtllm-build and the Triton inflight_batcher_llm "
-                f"backend were removed after 1.2.x (docs/source/legacy/tensorrt-backend-removal.md); Medusa, EAGLE-1/2 "
+                f"backend were removed after 1.2.x (docs/source/legacy/tensorrt-backend-removal.md); Medusa, EAGLE "
                 f"and Lookahead engines need 1.2.x (allowed: {', '.join(RELEASES)})"
             )
+        if parsed[:2] < OLDEST_LINE:
+            raise ValueError(f"TensorRT-LLM {v} predates the 1.2 line trtspec writes checkpoints, build commands and "
+                             f"repositories for (allowed: {', '.join(RELEASES)})")
         if v not in RELEASES:
             raise ValueError(f"TensorRT-LLM {v} is not in trtspec's release table (allowed: {', '.join(RELEASES)})")
         return v
