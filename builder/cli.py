@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("builder.commands.serve_cmds", "serve", "Serve a recipe's Triton repository (built first) with tritonserver."),
     "bench": ("builder.commands.bench_cmds", "bench",
               "perf_analyzer sweep of a served recipe: speculative vs no-speculation baseline, report + plots."),
+    "deploy": ("builder.commands.deploy_cmds", "deploy",
+               "TensorRT-LLM deployment bundle (target.backend: trtllm): checkpoint, build.sh, repository, launch/k8s/bench."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),
 }
@@ -74,6 +76,7 @@ def cli() -> None:
       trtspec build recipes/tiny-llama3.yaml
       trtspec generate recipes/tiny-llama3.yaml --prompt "def fib(n):"
       trtspec serve recipes/tiny-llama3.yaml
+      trtspec deploy recipes/llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml   # TensorRT-LLM bundle
     """
 
 

@@ -43,7 +43,8 @@ class _Display:
 @set_option
 @click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
               help="Where stage outputs live (content-addressed: <cache>/<stage>/<key>/).")
-@click.option("--until", metavar="STAGE", help="Stop after this stage (load, quantize, export, engine, repo; trtllm backend: load, quantize, checkpoint, engine, repo).")
+@click.option("--until", metavar="STAGE",
+              help="Stop after this stage (load, quantize, export, engine, repo; trtllm: checkpoint instead of export).")
 @click.option("--force", is_flag=True, help="Rebuild every stage even when its output is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors and the summary only).")
@@ -73,7 +74,7 @@ def build(recipe: str, overrides: tuple[str, ...], cache_dir: str, until: str | 
     if result.stopped is not None:
         resume = " ".join(["trtspec build", recipe, *(f"--set {o}" for o in overrides), f"--cache-dir {cache_dir}"])
         click.echo(f"stopped: {result.stopped}. Built and cached: {', '.join(r.name for r in result.runs) or 'nothing'}. "
-                   f"Resume on a GPU host with TensorRT: {resume}", err=True)
+                   f"Resume on a GPU host: {resume}", err=True)
         sys.exit(EXIT_NEEDS_GPU)
 
 

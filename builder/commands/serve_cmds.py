@@ -22,6 +22,10 @@ def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, q
 
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
+    if loaded.recipe.target.engine_backend == "trtllm":
+        raise UserError("a trtllm recipe is served by TensorRT-LLM's own Triton backend inside NVIDIA's container: "
+                        f"`trtspec deploy {recipe}` writes the repository and bundle/launch.sh, docker-run.sh and "
+                        "k8s.yaml for it", field="target.backend", allowed="onnxruntime, tensorrt")  # fmt: skip
     result = build(loaded, cache_dir, until="repo", report=_Display(quiet))
     if result.stopped is not None:
         click.echo(f"stopped: {result.stopped}; build the recipe on a GPU host first", err=True)

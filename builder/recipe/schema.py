@@ -168,6 +168,16 @@ class TritonSection(Section):
         description="Share of GPU memory left free after weights that the KV cache may take.",
     )
     exclude_input_in_output: bool = Field(True, description="Return generated tokens only.")
+    max_queue_size: int = Field(
+        64, ge=1, le=65_536,
+        description="Requests waiting for a decoding slot; past it new requests are refused at once with an "
+        "overload error (trtllm: the tensorrt_llm model's default_queue_policy.max_queue_size).",
+    )
+    request_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, allow_inf_nan=False,
+        description="Default per-request deadline in seconds (a request's `timeout_s` parameter may shorten it); a "
+        "request past it ends with a deadline error and frees its slot.",
+    )
     bind_address: str = Field("127.0.0.1", max_length=255, description="Address the server binds (loopback unless told otherwise).")
     ports: Ports = Field(default_factory=Ports, description="Server ports.")
     draft_schedule: list[Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=2, max_length=2)]] = Field(

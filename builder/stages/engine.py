@@ -20,6 +20,11 @@ from builder.stages.manifest import tool_versions
 
 
 def run(ctx: StageContext, out: Path) -> None:
+    if ctx.loaded.recipe.target.engine_backend == "trtllm":
+        from builder.stages.trtllm_engine import run as run_trtllm
+
+        run_trtllm(ctx, out)
+        return
     if ctx.loaded.recipe.target.device != "cpu":
         _gpu(ctx, out)
         return

@@ -4,6 +4,14 @@ Folders: `target-greedy/`, `target-rejection/` (Medusa heads fused in when the r
 `eagle/` for EAGLE recipes, and `export.json` with what the engine stage needs. The KV capacity
 leaves room for the recipe's draft and for Lookahead's default window (`--method lookahead`).
 
+Precision (`builder.export.contract.Precision`): cpu targets export the CPU form, float32 throughout (an
+FP8 KV cache as Q/DQ in front of float32 caches). GPU targets export the GPU form: the recipe's
+model.dtype (bfloat16 / float16) with FP8 GEMMs through Q/DQ, and the target's KV cache stored as
+FLOAT8E4M3FN (one byte per element, the quantize stage's k / v scales) when quantization.kv_cache is fp8,
+else in model.dtype (the EAGLE draft, kept unquantized, caches in model.dtype); its `.ort.onnx` twin is
+the float32 lowering ONNX Runtime runs (`builder.export.lower`), and `{stem}.trt.onnx` the TensorRT form.
+`export.json` records both precisions ("precision", "draft_precision").
+
 FP8 recipes (a `quantize` stage upstream): the target comes from modelopt's unified FP8 checkpoint
 (`builder.quantize.checkpoint`) and its graphs carry the Q/DQ nodes (`builder.export.qdq`); draft parts
 stay in the model dtype as the recipe's `exclude_modules` say (the EAGLE draft reads the target's LM
@@ -19,9 +27,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from builder.export.contract import CPU, FP8, Precision
 from builder.speculative.drafters import drafter_shape
 from builder.stages.context import StageContext
-from builder.stages.parts import DEFAULT_LOOKAHEAD, Parts
+from builder.stages.parts import DEFAULT_LOOKAHEAD, DTYPES, Parts
 
 EXPORT_INFO = "export.json"
 QUALITY_JSON, QUALITY_MD = "quality.json", "quality.md"
@@ -31,6 +40,14 @@ def capacity(max_seq_len: int, config: dict[str, Any]) -> int:
     w, n, g = DEFAULT_LOOKAHEAD
     default = drafter_shape({"method": "lookahead", "window": w, "ngram": n, "verification_set": g})["max_nodes"]
     return max_seq_len + max(drafter_shape(config)["max_nodes"], default)
+
+
+def precisions(recipe: Any) -> tuple[Precision, Precision]:
+    """(target, EAGLE draft) precision of the graphs a recipe's export writes (module docstring)."""
+    if recipe.target.device == "cpu":
+        return CPU, CPU
+    act = DTYPES[recipe.model.dtype]
+    return Precision(act, FP8 if recipe.quantization.kv_cache == "fp8" else act), Precision(act, act)
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -45,20 +62,22 @@ def run(ctx: StageContext, out: Path) -> None:
     else:
         ctx.say("loading the target")
         model = parts.model()
-    info = export_graphs(parts, model, out, fp8, ctx.say)
+    info = export_graphs(parts, model, out, fp8, ctx.say, precision=precisions(ctx.loaded.recipe))
     if ctx.loaded.recipe.target.device != "cpu":  # the same graphs in TensorRT's form (builder.export.tensorrt)
         from builder.export.tensorrt import write_tensorrt_graphs
 
         info["tensorrt"] = write_tensorrt_graphs(out, info["variant"], ctx.say)
     (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    ctx.info.update(variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None)
+    ctx.info.update(variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None,
+                    precision=info["precision"])  # fmt: skip
     if fp8 is not None:
         _quality(ctx, parts, model, fp8, out, info)
 
 
 def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str], None] = lambda _m: None,
-                  variant: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Export the recipe's graphs for `model` (FP8 where `fp8` says) into `out`; the export.json data."""
+                  variant: str | None = None, precision: tuple[Precision, Precision] = (CPU, CPU)) -> dict[str, Any]:  # fmt: skip
+    """Export the recipe's graphs for `model` (FP8 where `fp8` says) into `out` in the (target, draft)
+    `precision`; the export.json data."""
     from builder.engines.ort.build import pick_variant
     from builder.export.target import export_target
 
@@ -68,22 +87,23 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     variant = pick_variant(variant, model.cfg.head_dim)
     medusa = parts.medusa(model) if parts.method == "medusa" else None
     k = shape["top_k"] if medusa is not None else None
-    tag = "" if fp8 is None else ", FP8"
+    tag = ("" if fp8 is None else ", FP8") + ("" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}")
     modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
     for mode in modes:
         say(f"exporting the target step graph ({mode}, {variant}{tag})")
         export_target(model, out / f"target-{mode}", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
-                      medusa_topk=k, fp8=fp8)  # fmt: skip
+                      medusa_topk=k, fp8=fp8, precision=precision[0])  # fmt: skip
     info: dict[str, Any] = {"variant": variant, "capacity": cap, "max_seq_len": parts.max_seq_len, "drafter": config,
                             "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
-                            "eagle": None, "fp8": fp8 is not None}  # fmt: skip
+                            "eagle": None, "fp8": fp8 is not None, "precision": precision[0].as_dict(),
+                            "draft_precision": precision[1].as_dict()}  # fmt: skip
     if parts.method == "eagle":
-        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8)
+        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8, precision[1])
     return info
 
 
 def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: str, shape: dict[str, int],
-           fp8) -> dict[str, Any]:  # fmt: skip
+           fp8, precision: Precision = CPU) -> dict[str, Any]:  # fmt: skip
     from builder.export.eagle import export_eagle
 
     draft = parts.eagle(model)
@@ -91,7 +111,7 @@ def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: 
     head = None if fp8 is None else fp8.linears.get("lm_head")
     say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'})")
     export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap,
-                 lm_head_fp8=head)  # fmt: skip
+                 lm_head_fp8=head, precision=precision)  # fmt: skip
     c = draft.cfg
     return {"layers": c.num_hidden_layers, "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim,
             "hidden": c.hidden_size, "top_k": shape["top_k"], "capacity": cap}  # fmt: skip
@@ -135,7 +155,9 @@ def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: 
     prompts = [tok.encode(p).ids for p in heldout_prompts(NUM_PROMPTS)]
     with tempfile.TemporaryDirectory(prefix="trtspec-fp32-") as tmp:
         ctx.say("quality: exporting the unquantized graphs for the comparison")
-        export_graphs(parts, fp32_model, Path(tmp), None, variant=info["variant"])
+        act = info["precision"]["act"]  # the unquantized side in the same activation dtype (model.dtype on GPUs)
+        export_graphs(parts, fp32_model, Path(tmp), None, variant=info["variant"],
+                      precision=(Precision(act, act), Precision(act, act)))  # fmt: skip
         report = measure(fp32_model, fp8_model, spec, open_side(parts, fp32_model.cfg, Path(tmp), info),
                          open_side(parts, fp8_model.cfg, out, info),
                          prompts, stop_ids(parts.base_dir()), say=ctx.say)  # fmt: skip

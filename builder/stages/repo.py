@@ -16,6 +16,11 @@ from builder.stages.context import NeedsGpu, StageContext
 
 def run(ctx: StageContext, out: Path) -> None:
     recipe = ctx.loaded.recipe
+    if recipe.target.engine_backend == "trtllm":
+        from builder.stages.trtllm_repo import run as run_trtllm
+
+        run_trtllm(ctx, out)
+        return
     if recipe.target.device != "cpu":
         raise NeedsGpu("the repository of a GPU target wraps its TensorRT engine (built on a GPU host)")
     try:

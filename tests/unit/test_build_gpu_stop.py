@@ -75,7 +75,7 @@ def test_gpu_recipe_exits_3_after_caching_load_and_export(recipe, stopped):
         assert [(s["stage"], s["status"]) for s in summary["stages"]] == [("load", status), ("export", status)]
         assert "needs TensorRT >= 10.15 on a GPU host" in summary["stopped"]
         assert "target h100" in summary["stopped"] and missing() in summary["stopped"]
-        assert f"Resume on a GPU host with TensorRT: trtspec build {recipe} --cache-dir {cache}" in run.stderr
+        assert f"Resume on a GPU host: trtspec build {recipe} --cache-dir {cache}" in run.stderr
         assert "Built and cached: load, export." in run.stderr and "Traceback" not in run.stderr
     assert not (cache / "engine").exists() or not [p for p in (cache / "engine").iterdir() if not p.name.startswith(".")]
 

@@ -1,0 +1,175 @@
+"""`trtspec deploy RECIPE`: the TensorRT-LLM deployment bundle of a `target.backend: trtllm` recipe.
+
+    <out>/checkpoint/   the TensorRT-LLM checkpoint (config.json, rank{N}.safetensors; hard links into the cache)
+    <out>/engine/       the engine, when this host built it (trtspec build on a GPU host); else bundle/build.sh makes it
+    <out>/repository/   the inflight_batcher_llm repository; gpt_model_path = --engine-path (default /trtspec/engine,
+                        where docker-run.sh and k8s.yaml mount <out>/engine)
+    <out>/bundle/       build.sh + build.json (the exact trtllm-build), launch.sh (engine check + mpirun), docker-run.sh,
+                        k8s.yaml, bench.sh (perf_analyzer / genai-perf), check_engine.py, prompts
+    <out>/deploy.json   what the bundle is: recipe, stage keys, versions, container, next steps
+    <out>/README.md     the same steps for a person
+
+Everything up to the checkpoint runs on this machine (cached like `trtspec build`); the bundle is written in
+a temporary folder beside <out> and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import click
+
+from builder.commands.options import echo_warnings, load_checked, set_option
+from builder.errors import UserError
+
+DEPLOY_INFO = "deploy.json"
+
+
+@click.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--out", "-o", type=click.Path(file_okay=False), help="Bundle folder (default: out/deploy/<recipe name>).")
+@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
+              help="The build cache (stages up to the checkpoint are built or reused there).")
+@click.option("--engine-path", default=None, metavar="PATH",
+              help="The engine folder as the server sees it (gpt_model_path); default /trtspec/engine, where "
+              "docker-run.sh and k8s.yaml mount <out>/engine.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def deploy(recipe: str, overrides: tuple[str, ...], out: str | None, cache_dir: str, engine_path: str | None,
+           quiet: bool) -> None:  # fmt: skip
+    """Write the TensorRT-LLM deployment bundle of RECIPE (target.backend: trtllm).
+
+    \b
+    The checkpoint is converted here (CPU); the engine is built by bundle/build.sh inside the pinned
+    container on a GPU host (or taken from the cache when this host built it), served by bundle/launch.sh
+    (docker-run.sh, k8s.yaml) and measured by bundle/bench.sh.
+    """
+    from builder.commands.build_cmds import _Display
+    from builder.stages.runner import build as run_build
+
+    loaded, findings = load_checked(recipe, overrides)
+    echo_warnings(findings, loaded)
+    r = loaded.recipe
+    if r.target.engine_backend != "trtllm":
+        raise UserError(f"deploy writes TensorRT-LLM bundles; this recipe's backend is {r.target.engine_backend} "
+                        "(serve it with `trtspec serve`)", field="target.backend", allowed="trtllm")  # fmt: skip
+    result = run_build(loaded, cache_dir, until="checkpoint", report=_Display(quiet))
+    dest = Path(out) if out else Path("out/deploy") / Path(recipe).stem
+    info = _write(loaded, result, Path(cache_dir), dest, engine_path)
+    click.echo(f"deploy bundle: {dest}  (engine {'included' if info['engine_included'] else 'to build: bash '}"
+               f"{'' if info['engine_included'] else str(dest / 'bundle/build.sh')})")
+    for step in info["next_steps"]:
+        click.echo(f"  {step}")
+
+
+def _engine_folder(loaded, cache_dir: Path) -> Path | None:
+    """The engine stage's output when this host built it (a cache hit), else None."""
+    from builder.plan.stages import plan_stages
+    from builder.stages.store import Store
+
+    stage = next(s for s in plan_stages(loaded) if s.name == "engine")
+    store = Store(cache_dir)
+    return store.dir("engine", stage.key) if store.hit("engine", stage.key) is not None else None
+
+
+def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None) -> dict:
+    from builder.files import link_or_copy
+    from builder.recipe.resolve import tree_field
+    from builder.stages.load import SOURCE
+    from builder.trtllm.build_cmd import build_command, write_build_script
+    from builder.trtllm.bundle import HostPaths, write_bundle
+    from builder.trtllm.k8s import MOUNTS
+    from builder.trtllm.repo_settings import repo_settings
+    from triton_repo.trtllm.render import render_repository
+
+    r = loaded.recipe
+    source = json.loads((result.folder("load") / SOURCE).read_text(encoding="utf-8"))
+    ckpt, engine = result.folder("checkpoint"), _engine_folder(loaded, cache_dir)
+    dest = dest.absolute()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for f in sorted(ckpt.iterdir()):
+            if f.is_file():
+                link_or_copy(f, tmp / "checkpoint" / f.name)
+        if engine is not None:
+            for f in sorted(p for p in engine.rglob("*") if p.is_file()):
+                link_or_copy(f, tmp / "engine" / f.relative_to(engine))
+        settings = repo_settings(loaded, engine_dir=engine_path or MOUNTS["engine"])
+        repo = render_repository(tmp / "repository", settings, Path(source["tokenizer"]))
+        host = HostPaths(repository=dest / "repository", engine=dest / "engine",
+                         tokenizer=tmp / "repository" / settings.tokenizer_dir)  # fmt: skip
+        write_bundle(r, tmp / "bundle", host, prompts=_prompts(loaded), ensemble=settings.model_name)
+        cmd = build_command(r, "$HERE/../checkpoint", "$HERE/../engine", tree_dir=loaded.dir_of(tree_field(r)))
+        write_build_script(cmd, tmp / "bundle")
+        info = _info(loaded, result, engine is not None, repo, cmd, dest)
+        (tmp / DEPLOY_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(_readme(loaded, info), encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        _replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, dest)
+
+
+def _prompts(loaded) -> list[str]:
+    """bench.sh's prompts: the recipe's bench.prompt_source texts (the same ones `trtspec bench` sends)."""
+    from builder.bench.serve_bench import source_texts
+
+    texts = source_texts(loaded.recipe.bench.prompt_source, loaded.dir_of(("bench", "prompt_source")))
+    return texts[:64]
+
+
+def _info(loaded, result, engine_included: bool, repo: dict, cmd, dest: Path) -> dict:
+    r = loaded.recipe
+    world = r.parallelism.tp * r.parallelism.pp
+    steps = [] if engine_included else [
+        f"on the GPU host, inside {r.trtllm.image}: bash {dest}/bundle/build.sh   # writes {dest}/engine"]
+    steps += [f"serve: bash {dest}/bundle/docker-run.sh   (or kubectl apply -f {dest}/bundle/k8s.yaml; "
+              f"inside the container: bash bundle/launch.sh)", f"measure: bash {dest}/bundle/bench.sh"]
+    return {
+        "recipe": str(loaded.path), "backend": "trtllm", "tensorrt_llm": r.trtllm.version,
+        "tensorrt": r.trtllm.release.tensorrt, "container": r.trtllm.image, "device": r.target.device,
+        "tp": r.parallelism.tp, "pp": r.parallelism.pp, "world_size": world, "method": r.speculative.method,
+        "stages": {run.name: run.key for run in result.runs}, "engine_included": engine_included,
+        "ensemble": repo["ensemble"], "decoding_mode": repo["decoding_mode"], "build": cmd.manifest(),
+        "next_steps": steps,
+    }  # fmt: skip
+
+
+def _readme(loaded, info: dict) -> str:
+    r = loaded.recipe
+    lines = [
+        f"# {info['ensemble']}: {r.speculative.method} on TensorRT-LLM {info['tensorrt_llm']} "
+        f"({info['world_size']} × {r.target.device}, tp={info['tp']}, pp={info['pp']})",
+        "",
+        f"Written by `trtspec deploy {loaded.path}`. Container: `{info['container']}` "
+        f"(TensorRT {info['tensorrt']}).",
+        "",
+        "- `checkpoint/`: the TensorRT-LLM checkpoint (config.json, rank{N}.safetensors)",
+        "- `engine/`: " + ("the engine built on this host" if info["engine_included"] else
+                           "written by `bundle/build.sh` (trtllm-build; each flag's recipe field is commented)"),
+        "- `repository/`: the inflight_batcher_llm model repository (gpt_model_path = the engine as the server sees it)",
+        "- `bundle/`: launch.sh (engine/version check, then mpirun with one tritonserver per rank), docker-run.sh, "
+        "k8s.yaml, bench.sh",
+        "",
+        "Steps:",
+        *[f"1. `{s}`" for s in info["next_steps"]],
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)

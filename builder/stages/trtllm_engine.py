@@ -1,0 +1,43 @@
+"""engine (target.backend: trtllm): `trtllm-build` over the checkpoint stage's folder, on a GPU host.
+
+The exact command (`builder.trtllm.build_cmd`) is written beside the engine as build.sh + build.json (every
+flag with the recipe field it comes from). It runs only where `tensorrt_llm` of the recipe's pinned
+release imports and a GPU of the recipe's compute capability is present (`builder.trtllm.engine.probe`);
+elsewhere the stage stops with `NeedsGpu` (exit 3) after load, quantize and checkpoint are cached, and
+`trtspec deploy` writes the same command into a bundle for that host. engine.json records the TensorRT-LLM
+and TensorRT versions and the GPU the engine was built on (the serve-time lock: `builder.trtllm.compat`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.recipe.resolve import tree_field
+from builder.stages.context import NeedsGpu, StageContext
+
+
+def run(ctx: StageContext, out: Path) -> None:
+    from builder.trtllm.build_cmd import build_command, write_build_script
+    from builder.trtllm.engine import build_engine, engine_manifest, probe, write_engine_manifest
+
+    recipe = ctx.loaded.recipe
+    cmd = build_command(recipe, str(ctx.upstream["checkpoint"]), str(out),
+                        tree_dir=ctx.loaded.dir_of(tree_field(recipe)))  # fmt: skip
+    reason = probe(recipe)
+    if reason is not None:
+        raise NeedsGpu(f"the trtllm engine stage runs trtllm-build, which needs TensorRT-LLM {recipe.trtllm.version} "
+                       f"on a {recipe.target.device} host ({reason}); `trtspec deploy` writes the checkpoint, "
+                       "build.sh and the repository for that host")  # fmt: skip
+    from builder.errors import UserError
+    from builder.trtllm.compat import installed_here
+    from builder.trtllm.engine import BuildFailed
+
+    try:
+        build_engine(cmd, out, ctx.say)
+    except BuildFailed as exc:  # trtllm-build's own refusal or crash: its log's last lines, nothing kept
+        raise UserError(f"trtllm-build failed: {exc}", field="engine") from None
+    write_build_script(cmd, out)
+    manifest = engine_manifest(cmd, out, installed_here())
+    write_engine_manifest(out, manifest)
+    ctx.info.update(trtllm=manifest.get("tensorrt_llm"), tensorrt=manifest.get("tensorrt"),
+                    gpu=manifest.get("gpu"), world_size=cmd.target["world_size"])  # fmt: skip
