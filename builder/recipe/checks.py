@@ -107,6 +107,10 @@ class Checker(Findings):
             return
         if t.engine_backend == "onnxruntime":
             self.add(("target", "backend"), f"onnxruntime is the cpu backend, not for {t.device}", allowed="tensorrt, trtllm")
+        if t.engine_backend == "tensorrt" and (par.tp > 1 or par.pp > 1):
+            self.add(("parallelism",), f"trtspec's own TensorRT engines run on one GPU (tp={par.tp}, pp={par.pp}); "
+                     "tensor and pipeline parallelism run on TensorRT-LLM: set target.backend: trtllm",
+                     allowed="tp: 1, pp: 1 (or target.backend: trtllm)")
         if t.gpus != par.tp * par.pp:
             self.add(("target", "gpus"), f"gpus={t.gpus} but tp × pp = {par.tp * par.pp}", allowed=str(par.tp * par.pp))
 

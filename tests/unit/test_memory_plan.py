@@ -45,23 +45,43 @@ def test_llama3_8b_fp8_h100():
     assert m["fits"]
 
 
-def test_llama3_70b_fp8_tp4_h100_eagle():
-    r = plan("recipes/llama3-70b-tp4-h100-fp8-eagle.yaml")
+def test_llama3_70b_fp8_h200_eagle():
+    r = plan("recipes/llama3-70b-tp1-h200-fp8-eagle.yaml")
     m = r["memory"]
     layer = 8192 * 8192 * 2 + 8192 * 1024 * 2 + 3 * 8192 * 28672  # = 855,638,016
     assert layer == 855_638_016
-    decoder = 80 * layer // 4 + 80 * 7 * 8
-    embed = lm_head = 128256 * 8192 // 4 * 2
+    decoder = 80 * layer + 80 * 7 * 8
+    embed = lm_head = 128256 * 8192 * 2
     norms = (2 * 80 + 1) * 8192 * 2
-    # EAGLE draft (bf16, sharded): fc 2·8192·8192 + 8192 bias + one decoder layer; its 2 norms replicated
-    eagle = (2 * 8192 * 8192 + 8192 + layer) // 4 * 2 + 2 * 8192 * 2
+    # EAGLE draft (bf16): fc 2·8192·8192 + 8192 bias + one decoder layer + its 2 norms
+    eagle = (2 * 8192 * 8192 + 8192 + layer) * 2 + 2 * 8192 * 2
     comps = {c["name"]: c["bytes"] for c in m["components"]}
     assert comps == {"decoder": decoder, "norms": norms, "embed_tokens": embed, "lm_head": lm_head,
                      "eagle_draft": eagle}
-    # KV: 80 target layers + 1 draft layer, 8/4 = 2 KV heads per rank, 128 dims, FP8
-    assert m["kv_bytes_per_token"] == 2 * 81 * 2 * 128 == 41_472
+    # KV: 80 target layers + 1 draft layer, 8 KV heads, 128 dims, FP8
+    assert m["kv_bytes_per_token"] == 2 * 81 * 8 * 128 == 165_888
     assert r["max_draft_len"] == 60
     assert m["tokens_per_sequence"] == 4096 + 60
+
+
+def test_llama3_70b_fp8_tp4_h100_trtllm_eagle():
+    """TensorRT-LLM: embedding whole on every rank, LM head sharded, one EagleNet per tree level (mc_sim_7b_63:
+    4 levels), each with the draft layer, fc, its own embedding table and LM head; no rejection engine."""
+    r = plan("recipes/llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml")
+    m = r["memory"]
+    C, V, layer = 8192, 128256, 855_638_016
+    decoder = 80 * layer // 4 + 80 * 7 * 8
+    norms = (2 * 80 + 1) * C * 2
+    embed, lm_head = V * C * 2, V * C // 4 * 2
+    net_sharded = 2 * C * C + C + layer + V * C  # fc (+ bias), the draft layer, the LM head: split over 4 ranks
+    net_whole = 2 * C + V * C  # the draft layer's 2 norms and the embedding table: on every rank
+    nets = 4 * (net_sharded // 4 + net_whole) * 2
+    comps = {c["name"]: c["bytes"] for c in m["components"]}
+    assert comps == {"decoder": decoder, "norms": norms, "embed_tokens": embed, "lm_head": lm_head,
+                     "eagle_nets (× 4)": nets}
+    # KV: 80 target layers + 4 EagleNet layers, 8/4 = 2 KV heads per rank, 128 dims, FP8
+    assert m["kv_bytes_per_token"] == 2 * 84 * 2 * 128 == 43_008
+    assert r["max_draft_len"] == 63 and m["tokens_per_sequence"] == 4096 + 63
 
 
 def test_70b_bf16_on_one_h100_is_refused():
@@ -81,7 +101,7 @@ def test_medusa_heads_cost_their_lm_heads():
 
 
 def test_pipeline_parallel_counts_the_heavier_stage():
-    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2")["memory"]
+    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2", "target.backend=trtllm")["memory"]
     comps = {c["name"]: c["params"] for c in m["components"]}
     assert comps["decoder"] == 40 * 855_638_016
     assert m["kv_bytes_per_token"] == 2 * 40 * 8 * 128

@@ -120,3 +120,12 @@ def test_shipped_trtllm_recipes_validate_and_plan(recipe, tmp_path):
     m = report["memory"]
     assert m["fits"] and m["kv_blocks"] > 0
     assert not any("rejection engine" in c["name"] for c in m["components"])
+
+
+def test_parallelism_on_trtspecs_own_engines_points_to_trtllm(tmp_path):
+    data = _trtllm(parallelism__tp=2, target__gpus=2)
+    data["target"]["backend"] = "tensorrt"
+    result = run("validate", str(write(tmp_path / "r.yaml", data)))
+    assert result.exit_code == 2 and ": parallelism: " in result.stderr and "target.backend: trtllm" in result.stderr
+    data["target"]["backend"] = "trtllm"
+    assert run("validate", str(write(tmp_path / "r.yaml", data))).exit_code == 0
