@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import builder
+from builder.versions import tool_versions
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_choices_spec, tree_field
 from builder.speculative.choices import load_choices
@@ -73,6 +74,26 @@ TRTLLM_STAGE_CODE = {  # the trtllm backend's stages that differ (load and quant
     "engine": ("builder/stages/engine.py", "builder/trtllm/build_cmd.py", "builder/trtllm/engine.py"),
     "repo": ("builder/stages/repo.py", "builder/trtllm/repo_settings.py", "triton_repo/trtllm"),
 }
+
+
+STAGE_TOOLS = {"load": ("torch", "safetensors", "transformers"), "quantize": ("torch", "nvidia-modelopt", "transformers"),
+               "export": ("torch", "onnx", "onnxruntime"), "checkpoint": ("torch", "safetensors"),
+               "engine": ("onnxruntime", "onnx", "tensorrt"), "repo": ("onnxruntime", "tritonclient", "nvidia-pytriton")}
+TRTLLM_STAGE_TOOLS = {"engine": ("tensorrt-llm", "tensorrt"), "repo": ("tritonclient",)}
+
+
+def stage_tools(stage: str, backend: str = "onnxruntime") -> tuple[str, ...]:
+    """The distributions whose versions a stage's output depends on (in its cache key and manifest)."""
+    if backend == "trtllm" and stage in TRTLLM_STAGE_TOOLS:
+        return TRTLLM_STAGE_TOOLS[stage]
+    return STAGE_TOOLS[stage]
+
+
+def gpu_identity() -> list[str]:
+    """The GPUs of this host as "name sm<cc>" (nvidia-smi), [] where there is none: an engine is built for one."""
+    from builder.trtllm.compat import gpus_here
+
+    return [f"{name} sm{cc[0]}{cc[1]}" for name, cc in gpus_here()]
 
 
 def code_digest(stage: str, backend: str = "onnxruntime") -> str:
@@ -135,6 +156,11 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
             if draft:
                 stage.inputs["speculative.checkpoint#files"] = checkpoint_identity(
                     draft, loaded.dir_of(("speculative", "checkpoint")))
+        # Outputs depend on the tools that made them (an upgraded exporter or TensorRT never reuses a stale
+        # output) and an engine on the GPU it was built for.
+        stage.inputs["tools"] = tool_versions(*stage_tools(name, backend))
+        if name == "engine" and recipe.target.device != "cpu":
+            stage.inputs["host.gpus"] = gpu_identity()
         stage.key = _digest({"stage": name, "inputs": stage.inputs, "upstream": upstream,
                              "trtspec": builder.__version__, "code": code_digest(name, backend)})
         upstream = stage.key

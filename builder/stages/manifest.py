@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from builder.versions import tool_versions  # noqa: F401  (re-exported: stages record tool versions)
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 
@@ -20,19 +22,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-def tool_versions(*names: str) -> dict[str, str]:
-    """Installed versions of the given distributions (absent ones are left out)."""
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for name in ("trtspec", *names):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 @dataclass

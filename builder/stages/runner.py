@@ -15,22 +15,13 @@ from pathlib import Path
 from typing import Callable
 
 from builder.errors import UserError
-from builder.plan.stages import Stage, plan_stages
+from builder.plan.stages import Stage, plan_stages, stage_tools
 from builder.recipe.loader import LoadedRecipe
 from builder.stages.context import NeedsGpu, StageContext
 from builder.stages.manifest import Manifest, tool_versions
 from builder.stages.store import Store
 
 IMPLEMENTED = ("load", "quantize", "export", "checkpoint", "engine", "repo")
-TOOLS = {"load": ("torch", "safetensors"), "quantize": ("torch", "nvidia-modelopt"),
-         "export": ("torch", "onnx", "onnxruntime"), "checkpoint": ("torch", "safetensors"),
-         "engine": ("onnxruntime", "tensorrt"), "repo": ("onnxruntime", "tritonclient", "nvidia-pytriton")}  # fmt: skip
-TRTLLM_TOOLS = {"engine": ("tensorrt-llm", "tensorrt"), "repo": ("tritonclient",)}
-
-
-def _tools(loaded: LoadedRecipe, stage: str) -> tuple[str, ...]:
-    trtllm = loaded.recipe.target.engine_backend == "trtllm"
-    return TRTLLM_TOOLS.get(stage, TOOLS[stage]) if trtllm else TOOLS[stage]
 
 
 @dataclass
@@ -99,7 +90,7 @@ def _one(store: Store, loaded: LoadedRecipe, stage: Stage, upstream: dict[str, P
             t0 = time.perf_counter()
             module.run(ctx, tmp)
             wall = time.perf_counter() - t0
-            manifest = Manifest(stage.name, stage.key, stage.upstream, stage.inputs, tool_versions(*_tools(loaded, stage.name)),
+            manifest = Manifest(stage.name, stage.key, stage.upstream, stage.inputs, tool_versions(*stage_tools(stage.name, loaded.recipe.target.engine_backend)),
                                 round(wall, 3), _peak_rss(), info=ctx.info)  # fmt: skip
             manifest.write(tmp)
         report(stage.name, f"built in {wall:.1f} s")
