@@ -10,7 +10,9 @@ kv budget free × kv_cache_free_gpu_mem_fraction, in paged blocks of tokens_per_
 sequences blocks ÷ ceil((max_seq_len + max_draft_len) / tokens_per_block)
 trtllm    (target.backend: trtllm) one engine (TensorRT-LLM samples in its runtime: no rejection copy), the
           embedding replicated on every rank unless trtllm.use_parallel_embedding, KV heads duplicated to one
-          per rank when kv_heads < tp (ceil above), blocks capped by trtllm.max_tokens_in_paged_kv_cache.
+          per rank when kv_heads < tp (ceil above), blocks capped by trtllm.max_tokens_in_paged_kv_cache;
+          EAGLE is num_eagle_layers (= tree depth) EagleNets, each with the draft layer (and its KV), fc, an
+          embedding table and an LM head.
 With pp > 1 each pipeline stage holds ceil(layers / pp) layers; the first adds the embedding, the last
 the lm_head and draft weights. The plan reports the most loaded stage.
 """
@@ -72,25 +74,35 @@ def _layer_linear_params(a: Architecture) -> int:
     return attn + 3 * a.hidden_size * a.intermediate_size
 
 
-def _draft_components(recipe: Recipe, a: Architecture) -> list[tuple[str, int, int]]:
-    """(name, sharded params, replicated params) of the drafter's own weights."""
+def _draft_components(recipe: Recipe, a: Architecture, levels: int) -> list[tuple[str, int, int]]:
+    """(name, sharded params, replicated params) of the drafter's own weights; `levels`: the EAGLE tree's depth."""
     spec, h = recipe.speculative, a.hidden_size
     if spec.method == "medusa":
         per_head = spec.num_layers * (h * h + h) + h * a.vocab_size
         return [("medusa_heads", spec.num_heads * per_head, 0)]
     if spec.method == "eagle":
-        return [("eagle_draft", 2 * h * h + h + _layer_linear_params(a), 2 * h)]
+        layer = 2 * h * h + h + _layer_linear_params(a)
+        if recipe.target.engine_backend != "trtllm":
+            return [("eagle_draft", layer, 2 * h)]
+        # TensorRT-LLM's EagleForCausalLM holds num_eagle_layers identical EagleNets (one per tree level),
+        # each with the draft layer, fc, its own embedding table and LM head (models/eagle/model.py).
+        vh = a.vocab_size * h
+        embed = (vh, 0) if recipe.trtllm.use_parallel_embedding else (0, vh)
+        n = levels
+        return [(f"eagle_nets (× {n})", n * (layer + vh + embed[0]), n * (2 * h + embed[1]))]
     return []
+
 
 
 def _dtype_of(recipe: Recipe, name: str) -> str:
     q = recipe.quantization
-    if q.mode == "fp8" and name not in q.exclude_modules and name != "norms":
+    pattern = "eagle_draft" if name.startswith("eagle_nets") else name  # trtllm's EagleNets are the EAGLE draft
+    if q.mode == "fp8" and pattern not in q.exclude_modules and name != "norms":
         return "fp8"
     return recipe.model.dtype
 
 
-def weight_components(recipe: Recipe, a: Architecture) -> list[Component]:
+def weight_components(recipe: Recipe, a: Architecture, levels: int = 1) -> list[Component]:
     tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
     layers = math.ceil(a.num_layers / pp)
     vh = a.vocab_size * a.hidden_size
@@ -103,7 +115,7 @@ def weight_components(recipe: Recipe, a: Architecture) -> list[Component]:
     replicated_embed = recipe.target.engine_backend == "trtllm" and not recipe.trtllm.use_parallel_embedding
     first_stage = [("embed_tokens", 0, vh)] if replicated_embed else [("embed_tokens", vh, 0)]
     last_stage = [] if a.tie_word_embeddings and pp == 1 else [("lm_head", vh, 0)]
-    last_stage += _draft_components(recipe, a)
+    last_stage += _draft_components(recipe, a, levels)
     stages = first_stage + last_stage if pp == 1 else max(first_stage, last_stage, key=lambda s: sum(p + r for _, p, r in s))
     out = []
     for name, sharded, replicated in parts + list(stages):
@@ -117,11 +129,13 @@ def weight_components(recipe: Recipe, a: Architecture) -> list[Component]:
     return out
 
 
-def kv_bytes_per_token(recipe: Recipe, a: Architecture) -> int:
+def kv_bytes_per_token(recipe: Recipe, a: Architecture, levels: int = 1) -> int:
     tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
     kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
     per_layer = 2 * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * DTYPE_BYTES[kv_dtype]
-    draft_layers = 1 if recipe.speculative.method == "eagle" else 0
+    draft_layers = 0
+    if recipe.speculative.method == "eagle":  # trtllm: every EagleNet's layer caches its own KV
+        draft_layers = levels if recipe.target.engine_backend == "trtllm" else 1
     return per_layer * (math.ceil(a.num_layers / pp) + draft_layers)
 
 
@@ -143,12 +157,12 @@ def device_memory(recipe: Recipe) -> tuple[str, int]:
     return gpu.name, gpu.memory_bytes
 
 
-def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
+def plan_memory(recipe: Recipe, a: Architecture, draft_len: int, levels: int = 1) -> MemoryPlan:
     name, total = device_memory(recipe)
     b, t = recipe.build, recipe.target
     plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
                       kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
-    plan.components = weight_components(recipe, a)
+    plan.components = weight_components(recipe, a, levels)
     if recipe.speculative.verification == "rejection" and recipe.target.engine_backend != "trtllm":
         # Sampling runs the rejection step graph, a second engine beside the greedy one holding its own copy
         # of the target's weights (TensorRT engines and ONNX Runtime sessions do not share them).
@@ -159,7 +173,7 @@ def plan_memory(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
         plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
     plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
     plan.activation_bytes = activation_bytes(recipe, a, draft_len)
-    plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a)
+    plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a, levels)
     plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
     plan.kv_budget_bytes = max(0, int(plan.free_bytes * plan.kv_cache_fraction))
     plan.kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype

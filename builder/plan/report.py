@@ -8,7 +8,7 @@ from typing import Any
 from builder.plan.memory import GIB, plan_memory
 from builder.plan.stages import plan_stages
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.resolve import max_draft_len, resolve_architecture, tree_field
+from builder.recipe.resolve import draft_levels, max_draft_len, resolve_architecture, tree_field
 
 
 def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
         out = s.output_dir(cache)
         stages.append({"name": s.name, "description": s.description, "reads": s.reads, "upstream": s.upstream,
                        "key": s.key, "output": str(out), "cached": (out / "manifest.json").is_file()})
-    memory = plan_memory(recipe, arch, draft_len)
+    memory = plan_memory(recipe, arch, draft_len, max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe)))))
     return {
         "recipe": str(loaded.path),
         "method": recipe.speculative.method,

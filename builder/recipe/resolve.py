@@ -93,6 +93,20 @@ def tree_field(recipe: Recipe) -> tuple[str, ...]:
     return ("speculative", "tree") if recipe.speculative.method == "medusa" else ("speculative", "tree", "choices")
 
 
+def draft_levels(recipe: Recipe, tree_dir: Path) -> int:
+    """Tree levels drafted per step: the deepest choice (static trees), `depth` (EAGLE-2), N-1 (Lookahead)."""
+    spec = recipe.speculative
+    if spec.method == "none":
+        return 0
+    if spec.method == "lookahead":
+        return max(spec.ngram - 1, 1)
+    if spec.method == "eagle" and spec.tree.type == "dynamic":
+        return spec.tree.depth
+    choices = tree_choices_spec(recipe)
+    assert choices is not None
+    return max(len(c) for c in load_choices(choices, tree_dir))
+
+
 def max_draft_len(recipe: Recipe, tree_dir: Path) -> int:
     """The configured value when given (checked elsewhere), else derived from the method."""
     given = recipe.build.max_draft_len
