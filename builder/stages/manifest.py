@@ -10,18 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from builder.files import sha256_file  # noqa: F401  (re-exported)
 from builder.versions import tool_versions  # noqa: F401  (re-exported: stages record tool versions)
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass

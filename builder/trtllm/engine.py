@@ -14,7 +14,6 @@ rank{N}_managed_weights.safetensors with --fast_build) and engine.json, which re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from builder.errors import UserError
+from builder.files import sha256_file
 from builder.recipe.gpus import GPUS
 from builder.recipe.schema import Recipe
 from builder.trtllm.build_cmd import BuildCommand
@@ -149,14 +149,6 @@ def build_engine(cmd: BuildCommand, out: Path, say: Callable[[str], None] = lamb
 
 
 # -- engine.json -----------------------------------------------------------------------------------------
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _files(engine_dir: Path) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.errors import UserError
+from builder.model.config import read_json_object
 
 if TYPE_CHECKING:
     import torch
@@ -178,10 +179,4 @@ def fp8_layout(
 def read_json(path: Path, what: str, field_name: str) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"no config.json in the {what} directory", location=str(path.parent), field=field_name)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"config is not valid JSON: {exc}", location=str(path)) from exc
-    if not isinstance(raw, dict):
-        raise UserError("config must be a JSON object", location=str(path))
-    return raw
+    return read_json_object(path)
