@@ -1,17 +1,23 @@
 """ONNX export: hand-built step graphs (onnx.helper) for the ONNX Runtime engine and the TensorRT path.
 
-Modules: `graph` (builder, weights streamed to the external-data file, save, node counts, staged
-writes), `attention` (the two attention variants and the tree mask), `llama` (decoder layers from
-`builder.model.llama`), `qdq` (FP8: QuantizeLinear / DequantizeLinear to FLOAT8E4M3FN from modelopt's
-scales), `medusa` (heads fused into the target), `target` (`export_target`), `eagle` (`export_eagle`),
-`artifacts` (files + `ExportResult`).
+Modules: `contract` (the graph I/O contract as data: names, shapes, dtypes), `graph` (builder, weights
+streamed to the external-data file, save, node counts, staged writes), `attention` (the two attention
+variants and the tree mask), `llama` (decoder layers from `builder.model.llama`), `qdq` (FP8:
+QuantizeLinear / DequantizeLinear to FLOAT8E4M3FN from modelopt's scales), `medusa` (heads fused into the
+target), `target` (`export_target`), `eagle` (`export_eagle`), `lower` (the float32 lowering of a GPU-form
+graph for ONNX Runtime), `tensorrt` (the TensorRT form), `artifacts` (files + `ExportResult`).
 
-FP8 (`fp8=Fp8Spec`) changes no name, shape or dtype below: weights are FLOAT8E4M3FN initializers with a
-DequantizeLinear, activations and (optionally) the keys/values are Q→DQ'd inside the graph, and the KV
-cache buffers stay float32 holding dequantized FP8 values.
+Forms (`contract.Precision`): the CPU form is float32 throughout; the GPU form computes in the recipe's
+model.dtype (bfloat16 / float16: the `act` dtype below) and stores the KV cache as FLOAT8E4M3FN when the
+recipe quantizes it (the `kv` dtype: `act` otherwise). FP8 (`fp8=Fp8Spec`) changes no name or shape:
+weights are FLOAT8E4M3FN initializers with a DequantizeLinear, activations are Q→DQ'd inside the graph,
+and the keys/values are Q→DQ'd before a float32 cache (CPU form) or written as FP8 codes (GPU form with an
+FP8 KV cache).
 Nothing is imported here, so `import builder.export` stays free of torch and onnx.
 
-I/O CONTRACT — the ONNX Runtime engine codes against these names; keep them exactly.
+I/O CONTRACT — defined once, as data, in `builder.export.contract` (it generates the exporters' graph
+inputs and outputs, the ONNX Runtime bindings and the TensorRT optimization profiles; a test checks every
+exported graph against it). What each tensor means:
 
 Dims: B batch, T nodes (new rows), Tv verify nodes, P paths, W path width (= D+1), F draft rows, U
 tentative draft columns — all dynamic; CAP = max_seq_len at export (fixed); L layers, KV kv-heads,
@@ -36,13 +42,13 @@ Target step graph (`export_target`; one graph for prefill and decoding steps)
     top_p           [B]        f32    rejection-mode graph only
     uniforms        [B, W]     f32    rejection-mode graph only (draft_probs is a constant 1 in-graph: all
                                       our drafters are deterministic)
-    past_key_{l}, past_value_{l}  [B, KV, CAP, D]  f32, l = 0..L-1
+    past_key_{l}, past_value_{l}  [B, KV, CAP, D]  kv, l = 0..L-1
   Outputs
     accepted_len    [B]        int32  TreeVerify: tokens emitted (accepted drafts + bonus)
     best_path       [B]        int32  TreeVerify: lowest path index holding the accepted chain
     output_tokens   [B, W]     int32  TreeVerify: accepted tokens, bonus token, -1
     node_argmax     [B, Tv]    int64  the target's greedy token at every verify node (ties: lowest id)
-    hidden          [B, T, C]  f32    hidden state after the final norm at every node
+    hidden          [B, T, C]  act    hidden state after the final norm at every node
     medusa_topk     [B, H, K]  int64  only with Medusa heads fused in: each head's top-K token ids (ties:
                                       lower id first) at the hidden state of the LAST ACCEPTED node,
                                       verify_index[b, paths[b, best_path[b], accepted_len[b] - 1]]
@@ -55,7 +61,7 @@ Target step graph (`export_target`; one graph for prefill and decoding steps)
 EAGLE draft step graph (`export_eagle`)
   Inputs
     tokens          [B, F]     int64  t[i+1] of each (h[i], t[i+1]) pair
-    hidden_in       [B, F, C]  f32    h[i]
+    hidden_in       [B, F, C]  act    h[i]
     position_ids    [B, F]     int64
     past_len        [B]        int64  committed draft-cache length
     write_offset    [B]        int64  tentative slots already used this step; new row i is written at
@@ -64,9 +70,9 @@ EAGLE draft step graph (`export_eagle`)
     tree_mask       [B, F, U]  bool   over the tentative region: column u = slot past_len + u; new row i
                                       is column write_offset + i and must attend itself; columns
                                       < write_offset are earlier tentative nodes (attend ancestors only)
-    past_key_{l}, past_value_{l}  [B, KV, CAP, D]  the draft layers' caches
+    past_key_{l}, past_value_{l}  [B, KV, CAP, D]  kv  the draft layers' caches
   Outputs
-    hidden_out      [B, F, C]  f32    the draft's predicted next hidden state, un-normed (EagleDraft.forward)
+    hidden_out      [B, F, C]  act    the draft's predicted next hidden state, un-normed (EagleDraft.forward)
     topk_tokens     [B, F, K]  int64  top-K of log_softmax(target LM head(hidden_out)) (ties: lower id)
     topk_logprobs   [B, F, K]  f32    their log-probabilities, descending
     present_key_{l}, present_value_{l}
@@ -82,6 +88,8 @@ Engine obligations
     a 4 MiB copy per write when the buffers differ, and ORT warns).
   * Every row needs write_at + T ≤ CAP (write_at = past_len, or past_len + write_offset for EAGLE) —
     padding rows included — or the write runs past the buffer (ORT rejects it).
+  * Cache buffers are of the graph's `kv` dtype (export.json "precision"; FLOAT8E4M3FN: one byte per
+    element) and the inputs / outputs of the `act` dtype (float32 for everything ONNX Runtime runs).
   * Cache buffers must hold finite values everywhere (allocate with zeros): the `standard` variant
     attends slots [0, S), S = max over the batch of write_at + num_new, with a boolean mask, and a NaN
     under a masked slot still poisons the softmax · V product.

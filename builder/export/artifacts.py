@@ -4,10 +4,11 @@ a manifest (`export.json`), all staged in a temp folder and renamed into place o
 Files in `out_dir` for a graph named `stem`:
     {stem}.onnx       canonical (contains trtspec::TreeVerify where the graph verifies; checked with
                       onnx.checker full_check)
-    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, repeated subexpressions merged (the
-                      decomposition's ArgMax over the logits is `node_argmax`'s), dead nodes pruned, FP8
-                      weight DequantizeLinear spelled Cast · scale so ORT folds it (`qdq.ort_foldable`)
-                      (what ORT loads)
+    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, lowered to float32 when it is a GPU-form
+                      graph (bfloat16 / float16, FP8 caches: `builder.export.lower`), repeated
+                      subexpressions merged (the decomposition's ArgMax over the logits is `node_argmax`'s),
+                      dead nodes pruned, FP8 weight DequantizeLinear spelled Cast · scale so ORT folds it
+                      (`qdq.ort_foldable`) (what ORT loads; its I/O is the contract in float32)
     {stem}.data       the weights (tensors over 1 KiB), shared by both models
     export.json       inputs, outputs, node counts, settings
 """
@@ -24,6 +25,7 @@ import onnx
 
 from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, prune, save, save_sharing_data,
                                   staged_dir)  # fmt: skip
+from builder.export.lower import lower
 from builder.export.qdq import ort_foldable
 from plugins.tree_verify import onnx_op
 
@@ -60,7 +62,7 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
             os.replace(sink.path, tmp / names["data"])
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
-        ort_model = ort_foldable(prune(dedupe(onnx_op.decompose(model))))
+        ort_model = ort_twin(model)
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         inputs = tuple(i.name for i in model.graph.input)
@@ -75,6 +77,11 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return ExportResult(out_dir / names["canonical"], out_dir / names["ort"], out_dir / names["data"],
                         out_dir / MANIFEST, counts, inputs, outputs)  # fmt: skip
+
+
+def ort_twin(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What ONNX Runtime loads for `model` (see the module docstring)."""
+    return ort_foldable(prune(dedupe(lower(onnx_op.decompose(model)))))
 
 
 def check(path: Path) -> None:

@@ -19,6 +19,12 @@ tree_mask [B, T, U] over the tentative region (column u = slot past_len + u).
 
 Mask (both variants): row i of batch b may attend slot s iff s < past_len[b], or
 0 ≤ s − past_len[b] < U and tree_mask[b, i, s − past_len[b]].
+
+Precision (`builder.export.contract.Precision`): the `standard` variant computes in the activation dtype
+(float32, bfloat16 or float16; softmax in float32 — `softmax_precision` = FLOAT — as the reference's
+`_at_least_fp32`), and with an FP8 KV cache stored as such (Precision.kv = float8e4m3fn) writes the
+quantized keys / values (QuantizeLinear with the layer's k / v scale) into FLOAT8E4M3FN caches and
+attends DequantizeLinear of the live cache. The `ort` variant is float32 only (the CPU form).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Protocol
 import numpy as np
 
 from builder.errors import UserError
-from builder.export.graph import I32, Graph
-from builder.export.qdq import fake_quant
+from builder.export.contract import CPU, Precision
+from builder.export.graph import F32, I32, Graph
+from builder.export.qdq import fake_quant, quantize
 
 MS = "com.microsoft"
 VARIANTS = ("standard", "ort")
@@ -65,6 +72,7 @@ class LayerCache:
 class Variant(Protocol):
     name: str
     opsets: dict[str, int]
+    precision: Precision
 
     def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None: ...
     def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str: ...
@@ -75,15 +83,18 @@ class Variant(Protocol):
     def silu(self, g: Graph, x: str) -> str: ...
 
 
-def make_variant(name: str, head_dim: int) -> Variant:
+def make_variant(name: str, head_dim: int, precision: Precision = CPU) -> Variant:
     """The variant called `name`; `ort` needs head_dim % 16 == 0 (GroupQueryAttention's CPU kernel
-    refuses other head sizes at run time: refused here at export instead)."""
+    refuses other head sizes at run time: refused here at export instead) and the float32 precision."""
     if name == "standard":
-        return StandardVariant()
+        return StandardVariant(precision)
     if name == "ort":
         if head_dim % 16:
             raise UserError(f"the `ort` attention variant (GroupQueryAttention) needs head_dim % 16 == 0, got "
                             f"{head_dim}; use the `standard` variant", field="variant", allowed="standard")  # fmt: skip
+        if precision != CPU:
+            raise UserError(f"the `ort` attention variant is the float32 CPU form; {precision.act} graphs (the GPU "
+                            "form) are `standard`", field="variant", allowed="standard")  # fmt: skip
         return OrtVariant()
     raise UserError(f"unknown attention variant {name!r}", field="variant", allowed=", ".join(VARIANTS))
 
@@ -114,6 +125,9 @@ class StandardVariant:
     name = "standard"
     opsets = {"": 24}
 
+    def __init__(self, precision: Precision = CPU) -> None:
+        self.precision = precision
+
     def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
         with g.scope("attn_prep"):
             self.step = step
@@ -139,16 +153,34 @@ class StandardVariant:
         qk, v = g.op_n("Split", qkv, g.const([H + KV, KV]), outs=2, axis=1)  # [B, H+KV, T, D], [B, KV, T, D]
         qk = g.op("RotaryEmbedding", qk, self.cos, self.sin, self.step.position_ids)  # [B, H + KV, T, D]
         q, k = g.op_n("Split", qk, g.const([H, KV]), outs=2, axis=1)  # [B, H, T, D], [B, KV, T, D]
-        if kv_scales is not None:  # FP8 KV cache: what is written (and attended) is the dequantized FP8 value
-            k, v = fake_quant(g, k, kv_scales[0], "k_cache"), fake_quant(g, v, kv_scales[1], "v_cache")
+        k_live, v_live = self._cache(g, k, v, cache, kv_scales)  # [B, KV, S, D] each, activation dtype
+        soft = {} if self.precision.act == "float32" else {"softmax_precision": F32}
+        y = g.op("Attention", q, k_live, v_live, self.mask, **soft)  # [B, H, T, D]
+        y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, H, D]
+        return g.op("Reshape", y, g.const([0, 0, H * D]))  # [B, T, H·D]
+
+    def _cache(self, g: Graph, k: str, v: str, cache: LayerCache,
+               kv_scales: tuple[float, float] | None) -> tuple[str, str]:  # fmt: skip
+        """Write the new keys / values [B, KV, T, D] at write_at; the live caches [B, KV, S, D] to attend."""
+        act, stored = self.precision.act, self.precision.fp8_kv
+        if stored and kv_scales is None:
+            raise UserError("an FP8 KV cache stored as such needs every layer's k / v scales; the quantized checkpoint "
+                            "has none for this layer (quantize with kv_cache: fp8)", field="quantization.kv_cache",
+                            allowed="model_dtype, or fp8 with calibrated k / v scales")  # fmt: skip
+        scales: list[str | None] = [None, None]
+        if kv_scales is not None and stored:  # FP8 codes are written; attention reads their dequantization
+            (k, scales[0]), (v, scales[1]) = quantize(g, k, kv_scales[0], act), quantize(g, v, kv_scales[1], act)
+            g.tags[f"fp8/{g.scope_name}k_cache"], g.tags[f"fp8/{g.scope_name}v_cache"] = k, v
+        elif kv_scales is not None:  # CPU form: the dequantized FP8 values are written (float32 caches)
+            k, v = fake_quant(g, k, kv_scales[0], "k_cache", act), fake_quant(g, v, kv_scales[1], "v_cache", act)
         kc = g.op("TensorScatter", cache.past_key, k, self.step.write_at, out=cache.present_key, axis=2)
         vc = g.op("TensorScatter", cache.past_value, v, self.step.write_at, out=cache.present_value, axis=2)
+        # FP8 caches: DequantizeLinear [B, KV, CAP, D] before the Slice (ONNX's Slice takes no FP8 types)
+        kc, vc = (c if s is None else g.op("DequantizeLinear", c, s) for c, s in zip((kc, vc), scales))
         zero, two = g.const([0]), g.const([2])
         k_live = g.op("Slice", kc, zero, self.live, two)  # [B, KV, S, D]
         v_live = g.op("Slice", vc, zero, self.live, two)  # [B, KV, S, D]
-        y = g.op("Attention", q, k_live, v_live, self.mask)  # [B, H, T, D]
-        y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, H, D]
-        return g.op("Reshape", y, g.const([0, 0, H * D]))  # [B, T, H·D]
+        return k_live, v_live
 
     def silu(self, g: Graph, x: str) -> str:
         return g.op("Swish", x)
@@ -159,6 +191,7 @@ class OrtVariant:
 
     name = "ort"
     opsets = {"": 24, MS: 1}
+    precision = CPU
 
     def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
         with g.scope("attn_prep"):

@@ -18,13 +18,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
+ELEM = {"float32": F32, "bfloat16": TensorProto.BFLOAT16, "float16": TensorProto.FLOAT16,
+        "float8e4m3fn": TensorProto.FLOAT8E4M3FN, "int64": I64, "int32": I32, "bool": BOOL}  # dtype name -> ONNX
 Dims = Sequence[int | str | None]
 
 
@@ -110,6 +112,14 @@ class Graph:
         """Declare `value` (already produced under that exact name) a graph output."""
         self.outputs.append(helper.make_tensor_value_info(value, elem, list(dims)))
 
+    def declare(self, io: str, entries: Iterable[tuple[str, str, list[int | str]]]) -> None:
+        """Graph inputs (io="inputs") or outputs from (name, dtype name, dims) triples (`builder.export.contract`)."""
+        for name, dtype, dims in entries:
+            if io == "inputs":
+                self.input(name, ELEM[dtype], dims)
+            else:
+                self.output(name, ELEM[dtype], dims)
+
     def weight(self, base: str, array: np.ndarray) -> str:
         """An initializer holding `array` (kept as is: dtype and layout are the caller's)."""
         name = self.fresh(base)
@@ -122,7 +132,7 @@ class Graph:
     def const(self, value: object, dtype: type = np.int64) -> str:
         """A small constant initializer, shared by every use of the same value."""
         arr: np.ndarray = np.asarray(value, dtype=dtype)
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        key = (arr.dtype.name, arr.dtype.str, arr.shape, arr.tobytes())
         if key not in self._consts:
             self._consts[key] = self.weight("const", arr)
         return self._consts[key]

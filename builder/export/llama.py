@@ -2,10 +2,11 @@
 
 Per layer: norm → packed QKV MatMul → attention (the variant's) → o_proj MatMul → residual add + norm →
 fused gate_up MatMul → Split → SiLU · up → down MatMul; the next layer's (or the final) norm takes the
-residual add. Weights are numpy arrays in the model dtype, laid out [in, out] for MatMul, or FP8
-(`builder.export.qdq.Fp8Weight`: Q/DQ of the input, DequantizeLinear of the FP8 weight) where the model's
-`Fp8Spec` quantizes the linear; with KV scales the layer's keys and values are fake-quantized before the
-cache write.
+residual add. Weights are numpy arrays in the graph's activation dtype (`contract.Precision.act`: float32,
+bfloat16 or float16, converted from the module's own dtype), laid out [in, out] for MatMul, or FP8
+(`builder.export.qdq.Fp8Weight`: Q/DQ of the input, DequantizeLinear of the FP8 weight, scales in the
+activation dtype) where the model's `Fp8Spec` quantizes the linear; with KV scales the layer's keys and
+values are quantized before the cache write (`builder.export.attention`).
 
 Shapes: B batch, T rows, C hidden, H / KV query / key-value heads, D head_dim, I intermediate, CAP
 cache capacity.
@@ -21,18 +22,30 @@ import torch
 from torch import nn
 
 from builder.errors import UserError
-from builder.export.attention import AttnShape, LayerCache, Variant
 from builder.export import qdq
-from builder.export.graph import F32, Graph
+from builder.export.attention import AttnShape, LayerCache, Variant
+from builder.export.contract import cache_names
+from builder.export.graph import Graph
 from builder.export.qdq import Fp8Spec, Fp8Weight
 from builder.model.config import LlamaConfig
 from builder.model.llama import Block
 
-SUPPORTED_DTYPES = (torch.float32,)
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # of the modules exported
+TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu").contiguous().numpy()
+def to_numpy(t: torch.Tensor, dtype: str | None = None) -> np.ndarray:
+    """The tensor as a NumPy array, converted to `dtype` (a dtype name) first when given (bfloat16: an
+    ml_dtypes array holding the same bits)."""
+    t = t.detach().to("cpu")
+    if dtype is not None:
+        t = t.to(TORCH[dtype])
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 Linear = np.ndarray | Fp8Weight  # [in, out] float, or FP8 with its scales
@@ -49,8 +62,9 @@ class LayerWeights:
     kv_scales: tuple[float, float] | None = None  # (k_scale, v_scale): FP8 KV cache
 
 
-def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = None) -> LayerWeights:
-    """Layer `index`'s weights ("layers.{index}." in `fp8`'s names); FP8 where `fp8` quantizes them."""
+def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = None,
+                  dtype: str = "float32") -> LayerWeights:  # fmt: skip
+    """Layer `index`'s weights ("layers.{index}." in `fp8`'s names) in `dtype`; FP8 where `fp8` quantizes them."""
     a, m = block.self_attn, block.mlp
     norm = block.input_layernorm
     name = f"layers.{index}."
@@ -61,60 +75,47 @@ def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = 
             return qdq.pack(quant)  # type: ignore[arg-type]
         if any(q is not None for q in quant):
             raise ValueError(f"{name}: {', '.join(n for n, _ in modules)} must be quantized alike (one MatMul)")
-        return np.concatenate([to_numpy(lin.weight.T) for _, lin in modules], axis=1)
+        return np.concatenate([to_numpy(lin.weight.T, dtype) for _, lin in modules], axis=1)
 
     kv = None if fp8 is None or index is None else fp8.kv_scales.get(index)
     return LayerWeights(
-        input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight),  # type: ignore[arg-type]
+        input_norm=None if isinstance(norm, nn.Identity) else to_numpy(norm.weight, dtype),  # type: ignore[arg-type]
         qkv=packed(("self_attn.q_proj", a.q_proj), ("self_attn.k_proj", a.k_proj), ("self_attn.v_proj", a.v_proj)),
         o=packed(("self_attn.o_proj", a.o_proj)),
-        post_norm=to_numpy(block.post_attention_layernorm.weight),
+        post_norm=to_numpy(block.post_attention_layernorm.weight, dtype),
         gate_up=packed(("mlp.gate_proj", m.gate_proj), ("mlp.up_proj", m.up_proj)),
         down=packed(("mlp.down_proj", m.down_proj)),
         kv_scales=None if kv is None else (float(kv[0]), float(kv[1])),
     )  # fmt: skip
 
 
-def operands(g: Graph, x: str, w: Linear, base: str) -> tuple[str, str]:
-    """(input, weight) values of x @ w: as is for a float weight; Q/DQ(x) and DQ(w8) for FP8."""
+def operands(g: Graph, x: str, w: Linear, base: str, dtype: str = "float32") -> tuple[str, str]:
+    """(input, weight) values of x @ w: as is for a float weight; Q/DQ(x) and DQ(w8) for FP8 (scales in `dtype`)."""
     if isinstance(w, Fp8Weight):
-        return qdq.fake_quant(g, x, w.input_scale, base), qdq.weight(g, base, w)
+        return qdq.fake_quant(g, x, w.input_scale, base, dtype), qdq.weight(g, base, w, dtype)
     return x, g.weight(base, w)
 
 
 def check_dtype(dtype: torch.dtype, what: str) -> None:
     if dtype not in SUPPORTED_DTYPES:
-        raise UserError(f"{what} has dtype {dtype}; the ONNX export supports float32 only for now "
-                        "(FP8 comes as Q/DQ on the float32 graph)", field="dtype", allowed="float32")  # fmt: skip
+        raise UserError(f"{what} has dtype {dtype}; the ONNX export takes float32, bfloat16 or float16 modules",
+                        field="dtype", allowed="float32, bfloat16, float16")  # fmt: skip
 
 
-def rope_tables(inv_freq: torch.Tensor, capacity: int) -> tuple[np.ndarray, np.ndarray]:  # -> [CAP, D/2] x2
-    """cos/sin of position · inv_freq for positions 0..CAP-1, in fp32 exactly as `rope_cos_sin` does."""
+def rope_tables(inv_freq: torch.Tensor, capacity: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin [CAP, D/2] of position · inv_freq for positions 0..CAP-1, in fp32 exactly as `rope_cos_sin`
+    does, then cast to `dtype` (as `rope_cos_sin` casts to the model dtype)."""
     freqs = torch.arange(capacity, dtype=torch.int64).float()[:, None] * inv_freq.float()  # (CAP, D/2)
-    return to_numpy(freqs.cos()), to_numpy(freqs.sin())
+    return to_numpy(freqs.cos(), dtype), to_numpy(freqs.sin(), dtype)
 
 
 def attn_shape(cfg: LlamaConfig) -> AttnShape:
     return AttnShape(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
 
 
-def cache_io(g: Graph, cfg: LlamaConfig, capacity: int) -> list[LayerCache]:
-    """Declare `past_key_{l}` / `past_value_{l}` inputs and `present_*` outputs [B, KV, CAP, D]."""
-    dims: list[int | str | None] = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
-    caches = []
-    for i in range(cfg.num_hidden_layers):
-        c = LayerCache(f"past_key_{i}", f"past_value_{i}", f"present_key_{i}", f"present_value_{i}")
-        g.input(c.past_key, F32, dims)
-        g.input(c.past_value, F32, dims)
-        caches.append(c)
-    return caches
-
-
-def declare_present(g: Graph, cfg: LlamaConfig, capacity: int, caches: list[LayerCache]) -> None:
-    dims: list[int | str | None] = ["B", cfg.num_key_value_heads, capacity, cfg.head_dim]
-    for c in caches:
-        g.output(c.present_key, F32, dims)
-        g.output(c.present_value, F32, dims)
+def layer_caches(layers: int) -> list[LayerCache]:
+    """Each layer's cache values (graph inputs `past_*`, outputs `present_*`: `builder.export.contract`)."""
+    return [LayerCache(*cache_names(i)) for i in range(layers)]
 
 
 def decoder(
@@ -128,7 +129,7 @@ def decoder(
     out: str,  # name of the output value [B, T, C]
 ) -> str:
     """All decoder layers, then the final norm (or the last residual add); returns `out`."""
-    eps, shape = cfg.rms_norm_eps, attn_shape(cfg)
+    eps, shape, dtype = cfg.rms_norm_eps, attn_shape(cfg), variant.precision.act
     pending: str | None = None  # the last MLP output, not yet added to the residual stream x
     for i, w in enumerate(layers):
         with g.scope(f"layer{i}"):
@@ -139,11 +140,11 @@ def decoder(
                 h = variant.norm(g, x, g.weight("input_norm", w.input_norm), eps)
             else:
                 h, x = variant.add_norm(g, x, pending, g.weight("input_norm", w.input_norm), eps)
-            h, qkv = operands(g, h, w.qkv, "qkv")
+            h, qkv = operands(g, h, w.qkv, "qkv", dtype)
             attn = variant.attention(g, h, qkv, shape, caches[i], w.kv_scales)  # [B, T, H·D]
-            attn = g.op("MatMul", *operands(g, attn, w.o, "o_proj"))  # [B, T, C]
+            attn = g.op("MatMul", *operands(g, attn, w.o, "o_proj", dtype))  # [B, T, C]
             h, x = variant.add_norm(g, x, attn, g.weight("post_norm", w.post_norm), eps)
-            pending = _mlp(g, variant, h, w)
+            pending = _mlp(g, variant, h, w, dtype)
     with g.scope("final"):
         if pending is None:
             raise ValueError("no layers")
@@ -152,9 +153,9 @@ def decoder(
         return variant.add_norm(g, x, pending, g.weight("norm", final_norm), eps, out=out)[0]
 
 
-def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights) -> str:  # [B, T, C] -> [B, T, C]
+def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights, dtype: str) -> str:  # [B, T, C] -> [B, T, C]
     inter = (w.down.data if isinstance(w.down, Fp8Weight) else w.down).shape[0]
-    gu = g.op("MatMul", *operands(g, h, w.gate_up, "gate_up"))  # [B, T, 2I]
+    gu = g.op("MatMul", *operands(g, h, w.gate_up, "gate_up", dtype))  # [B, T, 2I]
     gate, up = g.op_n("Split", gu, g.const([inter, inter]), outs=2, axis=-1)  # [B, T, I] each
     act = g.op("Mul", variant.silu(g, gate), up)  # [B, T, I]
-    return g.op("MatMul", *operands(g, act, w.down, "down_proj"))  # [B, T, C]
+    return g.op("MatMul", *operands(g, act, w.down, "down_proj", dtype))  # [B, T, C]

@@ -3,7 +3,7 @@
 Head k = ResBlock × num_layers then Linear(C → V) (`builder.speculative.medusa.heads.MedusaHeads`). All
 heads read the same hidden state, so the first residual block of every head is ONE stacked GEMM
 [C, Hm·C] + bias; later blocks are one batched MatMul [Hm, C, C]; the vocabulary projections are one
-batched MatMul [Hm, C, V]. Hm = number of heads.
+batched MatMul [Hm, C, V]. Hm = number of heads. Weights in the variant's activation dtype.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def medusa_topk(g: Graph, variant: Variant, h: str, heads: MedusaHeads, k: int, 
     n, layers, C = heads.num_heads, heads.num_layers, heads.hidden_size
     if not 1 <= k <= heads.vocab_size:
         raise ValueError(f"medusa_topk must lie in 1..{heads.vocab_size}, got {k}")
-    sd = {key: to_numpy(t) for key, t in heads.state_dict().items()}  # upstream keys: "{head}.{layer}.linear.weight"
+    act = variant.precision.act
+    sd = {key: to_numpy(t, act) for key, t in heads.state_dict().items()}  # upstream keys: "{head}.{layer}.linear.weight"
     w_t = lambda j: [sd[f"{i}.{j}.linear.weight"].T for i in range(n)]  # noqa: E731  # [C, C] per head
     bias = lambda j: [sd[f"{i}.{j}.linear.bias"] for i in range(n)]  # noqa: E731  # [C] per head
     with g.scope("medusa"):

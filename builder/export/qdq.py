@@ -7,9 +7,17 @@ What modelopt's unified FP8 checkpoint holds (`Fp8Spec`, read by `builder.quanti
   or gate/up weight keeps each part's own modelopt scale: a per-axis scale over the output columns);
 * activations: `QuantizeLinear` → `DequantizeLinear` with the linear's input scale right before every
   quantized MatMul (the explicit-quantization pattern TensorRT fuses into FP8 GEMMs);
-* KV cache (`kv_cache: fp8`): Q → DQ of the post-RoPE keys and of the values before they are written to
-  the cache (the cache tensors stay float32 — the I/O contract is unchanged — and hold the dequantized
-  FP8 values, which is what attention reads).
+* KV cache (`kv_cache: fp8`), two forms: in the CPU form, Q → DQ of the post-RoPE keys and of the values
+  before they are written to the cache (the cache tensors stay float32 and hold the dequantized FP8
+  values, which is what attention reads); in the GPU form (`Precision.kv` = float8e4m3fn) the cache
+  tensors are FLOAT8E4M3FN: the new keys / values are quantized (Q) and written as FP8 codes, and the
+  attention reads DequantizeLinear of the cache (`builder.export.attention`).
+
+Scales are stored in the graph's activation dtype, so no Cast sits between a Q/DQ and its MatMul
+(nvidia-modelopt 0.47, `modelopt/torch/quantization/export_onnx.py`, `_fp8_quantize`: "Emit the scale in
+the native input dtype so no Cast is inserted between the graph and Q/DQ (Cast nodes block TRT from
+fusing DQ into the MatMul kernel)"). In a bfloat16 / float16 graph a scale is therefore the checkpoint's
+float32 scale rounded to that dtype (`scales_in` gives the spec with the scales the graph holds).
 
 Every Q has saturate=1 (values beyond ±448 clamp, as modelopt's fake quantizer does) and a zero point of
 type FLOAT8E4M3FN. Q/DQ sites are recorded on the graph (`Graph.tags["fp8/<scope><site>"]` = the
@@ -22,7 +30,7 @@ twin spells the weight dequantization as Cast + Mul, which ORT folds to float32 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -88,20 +96,25 @@ def single(linear: LinearFp8, transposed: bool = False) -> Fp8Weight:
                      linear.input_scale.astype(np.float32), transposed)  # fmt: skip
 
 
-def fake_quant(g: Graph, x: str, scale: np.ndarray | float, site: str) -> str:
-    """x → QuantizeLinear(FP8, saturate) → DequantizeLinear; returns the dequantized value (same shape)."""
-    s = g.const(np.asarray(scale, np.float32).reshape(()), np.float32)
+def quantize(g: Graph, x: str, scale: np.ndarray | float, dtype: str = "float32") -> tuple[str, str]:
+    """x → QuantizeLinear(FP8, saturate=1); returns (FP8 codes, the scale value in `dtype`)."""
+    s = g.const(np.asarray(scale, np.float32).reshape(()), numpy_type(dtype))
     zero = g.const(np.zeros((), np.float32).astype(_fp8()), _fp8())
-    q = g.op("QuantizeLinear", x, s, zero, saturate=1)
+    return g.op("QuantizeLinear", x, s, zero, saturate=1), s
+
+
+def fake_quant(g: Graph, x: str, scale: np.ndarray | float, site: str, dtype: str = "float32") -> str:
+    """x → QuantizeLinear(FP8, saturate) → DequantizeLinear; returns the dequantized value (same shape)."""
+    q, s = quantize(g, x, scale, dtype)
     y = g.op("DequantizeLinear", q, s)
     g.tags[f"fp8/{g.scope_name}{site}"] = y
     return y
 
 
-def weight(g: Graph, base: str, w: Fp8Weight) -> str:
+def weight(g: Graph, base: str, w: Fp8Weight, dtype: str = "float32") -> str:
     """The FP8 initializer and its DequantizeLinear (per-tensor, or per output column); the float value."""
     data = g.weight(f"{base}_fp8", w.data)
-    scale = g.weight(f"{base}_scale", w.scale.astype(np.float32))
+    scale = g.weight(f"{base}_scale", w.scale.astype(np.float32).astype(numpy_type(dtype)))
     axis = 0 if w.transposed else 1  # the output-column axis of the stored layout
     return g.op("DequantizeLinear", data, scale, axis=axis) if w.scale.ndim else g.op("DequantizeLinear", data, scale)
 
@@ -133,6 +146,25 @@ def ort_foldable(model: onnx.ModelProto) -> onnx.ModelProto:
     del g.node[:]
     g.node.extend(nodes)
     return model
+
+
+def numpy_type(dtype: str) -> type:
+    """The NumPy scalar type of an activation dtype name (float32 / bfloat16 / float16)."""
+    from builder.export.contract import numpy_dtype
+
+    return numpy_dtype(dtype).type  # type: ignore[no-any-return]
+
+
+def scales_in(spec: Fp8Spec, dtype: str) -> Fp8Spec:
+    """`spec` with every scale rounded to `dtype` (kept as float32 numbers, exactly): the scales a graph in
+    that activation dtype holds. float32: `spec` itself."""
+    if dtype == "float32":
+        return spec
+    t = numpy_type(dtype)
+    r = lambda a: np.asarray(a, np.float32).astype(t).astype(np.float32)  # noqa: E731
+    linears = {k: replace(v, weight_scale=r(v.weight_scale), input_scale=r(v.input_scale)) for k, v in spec.linears.items()}
+    kv = {i: (float(r(k)), float(r(v))) for i, (k, v) in spec.kv_scales.items()}
+    return Fp8Spec(linears, kv)
 
 
 def _fp8() -> type:

@@ -4,6 +4,10 @@ embed → decoder layers (variant attention, KV written at past_len + j) → fin
 LM head on the verify nodes only → `node_argmax` and trtspec::TreeVerify → (optionally) the Medusa
 heads' top-K at the last accepted node. With an `Fp8Spec` (modelopt's FP8 checkpoint) the quantized
 linears become Q/DQ + FP8 weights (`builder.export.qdq`), the LM head too if it is quantized.
+
+`precision` (`builder.export.contract.Precision`): the CPU form is float32 (the default); the GPU form
+computes in bfloat16 / float16 (the logits are cast to float32 for `node_argmax`, and by TreeVerify
+itself) and may store an FP8 KV cache. Inputs and outputs are declared from `builder.export.contract`.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ import onnx
 from builder.errors import UserError
 from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
-from builder.export.graph import BOOL, F32, I32, I64, DataSink, Graph, data_sink
-from builder.export.llama import (cache_io, check_dtype, declare_present, decoder, layer_weights, rope_tables,
-                                  to_numpy)  # fmt: skip
+from builder.export.contract import CPU, TARGET, Precision, declared
+from builder.export.graph import F32, I32, I64, DataSink, Graph, data_sink
+from builder.export.llama import check_dtype, decoder, layer_caches, layer_weights, rope_tables, to_numpy
 from builder.export.medusa import medusa_topk as emit_medusa
-from builder.export.qdq import Fp8Spec, fake_quant, single
+from builder.export.qdq import Fp8Spec, fake_quant, scales_in, single
 from builder.export.qdq import weight as fp8_weight
 from builder.model.llama import Llama
 from builder.speculative.medusa.heads import MedusaHeads
@@ -30,7 +34,6 @@ from plugins.tree_verify.contract import DOMAIN, OP_VERSION
 
 Mode = Literal["greedy", "rejection"]
 MODES = ("greedy", "rejection")
-STEP_INPUTS = ("tokens", "position_ids", "tree_mask", "past_len", "num_nodes", "verify_index", "paths")
 SAMPLING_INPUTS = ("temperature", "top_p", "uniforms")
 VERIFY_OUTPUTS = ("accepted_len", "best_path", "output_tokens")
 
@@ -45,49 +48,50 @@ def build_target(
     medusa_topk: int | None = None,
     fp8: Fp8Spec | None = None,
     sink: DataSink | None = None,
+    precision: Precision = CPU,
 ) -> onnx.ModelProto:
-    """The canonical target step graph; FP8 Q/DQ where `fp8` quantizes. Weights in memory, or streamed to
-    `sink` (the proto then refers to its file)."""
-    cfg = model.cfg
+    """The canonical target step graph in `precision`; FP8 Q/DQ where `fp8` quantizes. Weights in memory, or
+    streamed to `sink` (the proto then refers to its file)."""
+    cfg, act = model.cfg, precision.act
     check_dtype(model.dtype, "the target model")
+    fp8 = None if fp8 is None else scales_in(fp8, act)
     if mode not in MODES:
         raise UserError(f"unknown verification mode {mode!r}", field="mode", allowed=", ".join(MODES))
     if (medusa is None) != (medusa_topk is None):
         raise ValueError("pass medusa and medusa_topk together")
     if medusa is not None and (medusa.hidden_size, medusa.vocab_size) != (cfg.hidden_size, cfg.vocab_size):
         raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
-    var = make_variant(variant, cfg.head_dim)
+    var = make_variant(variant, cfg.head_dim, precision)
     g = Graph("target_step", sink)
-    step, verify_index, paths = _step_inputs(g, mode)
-    caches = cache_io(g, cfg, max_seq_len)
-    var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len))
+    fixed = {"KV": cfg.num_key_value_heads, "CAP": max_seq_len, "D": cfg.head_dim, "C": cfg.hidden_size,
+             "Hm": 0 if medusa is None else medusa.num_heads, "K": medusa_topk or 0}  # fmt: skip
+    layers_n, rejection, fused = cfg.num_hidden_layers, mode == "rejection", medusa is not None
+    g.declare("inputs", declared(TARGET, "inputs", fixed, precision, layers=layers_n, rejection=rejection, medusa=fused))
+    step = StepValues("position_ids", "past_len", write_at="past_len", num_new="num_nodes", tree_mask="tree_mask")
+    var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len, act))
     with g.scope("embed"):
-        embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight))  # [V, C]
+        embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight, act))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
-    layers = (layer_weights(block, fp8, i) for i, block in enumerate(model.layers))  # type: ignore[arg-type]
-    hidden = decoder(g, var, x, layers, cfg, caches, to_numpy(model.norm.weight), out="hidden")  # [B, T, C]
+    layers = (layer_weights(block, fp8, i, act) for i, block in enumerate(model.layers))  # type: ignore[arg-type]
+    hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), to_numpy(model.norm.weight, act),
+                     out="hidden")  # [B, T, C]  # fmt: skip
     with g.scope("verify"):
         head_fp8 = None if fp8 is None else fp8.linears.get("lm_head")
         if head_fp8 is not None:
             head_w = single(head_fp8, transposed=True)  # [V, C] FP8
-            head, head_scale = fp8_weight(g, "lm_head", head_w), head_w.input_scale
+            head, head_scale = fp8_weight(g, "lm_head", head_w, act), head_w.input_scale
         else:
             tied = cfg.tie_word_embeddings
-            head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight))  # [V, C]
+            head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight, act))  # [V, C]
             head_scale = None
-        _verify(g, model, hidden, head, verify_index, paths, mode, head_scale)
-    g.output("accepted_len", I32, ["B"])
-    g.output("best_path", I32, ["B"])
-    g.output("output_tokens", I32, ["B", "W"])
-    g.output("node_argmax", I64, ["B", "Tv"])
-    g.output("hidden", F32, ["B", "T", cfg.hidden_size])
+        _verify(g, model, hidden, head, "verify_index", "paths", mode, head_scale, act)
     if medusa is not None and medusa_topk is not None:
         with g.scope("medusa_in"):
-            h = _last_accepted_hidden(g, hidden, verify_index, paths)  # [B, C]
+            h = _last_accepted_hidden(g, hidden, "verify_index", "paths")  # [B, C]
         emit_medusa(g, var, h, medusa, medusa_topk, out="medusa_topk")
-        g.output("medusa_topk", I64, ["B", medusa.num_heads, medusa_topk])
-    declare_present(g, cfg, max_seq_len, caches)
-    return g.model({**var.opsets, DOMAIN: OP_VERSION}, doc=f"trtspec target step ({variant}, {mode})")
+    g.declare("outputs", declared(TARGET, "outputs", fixed, precision, layers=layers_n, rejection=rejection,
+                                  medusa=fused))  # fmt: skip
+    return g.model({**var.opsets, DOMAIN: OP_VERSION}, doc=f"trtspec target step ({variant}, {mode}, {act})")
 
 
 def export_target(
@@ -100,33 +104,19 @@ def export_target(
     medusa: MedusaHeads | None = None,
     medusa_topk: int | None = None,
     fp8: Fp8Spec | None = None,
+    precision: Precision = CPU,
 ) -> ExportResult:
     """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
-    trtspec::TreeVerify), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime), `target.data`,
+    trtspec::TreeVerify, in `precision`), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime; the
+    float32 lowering of a bfloat16 / float16 / FP8-cache graph, `builder.export.lower`), `target.data`,
     `export.json`."""
     settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
                 "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk,
-                "fp8": fp8_summary(fp8)}  # fmt: skip
+                "fp8": fp8_summary(fp8), "precision": precision.as_dict()}  # fmt: skip
     with data_sink(Path(out_dir), data_name("target")) as sink:
         proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
-                             medusa_topk=medusa_topk, fp8=fp8, sink=sink)  # fmt: skip
+                             medusa_topk=medusa_topk, fp8=fp8, sink=sink, precision=precision)  # fmt: skip
         return write_models(proto, Path(out_dir), "target", settings, sink)
-
-
-def _step_inputs(g: Graph, mode: Mode) -> tuple[StepValues, str, str]:
-    g.input("tokens", I64, ["B", "T"])
-    g.input("position_ids", I64, ["B", "T"])
-    g.input("tree_mask", BOOL, ["B", "T", "T"])
-    g.input("past_len", I64, ["B"])
-    g.input("num_nodes", I64, ["B"])
-    g.input("verify_index", I64, ["B", "Tv"])
-    g.input("paths", I32, ["B", "P", "W"])
-    if mode == "rejection":
-        g.input("temperature", F32, ["B"])
-        g.input("top_p", F32, ["B"])
-        g.input("uniforms", F32, ["B", "W"])
-    step = StepValues("position_ids", "past_len", write_at="past_len", num_new="num_nodes", tree_mask="tree_mask")
-    return step, "verify_index", "paths"
 
 
 def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:
@@ -136,15 +126,16 @@ def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:
 
 
 def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode,
-            head_scale: np.ndarray | None = None) -> None:  # fmt: skip
+            head_scale: np.ndarray | None = None, act: str = "float32") -> None:  # fmt: skip
     """LM head on the verify nodes, `node_argmax`, TreeVerify (`accepted_len`, `best_path`, `output_tokens`).
 
     `head` is the LM head value [V, C] (the embedding itself when tied: Gemm with transB=1; the
-    DequantizeLinear of the FP8 head when quantized, then `head_scale` is its input scale)."""
+    DequantizeLinear of the FP8 head when quantized, then `head_scale` is its input scale). The logits are
+    in the activation dtype `act` (TreeVerify takes them as they are and computes in float32)."""
     hv = g.op("GatherND", hidden, g.op("Unsqueeze", verify_index, g.const([2])), batch_dims=1)  # [B, Tv, C]
     flat = g.op("Reshape", hv, g.const([-1, model.cfg.hidden_size]))  # [B·Tv, C]
     if head_scale is not None:
-        flat = fake_quant(g, flat, head_scale, "lm_head")
+        flat = fake_quant(g, flat, head_scale, "lm_head", act)
     logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
     bt = g.op("Shape", verify_index)  # [2] = (B, Tv)
     logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]

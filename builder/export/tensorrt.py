@@ -19,7 +19,9 @@ them and leaves every other node as it is (FP8 QuantizeLinear / DequantizeLinear
     RMSNormalization(x, w, axis=-1, epsilon)        → Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul (the
                                                        elementwise form Edge-LLM's RMSNorm module exports;
                                                        Edge-LLM notes TensorRT 10.13 has no RMSNormalization,
-                                                       models/qwen3_omni/modeling_qwen3_omni_code2wav.py)
+                                                       models/qwen3_omni/modeling_qwen3_omni_code2wav.py); in a
+                                                       bfloat16 / float16 graph between Cast(to float32) and
+                                                       Cast(back) before the weight, as stash_type=1 says
     Swish(x, alpha)                                 → Mul(x, Sigmoid(alpha·x))
     trtspec::TreeVerify                             kept; plugin_namespace / plugin_version ensured (the
                                                        parser's plugin fallback finds trtspec::TreeVerify)
@@ -37,7 +39,14 @@ trt::Attention schema declares. Cost: a step reads CAP slots per row instead of 
 The `trt` domain: TensorRT's ONNX parser finds its importers by op type (onnx-tensorrt's
 ModelImporter does not consult the domain), so trt::Attention reaches the same importer as Attention,
 while onnx and ONNX Runtime do not mistake these nodes (Edge-LLM's attributes, int32 indices) for the
-standard ops. `register_schemas()` declares them to onnx.checker.
+standard ops. `register_schemas()` declares them to onnx.checker (`builder.export.trt_schemas`).
+
+The GPU form's dtypes (`builder.export.contract.Precision`) pass through: a bfloat16 / float16 graph gives
+an additive mask of that dtype (the trt::Attention schema's T), the Attention's softmax_precision=FLOAT is
+dropped (TensorRT's attention layer normalizes in float32 — to be confirmed on a GPU host), and with an
+FP8 KV cache trt::TensorScatter writes FLOAT8E4M3FN codes into FLOAT8E4M3FN caches while trt::Attention
+reads DequantizeLinear(cache) of the whole cache (whether TensorRT fuses that dequantization into its
+attention kernel is for a GPU host to show).
 
 Refused with a precise error: ONNX Runtime contrib ops (the `ort` variant), attention without a mask,
 3-D attention inputs, interleaved / partial rotary, a scatter along another axis.
@@ -60,13 +69,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import UserError
 from builder.export.graph import prune, save_sharing_data
+from builder.export.trt_schemas import TRT_DOMAIN, TRT_OPSET, check, register_schemas
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN as PLUGIN_DOMAIN
 from plugins.tree_verify.contract import OP_TYPE as PLUGIN_OP
 from plugins.tree_verify.contract import OP_VERSION as PLUGIN_VERSION
 
-TRT_DOMAIN = "trt"  # Edge-LLM: onnxscript.values.Opset("trt", 1)
-TRT_OPSET = 1
 NATIVE = ("Attention", "RotaryEmbedding", "TensorScatter")  # standard ops with a trt:: twin
 CONTRIB_DOMAINS = ("com.microsoft",)  # ONNX Runtime-only ops TensorRT cannot parse
 TRANSPARENT = ("Cast", "Identity", "QuantizeLinear", "DequantizeLinear")  # passed over when tracing K / V
@@ -107,6 +115,7 @@ class _Rewrite:
         self.memo: dict[tuple[str, str], str] = {}  # (kind, source value) -> emitted value
         self.rename: dict[str, str] = {}  # bypassed Slice outputs -> the full cache
         self.limits: dict[str, int] = {}  # Range node name -> CAP
+        self.types = _value_types(model)  # value -> ONNX element type (where inference knows it)
 
     def run(self) -> None:
         for node in self.g.node:
@@ -141,9 +150,9 @@ class _Rewrite:
         self.used.add(name)
         return name
 
-    def const(self, value: object, dtype: type) -> str:
+    def const(self, value: object, dtype: Any) -> str:
         arr = np.asarray(value, dtype=dtype)
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        key = (arr.dtype.name, arr.shape, arr.tobytes())
         if key not in self.consts:
             name = self.fresh("trt_const")
             self.g.initializer.append(numpy_helper.from_array(arr, name))
@@ -198,28 +207,35 @@ class _Rewrite:
     def _attention(self, node: onnx.NodeProto) -> None:
         if len(node.input) < 4 or not node.input[3] or any(node.input[4:]) or len(node.output) > 1:
             raise _refuse(node, "expects (q, k, v, mask) with a boolean mask and one output")
-        unknown = {a.name for a in node.attribute} - {"scale", "is_causal", "softcap", "qk_matmul_output_mode"}
+        known = {"scale", "is_causal", "softcap", "qk_matmul_output_mode", "softmax_precision"}
+        unknown = {a.name for a in node.attribute} - known
         if unknown or _attr(node, "is_causal", 0) or _attr(node, "softcap", 0.0) or _attr(node, "qk_matmul_output_mode", 0):
             raise _refuse(node, "only 4-D, non-causal attention with a mask (no softcap) maps to TensorRT")
+        if _attr(node, "softmax_precision", TensorProto.FLOAT) != TensorProto.FLOAT:
+            raise _refuse(node, "TensorRT's attention normalizes in float32: softmax_precision must be FLOAT")
         q, k, v, mask = node.input[:4]
         cap_k, head_dim = self._bypass_live_slice(node, k)
         cap_v, _ = self._bypass_live_slice(node, v)
         if cap_k != cap_v:
             raise _refuse(node, f"key and value caches differ in capacity ({cap_k} vs {cap_v})")
         scale = _attr(node, "scale")
-        self.emit("Attention", [q, k, v, self._full_mask(node, mask, cap_k)], node.name, node.output[0],
+        self.emit("Attention", [q, k, v, self._full_mask(node, mask, cap_k, self.types.get(q, TensorProto.FLOAT))],
+                  node.name, node.output[0],
                   domain=TRT_DOMAIN, replaces=True, is_causal=0, TRT_decomposable=1,
                   scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_dim))  # fmt: skip
 
     def _bypass_live_slice(self, node: onnx.NodeProto, value: str) -> tuple[int, int]:
-        """Find Slice(cache, [0], S, [2]) above `value` (through Cast / Identity / Q / DQ) with `cache` a
-        TensorScatter output; reroute its uses to the cache. Returns (CAP, D) of that cache."""
+        """Find Slice(cache, [0], S, [2]) above `value` (through Cast / Identity / Q / DQ, on either side of
+        the Slice) with `cache` a TensorScatter output; reroute its uses to the cache (or to the DQ of the
+        cache). Returns (CAP, D) of that cache."""
         cur = self.producer.get(value)
         while cur is not None and cur.op_type in TRANSPARENT:
             cur = self.producer.get(cur.input[0])
         if cur is None or cur.op_type != "Slice":
             raise _refuse(node, f"input {value!r} is not a Slice of a TensorScatter's cache")
         data = self.producer.get(cur.input[0])
+        while data is not None and data.op_type in TRANSPARENT:
+            data = self.producer.get(data.input[0])
         if data is None or data.op_type != "TensorScatter" or data.domain not in ("", "ai.onnx"):
             raise _refuse(node, f"{cur.name!r} does not slice a TensorScatter output")
         if not (len(cur.input) in (4, 5) and self._int_const(cur.input[1]) == [0] and self._int_const(cur.input[3]) == [2]
@@ -239,9 +255,10 @@ class _Rewrite:
         init = next((t for t in self.g.initializer if t.name == name), None)
         return None if init is None else [int(v) for v in numpy_helper.to_array(init).reshape(-1)]
 
-    def _full_mask(self, node: onnx.NodeProto, mask: str, cap: int) -> str:
-        """The additive mask [B, 1, T, CAP] (memoized): the mask subgraph's Range gets CAP as its limit."""
-        key = ("mask", mask)
+    def _full_mask(self, node: onnx.NodeProto, mask: str, cap: int, elem: int) -> str:
+        """The additive mask [B, 1, T, CAP] of element type `elem` (memoized): the mask subgraph's Range
+        gets CAP as its limit."""
+        key = ("mask", f"{mask}/{elem}")
         if key in self.memo:
             return self.memo[key]
         ranges = [n for n in self._ancestors(mask) if n.op_type == "Range"]
@@ -250,8 +267,9 @@ class _Rewrite:
                                 f"{len(ranges)}")  # fmt: skip
         if self.limits.setdefault(ranges[0].name, cap) != cap:
             raise _refuse(node, "one mask serves caches of different capacities")
-        zero, ninf = self.const(0.0, np.float32), self.const(-np.inf, np.float32)
-        self.memo[key] = self.emit("Where", [mask, zero, ninf], f"{mask}/additive")  # [B, 1, T, CAP] f32
+        t = helper.tensor_dtype_to_np_dtype(elem)
+        zero, ninf = self.const(0.0, t), self.const(-np.inf, t)
+        self.memo[key] = self.emit("Where", [mask, zero, ninf], f"{mask}/additive")  # [B, 1, T, CAP] in q's dtype
         return self.memo[key]
 
     def _slots(self, node: onnx.NodeProto, cap: int) -> None:
@@ -277,16 +295,32 @@ class _Rewrite:
             raise _refuse(node, "only RMSNormalization(x, weight) over the last axis is decomposed")
         x, w = node.input
         eps, base = float(_attr(node, "epsilon", 1e-5)), node.name
-        sq = self.emit("Pow", [x, self.const(2.0, np.float32)], f"{base}/pow")
+        elem = self.types.get(x, TensorProto.FLOAT)
+        narrow = elem != TensorProto.FLOAT  # stash_type=1: normalize in float32, cast back before the weight
+        x32 = self.emit("Cast", [x], f"{base}/f32", to=TensorProto.FLOAT) if narrow else x
+        sq = self.emit("Pow", [x32, self.const(2.0, np.float32)], f"{base}/pow")
         var = self.emit("ReduceMean", [sq, self.const([-1], np.int64)], f"{base}/mean", keepdims=1)  # [..., 1]
         std = self.emit("Sqrt", [self.emit("Add", [var, self.const(eps, np.float32)], f"{base}/add_eps")], f"{base}/sqrt")
-        normed = self.emit("Mul", [x, self.emit("Reciprocal", [std], f"{base}/rsqrt")], f"{base}/normed")
+        normed = self.emit("Mul", [x32, self.emit("Reciprocal", [std], f"{base}/rsqrt")], f"{base}/normed")
+        if narrow:
+            normed = self.emit("Cast", [normed], f"{base}/normed_cast", to=elem)
         self.emit("Mul", [normed, w], f"{base}/scale", node.output[0])
 
     def _swish(self, node: onnx.NodeProto) -> None:
         x, alpha, base = node.input[0], float(_attr(node, "alpha", 1.0)), node.name
-        z = x if alpha == 1.0 else self.emit("Mul", [x, self.const(alpha, np.float32)], f"{base}/alpha")
+        t = helper.tensor_dtype_to_np_dtype(self.types.get(x, TensorProto.FLOAT))
+        z = x if alpha == 1.0 else self.emit("Mul", [x, self.const(alpha, t)], f"{base}/alpha")
         self.emit("Mul", [x, self.emit("Sigmoid", [z], f"{base}/sigmoid")], f"{base}/mul", node.output[0])
+
+
+def _value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element types of the graph's values as ONNX shape inference finds them (custom ops' outputs may be
+    missing: callers default to float32, the type of every float value of the CPU form)."""
+    onnx_op.register_schema()
+    g = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: int(v.type.tensor_type.elem_type) for v in (*g.input, *g.output, *g.value_info)}
+    types.update({t.name: int(t.data_type) for t in model.graph.initializer})
+    return {k: v for k, v in types.items() if v != TensorProto.UNDEFINED}
 
 
 def _with_plugin_attrs(node: onnx.NodeProto) -> onnx.NodeProto:
@@ -295,51 +329,6 @@ def _with_plugin_attrs(node: onnx.NodeProto) -> onnx.NodeProto:
     extra = {"plugin_namespace": PLUGIN_DOMAIN, "plugin_version": str(PLUGIN_VERSION)}
     node.attribute.extend(helper.make_attribute(k, v) for k, v in extra.items() if k not in have)
     return node
-
-
-# -- checking ------------------------------------------------------------------------------------------
-
-
-def register_schemas() -> None:
-    """Schemas for trt::Attention / RotaryEmbedding / TensorScatter (signatures as Edge-LLM's
-    onnx_custom_schemas.py) and trtspec::TreeVerify, so onnx.checker can check the TensorRT form; idempotent."""
-    onnx_op.register_schema()
-    io, attr, kind = onnx.defs.OpSchema.FormalParameter, onnx.defs.OpSchema.Attribute, onnx.defs.OpSchema.AttrType
-    floats = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "activations")]
-    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
-    specs = {
-        "RotaryEmbedding": ([io("x", "T", "[B, heads, T, D]"), io("cos", "T", "[CAP, D/2]"), io("sin", "T", "[CAP, D/2]"),
-                             io("position_ids", "tensor(int32)", "[B, T]")], []),
-        "TensorScatter": ([io("cache", "T", "[B, KV, CAP, D]"), io("new_kv", "T", "[B, KV, T, D]"),
-                           io("cache_indices", "tensor(int32)", "[B] write offset")], []),
-        "Attention": ([io("query", "T", "[B, H, T, D]"), io("key", "T", "[B, KV, S, D]"), io("value", "T", "[B, KV, S, D]"),
-                       io("attn_mask", "T", "additive [B, 1, T, S]", param_option=optional)],
-                      [attr("is_causal", kind.INT, "0 / 1", required=False),
-                       attr("TRT_decomposable", kind.INT, "1: TensorRT may decompose", required=False),
-                       attr("scale", kind.FLOAT, "multiplier of QK^T", required=False)]),
-    }  # fmt: skip
-    for op, (inputs, attrs) in specs.items():
-        if not onnx.defs.has(op, TRT_DOMAIN):
-            onnx.defs.register_schema(onnx.defs.OpSchema(
-                op, TRT_DOMAIN, TRT_OPSET, f"TensorRT native {op} (TensorRT >= 10.15)", inputs=inputs,
-                outputs=[io("output", "T", "")], type_constraints=floats, attributes=attrs))  # fmt: skip
-
-
-def check(model: onnx.ModelProto) -> None:
-    """onnx.checker (full check) with the trt:: and trtspec:: schemas registered, in memory, without reading
-    the weights: initializers stored in a weights file are declared as graph inputs of the same type and
-    shape for the check (the checker would otherwise look for the file relative to the working directory,
-    and refuses a hard-linked one)."""
-    register_schemas()
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    g = probe.graph
-    external = [t for t in g.initializer if t.data_location == TensorProto.EXTERNAL]
-    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in external)
-    kept = [t for t in g.initializer if t.data_location != TensorProto.EXTERNAL]
-    del g.initializer[:]
-    g.initializer.extend(kept)
-    onnx.checker.check_model(probe, full_check=True)
 
 
 # -- files ---------------------------------------------------------------------------------------------

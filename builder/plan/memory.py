@@ -1,4 +1,6 @@
-"""Memory plan per tensor-parallel rank (see DESIGN.md, "Memory plan").
+"""Memory plan per tensor-parallel rank (see DESIGN.md, "Memory plan"): TensorRT-LLM's paged KV cache
+(target.backend trtllm). trtspec's own engines (tensorrt, onnxruntime) hold per-slot contiguous KV caches in
+their graphs' real dtypes: `builder.plan.own_engines` (`builder.plan.report` picks by backend).
 
 weights   Σ params × bytes(dtype) / tp for sharded matrices (decoder linears, vocab-parallel embedding
           and lm_head, draft heads); norms and FP8 scales are replicated on every rank. Recipes that
@@ -63,6 +65,9 @@ class MemoryPlan:
     headroom_bytes: int = 0
     fits: bool = True
     problems: list[str] = field(default_factory=list)
+    layout: str = ""  # what the plan assumed of the engines (own engines: dtypes, KV layout, scratch)
+    scratch_bytes: dict[str, int] = field(default_factory=dict)  # own engines: "engine/profile" -> estimate
+    draft_kv_bytes_per_token: int = 0  # own engines: the EAGLE draft's KV per token (model.dtype)
 
     def to_json(self) -> dict:
         return asdict(self)

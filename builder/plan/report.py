@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.plan.memory import GIB, plan_memory
+from builder.plan.own_engines import plan_own_engines
 from builder.plan.stages import plan_stages
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import draft_levels, max_draft_len, resolve_architecture, tree_field
@@ -21,7 +22,10 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
         out = s.output_dir(cache)
         stages.append({"name": s.name, "description": s.description, "reads": s.reads, "upstream": s.upstream,
                        "key": s.key, "output": str(out), "cached": (out / "manifest.json").is_file()})
-    memory = plan_memory(recipe, arch, draft_len, max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe)))))
+    if recipe.target.engine_backend == "trtllm":
+        memory = plan_memory(recipe, arch, draft_len, max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe)))))
+    else:  # trtspec's own engines: per-slot contiguous KV in the graphs' real dtypes
+        memory = plan_own_engines(recipe, arch, draft_len)
     return {
         "recipe": str(loaded.path),
         "method": recipe.speculative.method,
@@ -53,6 +57,8 @@ def render_report(report: dict[str, Any]) -> None:
                    "cached" if s["cached"] else "to build")
     console.print(st)
     m = report["memory"]
+    if m.get("layout"):
+        console.print(f"Assumed: {m['layout']}", soft_wrap=True)
     mt = Table(title=f"Memory per rank — {m['device']} (tp={m['tp']}, pp={m['pp']})")
     mt.add_column("item")
     mt.add_column("value", justify="right")
@@ -60,6 +66,32 @@ def render_report(report: dict[str, Any]) -> None:
         mt.add_row(f"weights: {c['name']} ({c['dtype']})", _gib(c["bytes"]))
     for dtype, nbytes in sorted(m["weight_bytes_by_dtype"].items()):
         mt.add_row(f"weights in {dtype}", _gib(nbytes))
+    rows = _own_rows(m) if m.get("layout") else _paged_rows(m)
+    for k, v in rows:
+        mt.add_row(k, v)
+    console.print(mt)
+
+
+def _own_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """trtspec's own engines: per-slot contiguous KV, scratch per profile (`builder.plan.own_engines`)."""
+    rows = [("weights total", _gib(m["weight_bytes"])), ("runtime reserve", _gib(m["runtime_reserve_bytes"]))]
+    rows += [(f"scratch {k} (estimate)", _gib(v)) for k, v in m["scratch_bytes"].items()]
+    rows += [
+        ("scratch counted", _gib(m["activation_bytes"])),
+        ("device memory", _gib(m["device_bytes"])),
+        (f"KV bytes per token ({m['kv_dtype']})", f"{m['kv_bytes_per_token']:,}"),
+    ]
+    if m["draft_kv_bytes_per_token"]:
+        rows.append(("EAGLE draft KV bytes per token", f"{m['draft_kv_bytes_per_token']:,}"))
+    rows += [
+        (f"KV allocated: {m['concurrent_sequences']} slots × {m['tokens_per_sequence']:,} tokens", _gib(m["kv_budget_bytes"])),
+        ("headroom", _gib(m["headroom_bytes"])),
+        ("fits", "yes" if m["fits"] else "[red]NO[/]"),
+    ]
+    return rows
+
+
+def _paged_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("weights total", _gib(m["weight_bytes"])),
         ("runtime reserve", _gib(m["runtime_reserve_bytes"])),
@@ -74,6 +106,4 @@ def render_report(report: dict[str, Any]) -> None:
         ("headroom", _gib(m["headroom_bytes"])),
         ("fits", "yes" if m["fits"] else "[red]NO[/]"),
     ]
-    for k, v in rows:
-        mt.add_row(k, v)
-    console.print(mt)
+    return rows

@@ -127,3 +127,36 @@ def assert_near_tie(
     warnings.warn(f"{what}: diverged at a near-tie (tokens {ours_token} vs {theirs_token}, float64 gap {gap:.1e} "
                   f"<= 2 * fp32 bound {bound:.1e})", stacklevel=2)
     return gap
+
+
+def assert_rounds_like(
+    ours: torch.Tensor,  # [...] computed in `dtype`, or rounded at every stored tensor exactly as `dtype` is
+    theirs: torch.Tensor,  # [...] the torch reference run in `dtype`, same shape
+    ref64: torch.Tensor,  # [...] float64 reference, same shape
+    *,
+    what: str,
+    dtype: torch.dtype,
+    k: float = K,
+) -> Errors:
+    """Two-sided: min(err(theirs), u·scale) / k <= err(ours) <= k · max(err(theirs), u·scale).
+
+    The upper side is `assert_close_to_float64`'s (with the caller's k: ONNX Runtime against torch uses the
+    export harness's K_ORT). The lower side checks that ours really holds `dtype`'s values: a computation
+    that stores its tensors in `dtype` is rounded (unit roundoff u) at every stored element, so over a
+    tensor of many elements its largest error against the exact result is of the order of u · scale, as
+    theirs is; the same computation in a wider type (float32 for a bfloat16 graph) lands ~2**16 times
+    closer and fails. Neither side depends on the machine: both are measured here in units of the
+    dtype's own rounding.
+    """
+    if ours.shape != ref64.shape:
+        raise ValueError(f"{what}: ours has shape {tuple(ours.shape)}, the reference {tuple(ref64.shape)}")
+    err_theirs, scale, _ = error_bound(theirs, ref64, what=what, dtype=dtype)
+    floor = unit_roundoff(dtype) * scale
+    errors = Errors(float((ours.double() - ref64).abs().max()), err_theirs, scale, k * max(err_theirs, floor))
+    log.info("%s: %s", what, errors)
+    if errors.ours > errors.bound:
+        raise AssertionError(f"{what}: ours is too far from the float64 reference: {errors}")
+    if errors.ours < min(err_theirs, floor) / k:
+        raise AssertionError(f"{what}: ours is closer to the float64 reference than {dtype} rounding allows "
+                             f"(computed in a wider type?): {errors}")
+    return errors

@@ -3,7 +3,8 @@
 Its own KV buffer (the draft layer's cache) with its own dense rows; the sequence ids are the target
 engine's. `extend` runs the pending pairs causally and commits them; `expand` runs one tree level in
 the tentative tail (after `write_offset` earlier tentative slots). Inputs are laid out in row order;
-rows without work this call are idle (num_new 0 writes nothing in the `ort` variant).
+rows without work this call are idle (num_new 0 writes nothing in the `ort` variant). Its bindings are the
+graph's I/O contract (`builder.export.contract.EAGLE`) at the call's sizes, in float32 (the CPU form).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from builder.engines.batched import LruBindings
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
 from builder.engines.rows import RowTable
+from builder.export.contract import EAGLE, call_spec
 from builder.speculative.engine import DraftOutput
 
 
@@ -110,13 +112,5 @@ class OrtEagleNet:
         return self._bound.get((b, f, u), lambda: self._build(b, f, u))
 
     def _build(self, b: int, f: int, u: int) -> Bound:
-        inputs = {
-            "tokens": ((b, f), np.int64), "hidden_in": ((b, f, self.hidden_size), np.float32),
-            "position_ids": ((b, f), np.int64), "past_len": ((b,), np.int64), "write_offset": ((b,), np.int64),
-            "num_new": ((b,), np.int64), "tree_mask": ((b, f, u), np.bool_),
-        }  # fmt: skip
-        outputs = {
-            "hidden_out": ((b, f, self.hidden_size), np.float32), "topk_tokens": ((b, f, self.top_k), np.int64),
-            "topk_logprobs": ((b, f, self.top_k), np.float32),
-        }  # fmt: skip
+        inputs, outputs = call_spec(EAGLE, {"B": b, "F": f, "U": u, "C": self.hidden_size, "K": self.top_k})
         return Bound(self.session, inputs, outputs, self.kv.ortvalues(0, b))

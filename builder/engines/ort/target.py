@@ -6,7 +6,8 @@ the verdict, the nodes' greedy tokens, hidden states and Medusa top-k come out; 
 compacts the accepted chain's KV in the shared buffer. The greedy graph serves all-greedy batches;
 a batch with any sampled row runs the rejection graph (same weights file, loaded on first use).
 The host side (rows, input filling, commit) is `builder.engines.batched.BatchedTarget`, shared with
-the TensorRT engine; here are the sessions and the IOBindings.
+the TensorRT engine; here are the sessions and the IOBindings, whose tensors are the graph's I/O contract
+(`builder.export.contract.TARGET`, float32: the CPU form, or the float32 lowering of a GPU-form graph).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from builder.engines.batched import BatchedTarget, LruBindings, Spec
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
+from builder.export.contract import TARGET, call_spec
 
 
 class GreedyOnly(ValueError):
@@ -51,7 +55,17 @@ class OrtEngine(BatchedTarget):
         self._sessions = {"greedy": make_session(spec.greedy, threads)}
 
     def _make_binding(self, mode: str, r0: int, r1: int, inputs: Spec, outputs: Spec) -> Bound:
-        return Bound(self._session(mode), inputs, outputs, self.kv.ortvalues(r0, r1))
+        """A binding of the contract's tensors (`builder.export.contract.TARGET`) at the sizes of `inputs`;
+        the host side's own layout (`inputs`, `outputs`) must be exactly that."""
+        (b, t), (_, tv), (_, p, w) = inputs["tokens"][0], inputs["verify_index"][0], inputs["paths"][0]
+        sizes = {"B": b, "T": t, "Tv": tv, "P": p, "W": w, "C": self.spec.hidden_size}
+        if self.spec.medusa is not None:
+            sizes |= {"Hm": self.spec.medusa[0], "K": self.spec.medusa[1]}
+        x, y = call_spec(TARGET, sizes, rejection=mode == "rejection", medusa=self.spec.medusa is not None)
+        for what, ours, theirs in (("inputs", x, inputs), ("outputs", y, outputs)):
+            if {k: (v[0], np.dtype(v[1])) for k, v in theirs.items()} != ours:
+                raise ValueError(f"the host side's {what} {dict(theirs)} are not the graph contract's {ours}")
+        return Bound(self._session(mode), x, y, self.kv.ortvalues(r0, r1))
 
     def _session(self, mode: str):
         if mode not in self._sessions:

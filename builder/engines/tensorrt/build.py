@@ -2,10 +2,12 @@
 
 Steps: register the plugins (trtspec::TreeVerify via `plugins.tree_verify.trt_plugin`) → a strongly
 typed network (`NetworkDefinitionCreationFlag.STRONGLY_TYPED`: every tensor's type follows from the
-graph — FP8 where its Q/DQ nodes say, float32 elsewhere — and the builder picks no precision itself) →
-`OnnxParser.parse_from_file` (the weights file beside the model is read from there; every parser
-error is reported with its node index, name, operator and TensorRT's source location) → FP8 check
-(a recipe that asks for FP8 must bring FP8 Q/DQ layers) → one optimization profile per `Profile` →
+graph — the GPU form's model.dtype (bfloat16 / float16; `builder.export.contract.Precision`), FP8 where
+its Q/DQ nodes say and for an FP8 KV cache, float32 around verification — and the builder picks no
+precision itself) → `OnnxParser.parse_from_file` (the weights file beside the model is read from there;
+every parser error is reported with its node index, name, operator and TensorRT's source location) → FP8
+check (a recipe that asks for FP8 must bring FP8 Q/DQ layers) → I/O types check (with `io_dtypes`: every
+network input / output has the contract's type, `contract_io_dtypes`) → one optimization profile per `Profile` →
 the timing cache file loaded (or started) and written back → `build_serialized_network` → the plan
 written atomically → deserialized once as a check (I/O names and types, device memory) → a manifest.
 """
@@ -15,10 +17,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from builder.engines.tensorrt.probe import require
 from builder.engines.tensorrt.profiles import Profile
+from builder.export.contract import GRAPHS, Precision
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -26,6 +29,18 @@ if TYPE_CHECKING:
 
 class EngineBuildError(RuntimeError):
     """TensorRT could not parse or build a graph (the message says where and why)."""
+
+
+TRT_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BF16", "float8e4m3fn": "FP8", "int64": "INT64",
+             "int32": "INT32", "bool": "BOOL"}  # contract dtype name -> trt.DataType name  # fmt: skip
+
+
+def contract_io_dtypes(graph: str, precision: Precision, *, layers: int, rejection: bool = False,
+                       medusa: bool = False) -> dict[str, str]:  # fmt: skip
+    """trt.DataType name of every input and output of the "target" / "eagle" graph in `precision`."""
+    specs = [s for io in ("inputs", "outputs")
+             for s in GRAPHS[graph].specs(io, layers=layers, rejection=rejection, medusa=medusa)]  # fmt: skip
+    return {s.name: TRT_TYPES[precision.resolve(s.dtype)] for s in specs}
 
 
 def default_plugins() -> None:
@@ -36,7 +51,7 @@ def default_plugins() -> None:
 
 def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequence[Profile],
                  timing_cache: Path | None, plugin: Callable[[], None] | None = default_plugins,
-                 optimization_level: int | None = None) -> dict[str, Any]:  # fmt: skip
+                 optimization_level: int | None = None, io_dtypes: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Build and write the engine for `onnx_path` to `out_path`; returns its manifest (module docstring)."""
     require()
     import tensorrt as trt
@@ -53,6 +68,8 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
     if fp8 and not fp8_layers:
         raise EngineBuildError(f"{onnx_path}: the recipe asks for FP8 but the graph has no FP8 Quantize/Dequantize "
                                "layers (export from the quantize stage's checkpoint)")  # fmt: skip
+    if io_dtypes is not None:
+        check_io_types(network, io_dtypes, onnx_path)
     config = builder.create_builder_config()
     if optimization_level is not None:
         config.builder_optimization_level = optimization_level
@@ -98,6 +115,17 @@ def add_profiles(builder: "trt.Builder", config: "trt.IBuilderConfig", network: 
             p.set_shape(name, trt.Dims(list(lo)), trt.Dims(list(opt)), trt.Dims(list(hi)))
         if config.add_optimization_profile(p) < 0:
             raise EngineBuildError(f"TensorRT refused optimization profile {profile.name!r}: {profile.as_dict()}")
+
+
+def check_io_types(network: "trt.INetworkDefinition", expected: Mapping[str, str], onnx_path: Path) -> None:
+    """Every network input / output has the type `expected` names (trt.DataType names; inputs TensorRT
+    dropped as unread are not in the network and not checked)."""
+    tensors = [network.get_input(i) for i in range(network.num_inputs)]
+    tensors += [network.get_output(i) for i in range(network.num_outputs)]
+    wrong = [f"{t.name}: {t.dtype.name}, the contract says {expected.get(t.name)}" for t in tensors
+             if expected.get(t.name) != t.dtype.name]  # fmt: skip
+    if wrong:
+        raise EngineBuildError(f"{onnx_path}: network I/O types differ from the graph contract: " + "; ".join(wrong))
 
 
 def parse_errors(parser: "trt.OnnxParser", onnx_path: Path) -> str:

@@ -9,14 +9,18 @@ profile (min, opt, max). Each graph gets two:
   most T paths of at most T nodes); for the EAGLE draft F and U up to max(max_nodes, tentative + 1).
 
 Caches are [B, KV, CAP, D] with CAP fixed. opt = max except the prefill length (min(max_input_len,
-256): prompts are usually shorter than the limit). `pick` returns the first profile whose ranges hold a
-call's shapes, preferring `step`; a call no profile holds is refused with the limits it exceeds.
+256): prompts are usually shorter than the limit). The inputs and their dims are the graph I/O contract's
+(`builder.export.contract`): a profile is a (min, opt, max) range per dynamic dim. `pick` returns the first
+profile whose ranges hold a call's shapes, preferring `step`; a call no profile holds is refused with the
+limits it exceeds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+
+from builder.export.contract import EAGLE, TARGET, profile_shapes
 
 Dims = tuple[int, ...]
 PREFILL_OPT = 256
@@ -43,14 +47,8 @@ def _within(shape: Dims, lo: Dims, _opt: Dims, hi: Dims) -> bool:
     return len(shape) == len(lo) and all(a <= s <= b for s, a, b in zip(shape, lo, hi))
 
 
-def _range(lo: Sequence[int], opt: Sequence[int], hi: Sequence[int]) -> tuple[Dims, Dims, Dims]:
-    return tuple(lo), tuple(opt), tuple(hi)
-
-
-def _caches(layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int) -> dict[str, tuple[Dims, Dims, Dims]]:
-    one = _range((1, kv_heads, capacity, head_dim), (batch, kv_heads, capacity, head_dim),
-                 (batch, kv_heads, capacity, head_dim))  # fmt: skip
-    return {f"past_{kind}_{layer}": one for layer in range(layers) for kind in ("key", "value")}
+def _ranges(b: int, **dims: tuple[int, int, int]) -> dict[str, tuple[int, int, int]]:
+    return {"B": (1, b, b), **dims}
 
 
 @dataclass(frozen=True)
@@ -60,46 +58,31 @@ class CacheDims:
     capacity: int  # CAP of this graph's caches
     head_dim: int
 
+    def fixed(self, **more: int) -> dict[str, int]:
+        return {"KV": self.kv_heads, "CAP": self.capacity, "D": self.head_dim, **more}
+
 
 def target_profiles(*, max_batch_size: int, max_input_len: int, max_nodes: int, cache: CacheDims,
                     rejection: bool) -> list[Profile]:  # fmt: skip
-    """The target step graph's profiles (greedy graph; `rejection` adds the sampling inputs)."""
-    b = max_batch_size
-    caches = _caches(cache.layers, b, cache.kv_heads, cache.capacity, cache.head_dim)
-    out = []
-    for name, t_hi, t_opt, tv, pw in (("step", max_nodes, max_nodes, None, max_nodes),
-                                      ("prefill", max_input_len, min(max_input_len, PREFILL_OPT), 1, 1)):  # fmt: skip
-        tv_lo, tv_opt, tv_hi = (1, t_opt, t_hi) if tv is None else (tv, tv, tv)
-        pw_lo = 1
-        shapes = {
-            "tokens": _range((1, 1), (b, t_opt), (b, t_hi)), "position_ids": _range((1, 1), (b, t_opt), (b, t_hi)),
-            "tree_mask": _range((1, 1, 1), (b, t_opt, t_opt), (b, t_hi, t_hi)),
-            "past_len": _range((1,), (b,), (b,)), "num_nodes": _range((1,), (b,), (b,)),
-            "verify_index": _range((1, tv_lo), (b, tv_opt), (b, tv_hi)),
-            "paths": _range((1, pw_lo, pw_lo), (b, pw, pw), (b, pw, pw)),
-        }  # fmt: skip
-        if rejection:
-            shapes |= {"temperature": _range((1,), (b,), (b,)), "top_p": _range((1,), (b,), (b,)),
-                       "uniforms": _range((1, pw_lo), (b, pw), (b, pw))}  # fmt: skip
-        out.append(Profile(name, {**shapes, **caches}))
-    return out
+    """The target step graph's profiles (greedy graph; `rejection` adds the sampling inputs): every input of
+    the graph's I/O contract (`builder.export.contract.TARGET`), shaped from ranges of its dims."""
+    b, opt = max_batch_size, min(max_input_len, PREFILL_OPT)
+    step = _ranges(b, T=(1, max_nodes, max_nodes), Tv=(1, max_nodes, max_nodes), P=(1, max_nodes, max_nodes),
+                   W=(1, max_nodes, max_nodes))  # fmt: skip
+    prefill = _ranges(b, T=(1, opt, max_input_len), Tv=(1, 1, 1), P=(1, 1, 1), W=(1, 1, 1))
+    return [Profile(name, profile_shapes(TARGET, ranges, cache.fixed(), layers=cache.layers, rejection=rejection))
+            for name, ranges in (("step", step), ("prefill", prefill))]  # fmt: skip
 
 
 def eagle_profiles(*, max_batch_size: int, max_input_len: int, max_rows: int, hidden_size: int,
                    cache: CacheDims) -> list[Profile]:  # fmt: skip
-    """The EAGLE draft graph's profiles; `max_rows` bounds F and U of a step (see the module docstring)."""
-    b = max_batch_size
-    caches = _caches(cache.layers, b, cache.kv_heads, cache.capacity, cache.head_dim)
-    out = []
-    for name, hi, opt in (("step", max_rows, max_rows), ("prefill", max_input_len, min(max_input_len, PREFILL_OPT))):
-        shapes = {
-            "tokens": _range((1, 1), (b, opt), (b, hi)), "hidden_in": _range((1, 1, hidden_size),
-            (b, opt, hidden_size), (b, hi, hidden_size)), "position_ids": _range((1, 1), (b, opt), (b, hi)),
-            "past_len": _range((1,), (b,), (b,)), "write_offset": _range((1,), (b,), (b,)),
-            "num_new": _range((1,), (b,), (b,)), "tree_mask": _range((1, 1, 1), (b, opt, opt), (b, hi, hi)),
-        }  # fmt: skip
-        out.append(Profile(name, {**shapes, **caches}))
-    return out
+    """The EAGLE draft graph's profiles (`builder.export.contract.EAGLE`); `max_rows` bounds F and U of a
+    step (see the module docstring)."""
+    b, opt = max_batch_size, min(max_input_len, PREFILL_OPT)
+    step = _ranges(b, F=(1, max_rows, max_rows), U=(1, max_rows, max_rows))
+    prefill = _ranges(b, F=(1, opt, max_input_len), U=(1, opt, max_input_len))
+    return [Profile(name, profile_shapes(EAGLE, ranges, cache.fixed(C=hidden_size), layers=cache.layers))
+            for name, ranges in (("step", step), ("prefill", prefill))]  # fmt: skip
 
 
 def pick(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[int]]) -> int:

@@ -1,0 +1,192 @@
+"""Memory plan of trtspec's own engines — target.backend tensorrt (GPUs) and onnxruntime (cpu) — from the
+engines' real dtypes and layout (TensorRT-LLM's paged plan: `builder.plan.memory`).
+
+weights   one copy per engine (TensorRT engines and ONNX Runtime sessions share no weights): the target step
+          graph (greedy; a second one for the rejection graph when speculative.verification is rejection,
+          Medusa heads fused into both) and the EAGLE draft graph, which holds its own embedding table and
+          the target's LM head. tensorrt: the GPU form's types (`builder.export.contract.Precision`) — an FP8
+          linear is 1 byte per weight plus its scales in model.dtype (weight scales per output column of the
+          packed QKV and gate/up MatMuls, one for o_proj and down_proj, one input scale per MatMul: at their
+          largest), everything else in model.dtype, and the RoPE tables (cos, sin [CAP, D/2]) per graph.
+          onnxruntime: float32 throughout (the CPU form; FP8 weights are folded to float32 when a session
+          opens, `builder.export.qdq.ort_foldable`).
+KV        per-slot contiguous, not paged: per layer keys and values [slots, KV, CAP, D]
+          (`builder.engines.ort.kv`, the TensorRT runtime's DeviceKV), slots = build.max_batch_size, allocated
+          up front (kv_cache_free_gpu_mem_fraction, a TensorRT-LLM setting, plays no part). CAP = max_seq_len
+          + the largest step tree (the recipe's drafter or the default Lookahead W = N = G = 4, as
+          `builder.stages.export.capacity`). The target's in the contract's kv dtype (float8e4m3fn when
+          quantization.kv_cache is fp8 on a GPU, else model.dtype; float32 on the CPU); the EAGLE draft's
+          [slots, KV, CAP_e, D], CAP_e = max_seq_len + tentative draft slots + 1, in model.dtype.
+scratch   activation memory per optimization profile (step: T = CAP − max_seq_len nodes; prefill: T =
+          max_input_len) at its largest shapes, rows N = slots × T: the residual stream and its norm [N, C],
+          the larger of the attention ([N, (H + 2KV)·D + H·D]), MLP ([N, 3I]) and EAGLE fc ([N, 3C]) working
+          sets, the additive mask [slots, 1, T, CAP] (the TensorRT form attends every slot), the logits
+          [slots, Tv, V] in model.dtype plus their float32 copy (the EAGLE draft's log-softmax another), the
+          Medusa heads' [slots, Hm, C + V]. tensorrt: one execution context per profile, each with its own
+          scratch (the runtime today), summed over profiles and engines; onnxruntime: one arena per session,
+          its larger profile. An estimate: TensorRT's own figure per profile is in the engine manifest.
+fits      weights + KV + scratch + runtime reserve ≤ the device's memory (host RAM on the CPU).
+tp / pp   trtspec's engines run on one device; with tp or pp > 1 the figures are per rank as if the layers
+          and heads were split (as TensorRT-LLM would), which these engines do not do (the layout line says so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from builder.export.contract import DTYPE_BYTES, FP8
+from builder.plan.memory import Component, MemoryPlan, _dtype_of, _layer_linear_params, device_memory
+from builder.recipe.schema import Architecture, Recipe
+from builder.speculative.lookahead.config import lookahead_draft_len
+
+NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": FP8}
+SHORT = {v: k for k, v in NAMES.items()}
+DEFAULT_LOOKAHEAD_NODES = 1 + lookahead_draft_len(4, 4, 4)  # builder.stages.parts.DEFAULT_LOOKAHEAD (a test pins it)
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the plan assumes of the engines (printed as one line)."""
+
+    backend: str
+    act: str  # weights / activations not in FP8
+    kv: str  # the target's KV cache
+    slots: int
+    capacity: int  # CAP of the target's caches
+    draft_capacity: int  # CAP_e of the EAGLE draft's caches (0: no EAGLE)
+    engines: tuple[str, ...]  # "greedy", "rejection", "eagle"
+
+    def line(self, a: Architecture, tp: int, pp: int) -> str:
+        kv, d = math.ceil(a.num_kv_heads / tp), a.dim_per_head
+        draft = f"; EAGLE draft [{self.slots}, {kv}, {self.draft_capacity}, {d}] in {self.act}" if self.draft_capacity else ""
+        split = "" if tp * pp == 1 else f"; tp={tp} pp={pp}: per rank as if split (these engines do not split)"
+        ctx = "one TensorRT context per profile" if self.backend == "tensorrt" else "one ONNX Runtime arena per session"
+        fp8 = f"FP8 linears 1 byte + {self.act} scales" if self.backend == "tensorrt" else "FP8 folded to float32"
+        return (f"{self.backend} engines ({', '.join(self.engines)}): weights in {self.act} ({fp8}) · KV per-slot "
+                f"contiguous, not paged: per layer [{self.slots} slots, {kv}, CAP {self.capacity}, {d}] in {self.kv}{draft}"
+                f" · scratch estimated per optimization profile, {ctx}{split}")  # fmt: skip
+
+
+def layout(recipe: Recipe, draft_len: int) -> Layout:
+    b, spec, backend = recipe.build, recipe.speculative, recipe.target.engine_backend
+    gpu = backend == "tensorrt"
+    act = NAMES[recipe.model.dtype] if gpu else "float32"
+    kv = FP8 if gpu and recipe.quantization.kv_cache == "fp8" else act
+    cap = b.max_seq_len + max(draft_len + 1, DEFAULT_LOOKAHEAD_NODES)
+    draft_cap, engines = 0, ["greedy"] + (["rejection"] if spec.verification == "rejection" else [])
+    if spec.method == "eagle":
+        tree = spec.tree
+        tentative = tree.depth * tree.top_k if tree.type == "dynamic" else draft_len + 1
+        draft_cap, engines = b.max_seq_len + tentative + 1, engines + ["eagle"]
+    return Layout(backend, act, kv, b.max_batch_size, cap, draft_cap, tuple(engines))
+
+
+def _fp8_scales(a: Architecture) -> int:
+    """Scale values of one FP8 decoder layer as the graph stores them, at most (module docstring)."""
+    return (a.num_attention_heads + 2 * a.num_kv_heads) * a.dim_per_head + 2 * a.intermediate_size + 2 + 4
+
+
+def target_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Component]:
+    """The weights of one target step engine (per rank)."""
+    tp, pp, act = recipe.parallelism.tp, recipe.parallelism.pp, lay.act
+    layers, c, v = math.ceil(a.num_layers / pp), a.hidden_size, a.vocab_size
+
+    def part(name: str, params: int, quantizable: bool = True, scales: int = 0) -> Component:
+        fp8 = quantizable and lay.backend == "tensorrt" and _dtype_of(recipe, name) == "fp8"
+        dtype = FP8 if fp8 else act
+        nbytes = params * DTYPE_BYTES[dtype] + (scales * DTYPE_BYTES[act] if fp8 else 0)
+        return Component(name, params, SHORT[dtype], nbytes)
+
+    out = [part("decoder", layers * _layer_linear_params(a) // tp, scales=layers * _fp8_scales(a)),
+           part("norms", (2 * layers + 1) * c, quantizable=False), part("embed_tokens", v * c // tp, quantizable=False)]
+    if not a.tie_word_embeddings:
+        out.append(part("lm_head", v * c // tp, scales=2))
+    out.append(part("rope tables", lay.capacity * a.dim_per_head, quantizable=False))
+    spec = recipe.speculative
+    if spec.method == "medusa":
+        per_head = spec.num_layers * (c * c + c) + c * v
+        out.append(part("medusa_heads", spec.num_heads * per_head // tp, quantizable=False))
+    return out
+
+
+def eagle_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Component]:
+    """The EAGLE draft engine: fc, its decoder layer and norms, its own embedding table, the target's LM head."""
+    tp, act, c, v = recipe.parallelism.tp, lay.act, a.hidden_size, a.vocab_size
+    head_fp8 = lay.backend == "tensorrt" and _dtype_of(recipe, "lm_head") == "fp8"
+    head = (FP8, v * c // tp + 2 * DTYPE_BYTES[act]) if head_fp8 else (act, v * c // tp * DTYPE_BYTES[act])
+    return [
+        Component("eagle_draft", (2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c, SHORT[act],
+                  ((2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c) * DTYPE_BYTES[act]),
+        Component("eagle embed_tokens", v * c // tp, SHORT[act], v * c // tp * DTYPE_BYTES[act]),
+        Component("eagle lm_head (the target's)", v * c // tp, SHORT[head[0]], head[1]),
+        Component("eagle rope tables", lay.draft_capacity * a.dim_per_head, SHORT[act],
+                  lay.draft_capacity * a.dim_per_head * DTYPE_BYTES[act]),
+    ]  # fmt: skip
+
+
+def kv_per_token(a: Architecture, dtype: str, layers: int, tp: int) -> int:
+    """Bytes of keys and values of one token: 2 × layers × KV heads × head_dim × bytes(dtype)."""
+    return 2 * layers * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * DTYPE_BYTES[dtype]
+
+
+def scratch(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
+    """Scratch bytes per "engine/profile" (module docstring)."""
+    tp, b, s, act = recipe.parallelism.tp, recipe.build, lay.slots, DTYPE_BYTES[lay.act]
+    c, i, d, v = a.hidden_size, math.ceil(a.intermediate_size / tp), a.dim_per_head, math.ceil(a.vocab_size / tp)
+    h, kv = math.ceil(a.num_attention_heads / tp), math.ceil(a.num_kv_heads / tp)
+    per_row = act * (2 * c + max((h + 2 * kv) * d + h * d, 3 * i, 3 * c))
+    spec = recipe.speculative
+    medusa = s * spec.num_heads * (c + v) * act if spec.method == "medusa" else 0
+    steps = {"step": lay.capacity - b.max_seq_len, "prefill": b.max_input_len}
+    out = {}
+    for engine in lay.engines:
+        for profile, t in steps.items():
+            if engine == "eagle":
+                t = max(t, lay.draft_capacity - b.max_seq_len) if profile == "step" else t
+                out[f"{engine}/{profile}"] = s * t * (per_row + lay.draft_capacity * act + v * (act + 8))
+            else:
+                tv = t if profile == "step" else 1
+                out[f"{engine}/{profile}"] = s * t * (per_row + lay.capacity * act) + s * tv * v * (act + 4) + medusa
+    return out
+
+
+def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
+    """The memory plan of a tensorrt or onnxruntime recipe (module docstring)."""
+    name, total = device_memory(recipe)
+    tp, pp, t = recipe.parallelism.tp, recipe.parallelism.pp, recipe.target
+    lay = layout(recipe, draft_len)
+    plan = MemoryPlan(device=name, device_bytes=total, tp=tp, pp=pp, kv_cache_fraction=1.0, tokens_per_block=0)
+    target = target_components(recipe, a, lay)
+    plan.components = list(target)
+    if "rejection" in lay.engines:
+        plan.components += [Component(f"{c.name} (rejection engine)", c.params, c.dtype, c.bytes) for c in target]
+    if "eagle" in lay.engines:
+        plan.components += eagle_components(recipe, a, lay)
+    plan.weight_bytes = sum(c.bytes for c in plan.components)
+    for c in plan.components:
+        plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
+    plan.scratch_bytes = scratch(recipe, a, lay)
+    per_profile = plan.scratch_bytes.values()
+    if lay.backend != "tensorrt":  # one arena per session: its larger profile
+        per_profile = [max(v for k, v in plan.scratch_bytes.items() if k.startswith(f"{e}/")) for e in lay.engines]
+    plan.activation_bytes = sum(per_profile)
+    plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
+    plan.kv_dtype = SHORT[lay.kv]
+    plan.kv_bytes_per_token = kv_per_token(a, lay.kv, math.ceil(a.num_layers / pp), tp)
+    plan.draft_kv_bytes_per_token = kv_per_token(a, lay.act, 1, tp) if lay.draft_capacity else 0
+    plan.kv_budget_bytes = lay.slots * (lay.capacity * plan.kv_bytes_per_token +
+                                        lay.draft_capacity * plan.draft_kv_bytes_per_token)  # fmt: skip
+    plan.kv_tokens, plan.tokens_per_sequence, plan.concurrent_sequences = lay.slots * lay.capacity, lay.capacity, lay.slots
+    plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
+    plan.headroom_bytes = plan.free_bytes - plan.kv_budget_bytes
+    plan.layout = lay.line(a, tp, pp)
+    if plan.headroom_bytes < 0:
+        plan.fits = False
+        plan.problems.append(
+            f"weights {plan.weight_bytes / GIB:.2f} GiB + KV for {lay.slots} slots of {lay.capacity} tokens "
+            f"{plan.kv_budget_bytes / GIB:.2f} GiB + scratch {plan.activation_bytes / GIB:.2f} GiB + reserve "
+            f"{plan.runtime_reserve_bytes / GIB:.2f} GiB do not fit in {total / GIB:.2f} GiB ({name}); lower "
+            "build.max_batch_size or max_seq_len, quantize to fp8 (weights and kv_cache), or use target.backend: trtllm")
+    return plan
