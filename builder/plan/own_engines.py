@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from builder.export.contract import DTYPE_BYTES, FP8
 from builder.plan.memory import Component, MemoryPlan, _dtype_of, _layer_linear_params, device_memory
 from builder.recipe.schema import Architecture, Recipe
-from builder.speculative.lookahead.config import lookahead_draft_len
+from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD, lookahead_draft_len
 
 NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": FP8}
 SHORT = {v: k for k, v in NAMES.items()}
-DEFAULT_LOOKAHEAD_NODES = 1 + lookahead_draft_len(4, 4, 4)  # builder.stages.parts.DEFAULT_LOOKAHEAD (a test pins it)
+DEFAULT_LOOKAHEAD_NODES = 1 + lookahead_draft_len(*DEFAULT_LOOKAHEAD)
 GIB = 2**30
 
 

@@ -30,7 +30,8 @@ from typing import Any, Callable
 from builder.export.contract import CPU, FP8, Precision
 from builder.speculative.drafters import drafter_shape
 from builder.stages.context import StageContext
-from builder.stages.parts import DEFAULT_LOOKAHEAD, DTYPES, Parts
+from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
+from builder.stages.parts import DTYPES, Parts
 
 EXPORT_INFO = "export.json"
 QUALITY_JSON, QUALITY_MD = "quality.json", "quality.md"

@@ -17,10 +17,10 @@ from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
 from builder.speculative.choices import load_choices
+from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
 
 METHODS = ("none", "medusa", "eagle", "lookahead")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DEFAULT_LOOKAHEAD = (4, 4, 4)  # W, N, G when a recipe without Lookahead settings is run with --method lookahead
 
 
 def local_dir(loaded: LoadedRecipe, field: tuple[str, ...], text: str) -> Path:
