@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "TensorRT-LLM deployment bundle (target.backend: trtllm): checkpoint, build.sh, repository, launch/k8s/bench."),
     "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
                            "τ and acceptance per depth for every method on held-out prompts."),
+    "ci": ("builder.commands.ci_cmds", "ci", "CI over a recipe set: build, check (lossless, τ, speed, FP8), gate, publish."),
+    "pull": ("builder.commands.ci_cmds", "pull", "Restore a recipe's published stages into the build cache (hashes checked)."),
 }
 
 
