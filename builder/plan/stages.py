@@ -1,9 +1,10 @@
 """Build stages, their inputs and content-addressed cache keys.
 
 A stage's key hashes the recipe fields it reads, the identity of the files it reads (local
-checkpoints: config.json contents plus every file's name, size and mtime; hub checkpoints: repo and
-revision), its upstream stage's key, the trtspec version and a digest of the stage's own source code
-(so a changed exporter never reuses a stale graph). Same key ⇒ same output ⇒ cache hit.
+checkpoints: config.json contents plus every file's name, size and sha256 — never file times, so a fresh
+clone or a pulled cache hits; hub checkpoints: repo and revision), its upstream stage's key, the trtspec
+version, the tools' versions and a digest of the stage's own source code (so a changed exporter never
+reuses a stale graph). Same key ⇒ same output ⇒ cache hit.
 """
 
 from __future__ import annotations
@@ -47,10 +48,59 @@ def checkpoint_identity(text: str, recipe_dir: Path) -> dict[str, Any]:
         return {"path": str(ref.local), "missing": True}
     files = sorted(p for p in ref.local.rglob("*") if p.is_file())
     cfg = ref.local / "config.json"
-    return {
-        "config": hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.is_file() else None,
-        "files": [(str(p.relative_to(ref.local)), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
-    }
+    with FileHashes() as hashes:
+        return {
+            "config": hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.is_file() else None,
+            "files": [(str(p.relative_to(ref.local)), p.stat().st_size, hashes.sha256(p)) for p in files],
+        }
+
+
+class FileHashes:
+    """sha256 of checkpoint files by content, remembered per host by (path, size, mtime, inode).
+
+    Keys must not depend on file times (a fresh clone or a restored cache has new ones), but reading a 70B
+    checkpoint on every `plan` is too slow: the digest of an unchanged file is looked up in
+    `$TRTSPEC_HASH_CACHE` (default `$XDG_CACHE_HOME/trtspec/file-hashes.json`), written atomically.
+    """
+
+    def __init__(self) -> None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.path = Path(os.environ.get("TRTSPEC_HASH_CACHE") or os.path.join(base, "trtspec", "file-hashes.json"))
+        self.known: dict[str, list] = {}
+        self.changed = False
+
+    def __enter__(self) -> "FileHashes":
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            self.known = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            self.known = {}
+        return self
+
+    def sha256(self, path: Path) -> str:
+        from builder.files import sha256_file
+
+        st = path.stat()
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        key = str(path.resolve())
+        hit = self.known.get(key)
+        if isinstance(hit, list) and len(hit) == 4 and hit[:3] == stamp:
+            return str(hit[3])
+        digest = sha256_file(path)
+        self.known[key] = [*stamp, digest]
+        self.changed = True
+        return digest
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.changed:
+            return
+        try:  # best effort: a read-only home only costs re-hashing next time
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(self.known), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:

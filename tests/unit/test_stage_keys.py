@@ -51,3 +51,24 @@ def test_gpu_engines_are_keyed_by_the_gpu(monkeypatch):
     cpu = keys("recipes/tiny-llama3.yaml")
     monkeypatch.setattr(plan, "gpu_identity", lambda: ["fake NVIDIA H200 sm90"])
     assert keys("recipes/tiny-llama3.yaml") == cpu  # a CPU engine does not depend on the GPU
+
+
+def test_checkpoint_identity_is_content_not_file_times(tmp_path, monkeypatch):
+    """A fresh clone (new file times) keeps its keys; a changed byte does not."""
+    import os
+    import shutil
+
+    monkeypatch.setenv("TRTSPEC_HASH_CACHE", str(tmp_path / "hashes.json"))
+    src = "tests/fixtures/tiny-llama3/base"
+    a, b = tmp_path / "a" / "base", tmp_path / "b" / "base"
+    shutil.copytree(src, a)
+    shutil.copytree(src, b)
+    os.utime(b / "model.safetensors", (1_000_000, 1_000_000))
+    ka = plan.checkpoint_identity(str(a), tmp_path)
+    assert ka == plan.checkpoint_identity(str(b), tmp_path)
+    assert plan.checkpoint_identity(str(a), tmp_path) == ka  # answered from the hash cache
+    with open(b / "tokenizer.json", "r+b") as fh:  # same size, one byte different
+        first = fh.read(1)
+        fh.seek(0)
+        fh.write(b"[" if first != b"[" else b"{")
+    assert plan.checkpoint_identity(str(b), tmp_path) != ka
