@@ -2,7 +2,8 @@
 
 Paths are `recipes/…yaml`; globs (`recipes/tiny-llama3*.yaml`) and braces (`{none,eagle}`) are
 expanded and must match at least one file. Directories the docs mention (`recipes/checkpoints/…`,
-`builder/speculative/trees/`) and other files (`recipes/schema.json`) are not recipes and are not collected.
+`builder/speculative/trees/`) and other files (`recipes/schema.json`) are not recipes and are not collected;
+CI matrix files (`recipes/ci/*.yaml`) are validated as matrices (`builder.ci.matrix.load_matrix`).
 """
 
 from __future__ import annotations
@@ -69,5 +70,10 @@ def test_documented_recipe_paths_validate(pattern, monkeypatch):
     assert paths, f"{pattern} (in {MENTIONS[pattern]}) matches no recipe"
     for path in paths:
         assert (REPO / path).is_file(), f"{path} (in {MENTIONS[pattern]}) does not exist"
+        if path.startswith("recipes/ci/"):
+            from builder.ci.matrix import load_matrix
+
+            load_matrix(REPO / path)  # a UserError names what is wrong
+            continue
         result = CliRunner().invoke(cli, ["validate", path])
         assert result.exit_code == 0, f"{path} (in {MENTIONS[pattern]}): {result.output}"
