@@ -26,8 +26,8 @@ def work(tmp_path_factory):
 
 def test_the_tensorrt_adapter_type_checks_strictly(work):
     names = {Path(f).name for f in typecheck.FILES}
-    assert {"build.py", "runtime.py", "target.py", "eagle.py", "folder.py", "profiles.py", "probe.py",
-            "batched.py"} <= names  # fmt: skip
+    assert {"build.py", "runtime.py", "target.py", "eagle.py", "folder.py", "profiles.py", "probe.py", "device.py",
+            "kv.py", "timing.py", "lock.py", "batched.py", "eagle_host.py", "opened.py"} <= names  # fmt: skip
     result = typecheck.run(typecheck.FILES, work)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"no issues found in {len(typecheck.FILES)} source files" in result.stdout
@@ -45,8 +45,13 @@ def test_mypy_rejects_tensorrt_api_misuse(work):
             profile = builder.create_optimization_profile()
             profile.set_shape("tokens", (1, 1), (2, 4), (2, 8))
             plan = builder.build_serialized_network(network)
-            context = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan).create_execution_context()
+            engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan)
+            context = engine.create_execution_context()
             context.execute_async_v3()
+            shared = engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGE)
+            shared.set_device_memory(engine.device_memory_size_v2)
+            engine.get_device_memory_size_for_profile(0).bit_length()
+            engine.device_memory_size_v3
     """))
     out = typecheck.run([bad], work).stdout
     for message in ('Argument 1 to "create_network" of "Builder" has incompatible type "NetworkDefinitionCreationFlag"; '
@@ -55,8 +60,22 @@ def test_mypy_rejects_tensorrt_api_misuse(work):
                     'Argument 2 to "set_shape" of "IOptimizationProfile" has incompatible type "tuple[int, int]"; '
                     'expected "Dims"',
                     'Missing positional argument "config" in call to "build_serialized_network"',
-                    'Missing positional argument "stream_handle" in call to "execute_async_v3"'):  # fmt: skip
+                    'Missing positional argument "stream_handle" in call to "execute_async_v3"',
+                    '"type[ExecutionContextAllocationStrategy]" has no attribute "USER_MANAGE"',
+                    'Missing positional argument "size" in call to "set_device_memory" of "IExecutionContext"',
+                    '"ICudaEngine" has no attribute "device_memory_size_v3"'):  # fmt: skip
         assert message in out, out
+
+
+def test_mypy_rejects_a_broken_call_in_a_copy_of_the_runtime(work):
+    source = Path(typecheck.HERE / "runtime.py").read_text()
+    right = "ctx.set_device_memory(self.lane.arena_ptr, self.lane.arena_bytes)"
+    assert right in source
+    broken = work / "runtime_broken.py"
+    broken.write_text(source.replace(right, "ctx.set_device_memory(self.lane.arena_ptr)"))
+    result = typecheck.run([broken], work)
+    assert result.returncode == 1
+    assert 'Missing positional argument "size" in call to "set_device_memory"' in result.stdout
 
 
 def test_mypy_rejects_a_broken_call_in_a_copy_of_the_adapter(work):

@@ -8,17 +8,20 @@ precision itself) → `OnnxParser.parse_from_file` (the weights file beside the 
 every parser error is reported with its node index, name, operator and TensorRT's source location) → FP8
 check (a recipe that asks for FP8 must bring FP8 Q/DQ layers) → I/O types check (with `io_dtypes`: every
 network input / output has the contract's type, `contract_io_dtypes`) → one optimization profile per `Profile` →
-the timing cache file loaded (or started) and written back → `build_serialized_network` → the plan
-written atomically → deserialized once as a check (I/O names and types, device memory) → a manifest.
+the host's timing cache loaded (or started; `builder.engines.tensorrt.timing`: one file per TensorRT version
+and GPU, outside the engine folder) → `build_serialized_network` → the plan written atomically → the timing
+cache written back atomically (merged with timings another build saved meanwhile) → deserialized once as a
+check (I/O names and types, device memory per profile and at most: what the shared arena must hold) → a
+manifest.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from builder.engines.tensorrt import timing
 from builder.engines.tensorrt.probe import require
 from builder.engines.tensorrt.profiles import Profile
 from builder.export.contract import GRAPHS, Precision
@@ -74,7 +77,7 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
     if optimization_level is not None:
         config.builder_optimization_level = optimization_level
     add_profiles(builder, config, network, profiles)
-    cache_before = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    cache_before = timing.read(timing_cache)
     cache = config.create_timing_cache(cache_before)
     config.set_timing_cache(cache, ignore_mismatch=False)
     t0 = time.perf_counter()
@@ -82,20 +85,29 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
     build_s = time.perf_counter() - t0
     if plan is None:
         raise EngineBuildError(f"{onnx_path}: TensorRT built no engine: " + ("; ".join(errors) or "no error logged"))
-    _write_atomic(out_path, bytes(memoryview(plan)))
-    cache_after = b""
-    if timing_cache is not None:
-        cache_after = bytes(memoryview(config.get_timing_cache().serialize()))
-        _write_atomic(timing_cache, cache_after)
+    timing.write_atomic(out_path, bytes(memoryview(plan)))
+    cache_after = 0 if timing_cache is None else save_timing_cache(config, timing_cache, cache_before)
     manifest = {
         "tensorrt": trt.__version__, "onnx": onnx_path.name, "engine": out_path.name, "engine_bytes": plan.nbytes,
         "strongly_typed": True, "fp8": fp8, "fp8_qdq_layers": fp8_layers, "layers": network.num_layers,
         "profiles": [p.as_dict() for p in profiles], "plugins": [] if plugin is None else ["trtspec::TreeVerify"],
         "build_s": round(build_s, 3), "optimization_level": config.builder_optimization_level,
         "timing_cache": None if timing_cache is None else {"file": timing_cache.name, "bytes_before": len(cache_before),
-                                                            "bytes_after": len(cache_after)},
+                                                            "bytes_after": cache_after},
     }  # fmt: skip
     return {**manifest, **device_facts(), **inspect_plan(out_path, log)}
+
+
+def save_timing_cache(config: "trt.IBuilderConfig", path: Path, loaded: bytes) -> int:
+    """Write the builder's timing cache to `path` atomically, merged with timings another build on this host
+    saved there since `loaded` was read; returns the bytes written."""
+    cache = config.get_timing_cache()
+    now = timing.read(path)
+    if now and now != loaded:  # a concurrent build saved first: keep its timings too
+        cache.combine(config.create_timing_cache(now), ignore_mismatch=False)
+    data = bytes(memoryview(cache.serialize()))
+    timing.write_atomic(path, data)
+    return len(data)
 
 
 def add_profiles(builder: "trt.Builder", config: "trt.IBuilderConfig", network: "trt.INetworkDefinition",
@@ -174,7 +186,7 @@ def inspect_plan(path: Path, log: "trt.ILogger") -> dict[str, Any]:
         mode = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
         io[name] = {"mode": mode, "dtype": engine.get_tensor_dtype(name).name}
     memory = [engine.get_device_memory_size_for_profile_v2(p) for p in range(engine.num_optimization_profiles)]
-    return {"io": io, "device_memory_bytes": memory}
+    return {"io": io, "device_memory_bytes": memory, "device_memory_max_bytes": engine.device_memory_size_v2}
 
 
 def _collecting_logger() -> tuple["trt.ILogger", list[str]]:
@@ -194,9 +206,3 @@ def _collecting_logger() -> tuple["trt.ILogger", list[str]]:
                 print(f"[TensorRT {severity.name}] {msg}", flush=True)
 
     return Log(), errors
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -2,20 +2,31 @@
 
     engine.json       format 1, backend "tensorrt", variant "standard", recipe, capacity, max_seq_len,
                       max_batch_size, max_input_len, model {layers, kv_heads, head_dim, hidden, vocab},
+                      precision, draft_precision: {act, kv} dtypes of the target / EAGLE graphs (export.json's:
+                      the KV buffers are allocated in their `kv`, the host arrays in their I/O contract types),
                       target {greedy, rejection}: engine files, medusa {heads, top_k} | null,
                       eagle {graph: engine file, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
-                      drafter, tokenizer, stop_ids, versions, tensorrt {version, device, compute_capability},
-                      engines {greedy | rejection | eagle: build_engine's manifest (profiles, sizes, …)}
+                      drafter, tokenizer, stop_ids, versions,
+                      tensorrt: the version lock {version, device, compute_capability, plugin {id, sha256,
+                      files}} (`builder.engines.tensorrt.lock`: `check_lock` before serving),
+                      engines {greedy | rejection | eagle: build_engine's manifest (profiles, I/O types, device
+                      memory per profile and at most, timing cache file name and sizes, …)}
     target-greedy.engine, target-rejection.engine, eagle.engine   serialized TensorRT engines
-    timing.cache      the builder's timing cache (shared by the engines of this folder)
     tokenizer.json
+
+The builder's timing cache is the host's (`builder.engines.tensorrt.timing`: one file per TensorRT version
+and GPU under $XDG_CACHE_HOME/trtspec/timing), not part of the folder: the next build on this host reuses it.
+Every engine is built against the graph I/O contract's types in the export's precision (`contract_io_dtypes`):
+a graph whose network inputs or outputs differ is refused before building.
 
 When the export stage's folder has no TensorRT-form graphs (an export cached for a cpu target with the
 same key), they are rewritten here (`builder.export.tensorrt`) into a scratch `onnx/` folder, removed
 once the engines are built.
 
 Engines run on the compute capability they were built on: the build refuses a host whose GPU differs
-from the recipe's target. Nothing here reads the recipe or the checkpoint when opening.
+from the recipe's target. Nothing here reads the recipe or the checkpoint when opening. `open_engine` runs
+every engine of the folder on one `device.Lane` (one stream, one scratch arena sized for the largest
+engine profile recorded in engine.json).
 """
 
 from __future__ import annotations
@@ -26,14 +37,18 @@ import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from builder.engines.tensorrt.profiles import CacheDims, Profile, eagle_profiles, target_profiles
+from builder.export.contract import CPU, Precision
+
+if TYPE_CHECKING:
+    from builder.engines.opened import Opened
+    from builder.engines.tensorrt.device import CudaApi
 
 ENGINE_JSON = "engine.json"
 FORMAT = 1
 BACKEND = "tensorrt"
-TIMING_CACHE = "timing.cache"
 
 
 @dataclass(frozen=True)
@@ -50,7 +65,10 @@ class Settings:
 def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, out: Path,
                  say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
     """Build every exported graph's engine into `out`, write engine.json (returned) and the tokenizer."""
+    from builder.engines.tensorrt import timing
     from builder.engines.tensorrt.build import build_engine, device_facts
+    from builder.engines.tensorrt.lock import engine_lock
+    from builder.engines.tensorrt.probe import version
     from builder.errors import UserError
     from builder.export.tensorrt import GRAPHS, write_tensorrt
 
@@ -68,6 +86,9 @@ def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, o
     model = {"layers": arch["num_hidden_layers"], "kv_heads": arch["num_key_value_heads"], "head_dim": arch["head_dim"],
              "hidden": arch["hidden_size"], "vocab": arch["vocab_size"]}  # fmt: skip
     profiles = graph_profiles(info, model, settings)
+    precision = precisions(info)
+    io_types = graph_io_dtypes(info, model, precision)
+    cache = timing.cache_path(version(), facts["device"], facts["compute_capability"])
     rewritten = info.get("tensorrt") or {}
     engines, files = {}, {}
     for key, folder, stem in GRAPHS:
@@ -81,23 +102,41 @@ def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, o
         files[key] = f"{folder}.engine"
         say(f"building the {key} engine ({onnx_path.name})")
         engines[key] = build_engine(onnx_path, out / files[key], fp8=bool(info.get("fp8")) and key != "eagle",
-                                    profiles=profiles[key], timing_cache=out / TIMING_CACHE)  # fmt: skip
+                                    profiles=profiles[key], timing_cache=cache, io_dtypes=io_types[key])  # fmt: skip
     shutil.rmtree(out / "onnx", ignore_errors=True)  # scratch rewrites (weights hard-linked): not part of the folder
     shutil.copy2(Path(source["tokenizer"]) / "tokenizer.json", out / "tokenizer.json")
     eagle = info.get("eagle")
     meta = {
         "format": FORMAT, "backend": BACKEND, "variant": info["variant"], "recipe": settings.recipe,
         "capacity": info["capacity"], "max_seq_len": info["max_seq_len"], "max_batch_size": settings.max_batch_size,
-        "max_input_len": settings.max_input_len, "model": model,
+        "max_input_len": settings.max_input_len, "model": model, "precision": precision[0].as_dict(),
+        "draft_precision": precision[1].as_dict(),
         "target": {"greedy": files["greedy"], "rejection": files.get("rejection")}, "medusa": info["medusa"],
         "eagle": None if eagle is None else {"graph": files["eagle"], **eagle}, "drafter": info["drafter"],
         "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"], "versions": _versions(),
-        "tensorrt": {"version": engines["greedy"]["tensorrt"], "device": facts["device"],
-                     "compute_capability": facts["compute_capability"]},
+        "tensorrt": engine_lock(engines["greedy"]["tensorrt"], facts["device"], facts["compute_capability"]),
         "engines": engines,
     }  # fmt: skip
     (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
+
+
+def precisions(info: dict[str, Any]) -> tuple[Precision, Precision]:
+    """(target, EAGLE draft) precision of an export (export.json / engine.json; float32 when not recorded)."""
+    return (Precision(**info.get("precision", CPU.as_dict())), Precision(**info.get("draft_precision", CPU.as_dict())))
+
+
+def graph_io_dtypes(info: dict[str, Any], model: dict[str, int],
+                    precision: tuple[Precision, Precision]) -> dict[str, dict[str, str]]:  # fmt: skip
+    """trt.DataType name of every input and output of each graph the export may hold (the I/O contract)."""
+    from builder.engines.tensorrt.build import contract_io_dtypes
+
+    medusa = info.get("medusa") is not None
+    out = {mode: contract_io_dtypes("target", precision[0], layers=model["layers"], rejection=mode == "rejection",
+                                    medusa=medusa) for mode in ("greedy", "rejection")}  # fmt: skip
+    if info.get("eagle") is not None:
+        out["eagle"] = contract_io_dtypes("eagle", precision[1], layers=info["eagle"]["layers"])
+    return out
 
 
 def graph_profiles(info: dict[str, Any], model: dict[str, int], settings: Settings) -> dict[str, list[Profile]]:
@@ -134,10 +173,21 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1) -> Any:
-    """A `builder.engines.ort.load.Opened` over the TensorRT engines: the engine and a drafter factory;
-    `drafter` overrides the folder's (none / lookahead, or the folder's own method), as for ONNX Runtime."""
-    from builder.engines.ort.load import Opened, drafter_for
+def arena_bytes(meta: dict[str, Any]) -> int:
+    """The scratch arena the folder's engines share: the largest device memory any engine's profile needs, as
+    recorded when it was built (`build_engine`'s manifest), so it is allocated once."""
+    sizes = [int(e.get("device_memory_max_bytes", max(e.get("device_memory_bytes") or [0])))
+             for e in meta["engines"].values()]  # fmt: skip
+    return max(sizes, default=0)
+
+
+def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
+                cuda: "CudaApi | None" = None) -> "Opened":  # fmt: skip
+    """The TensorRT engines of `folder` and a drafter factory, all on one `Lane` (stream + scratch arena, through
+    `cuda`: torch's unless given); `drafter` overrides the folder's (none / lookahead, or the folder's own
+    method), as for ONNX Runtime."""
+    from builder.engines.opened import Opened, drafter_for
+    from builder.engines.tensorrt.device import Lane
     from builder.engines.tensorrt.eagle import TrtEagleNet
     from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
     from builder.speculative.drafters import drafter_factory, label
@@ -150,9 +200,12 @@ def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_b
     m, t, engines = meta["model"], meta["target"], meta["engines"]
     profiles = {k: tuple(Profile.from_dict(p) for p in engines[k]["profiles"]) for k in engines}
     medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
+    precision, draft_precision = precisions(meta)
+    lane = Lane(cuda, reserve=arena_bytes(meta))
     spec = TrtTargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
-                         m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, profiles)  # fmt: skip
-    engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size)
+                         m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, profiles,
+                         precision)  # fmt: skip
+    engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size, lane)
     net = None
     if config["method"] == "eagle":
         e = meta["eagle"]
@@ -160,6 +213,6 @@ def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_b
             raise ValueError("this engine has no EAGLE draft engine")
         net = TrtEagleNet(folder / e["graph"], profiles["eagle"], layers=e["layers"], kv_heads=e["kv_heads"],
                           head_dim=e["head_dim"], hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"],
-                          max_batch_size=max_batch_size)  # fmt: skip
-    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],  # type: ignore[arg-type]
+                          max_batch_size=max_batch_size, precision=draft_precision, lane=lane)  # fmt: skip
+    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],
                   list(meta["stop_ids"]), meta)  # fmt: skip

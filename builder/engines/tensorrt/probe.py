@@ -29,3 +29,9 @@ def require() -> None:
     reason = missing()
     if reason is not None:
         raise ImportError(f"{INSTALL_HINT} ({reason})")
+
+
+def version() -> str:
+    """The installed TensorRT's version (after `require()`)."""
+    require()
+    return str(getattr(importlib.import_module("tensorrt"), "__version__"))

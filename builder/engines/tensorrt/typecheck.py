@@ -3,7 +3,8 @@ temporary MYPYPATH by `plugins.tree_verify.typecheck`, which also stubs `tensorr
 
     python -m builder.engines.tensorrt.typecheck [files...]     (default: this package + its shared module)
 
-Checked strictly: every module of this package and `builder.engines.batched` (the host side it runs).
+Checked strictly: every module of this package and the backend-neutral modules it runs
+(`builder.engines.batched`, `builder.engines.eagle_host`, `builder.engines.opened`).
 The trtspec modules they import are analysed for their types but not reported on (`follow_imports =
 silent`: other engineers' modules have their own checks); torch, triton and numpy are skipped (Any).
 """
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
-FILES = (*sorted(p for p in HERE.glob("*.py") if p.name != "typecheck.py"), HERE.parent / "batched.py")
+SHARED = ("batched.py", "eagle_host.py", "opened.py")  # builder/engines/: the host side the engines run
+FILES = (*sorted(p for p in HERE.glob("*.py") if p.name != "typecheck.py"), *(HERE.parent / n for n in SHARED))
 EXTRA_CONFIG = """
 [mypy-builder.*,plugins.*,tests.*]
 follow_imports = silent
 
-[mypy-builder.engines.tensorrt.*,builder.engines.batched]
+[mypy-builder.engines.tensorrt.*,builder.engines.batched,builder.engines.eagle_host,builder.engines.opened]
 follow_imports = normal
 
 [mypy-onnx.*,onnxruntime.*,tokenizers.*,transformers.*,safetensors.*,huggingface_hub.*,pydantic.*,yaml.*]

@@ -1,6 +1,10 @@
 # Minimal typed stub for the parts of `tensorrt.plugin` (TensorRT's Python plugin decorators) that
-# trtspec uses. tensorrt-stubs does not cover this module; names and signatures follow its
-# pure-Python source in the tensorrt-cu13-bindings 11.4 wheel (tensorrt_bindings/plugin/).
+# trtspec uses. tensorrt-stubs does not cover this module. Names, member kinds (method / property) and
+# parameter lists follow TensorRT's own pure-Python source, tensorrt_bindings/plugin/{_lib,_tensor,
+# _autotune,_top_level}.py in the tensorrt-cu13-bindings 10.15.1.29 and 10.16.1.11 wheels (their
+# public API, per wheel with its sha256: ../tensorrt_plugin_api.json; the check:
+# plugins.tree_verify.typecheck.stub_mismatches, tests/unit/test_plugin_mypy.py). Types are ours:
+# the source annotates few of them (e.g. `register` returns a bare Callable).
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import tensorrt as trt
@@ -63,5 +67,7 @@ class AutoTuneCombination:
 
 def register(plugin_id: str, lazy_register: bool = False) -> Callable[[_F], _F]: ...
 def impl(plugin_id: str) -> Callable[[_F], _F]: ...
+def aot_impl(plugin_id: str) -> Callable[[_F], _F]: ...
 def autotune(plugin_id: str) -> Callable[[_F], _F]: ...
+def cdiv(first: int | ShapeExpr, second: int | ShapeExpr) -> ShapeExpr: ...
 def from_shape_expr(shape_expr: tuple[ShapeExpr | int, ...] | ShapeExprs, dtype: trt.DataType) -> TensorDesc: ...
