@@ -14,27 +14,16 @@ The folder is self-contained: nothing here reads the recipe or the checkpoint.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.engines.opened import Opened, drafter_for
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
-from builder.speculative.drafters import DrafterFactory, drafter_factory, drafter_shape, label
+from builder.speculative.drafters import drafter_factory, label
 
 ENGINE_JSON = "engine.json"
 FORMAT = 1
-
-
-@dataclass
-class Opened:
-    engine: OrtEngine
-    make_drafter: DrafterFactory
-    label: str
-    drafter: dict[str, Any]  # the drafter config in use
-    tokenizer_path: Path
-    stop_ids: list[int]
-    meta: dict[str, Any]  # engine.json
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
@@ -43,18 +32,6 @@ def read_meta(folder: Path) -> dict[str, Any]:
     if meta.get("format") != FORMAT or meta.get("backend") != "onnxruntime":
         raise ValueError(f"{path}: not an ONNX Runtime engine folder of format {FORMAT}")
     return meta
-
-
-def drafter_for(meta: dict[str, Any], drafter: dict[str, Any] | None) -> dict[str, Any]:
-    """The drafter config to run (`drafter` or the folder's own), checked against what the engine holds."""
-    config = drafter or meta["drafter"]
-    shape = drafter_shape(config)
-    room = meta["capacity"] - meta["max_seq_len"]
-    if shape["max_nodes"] > room:
-        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for {room}")
-    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
-        raise ValueError("this engine has no fused Medusa heads for that tree")
-    return config
 
 
 def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
