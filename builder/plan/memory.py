@@ -67,6 +67,8 @@ class MemoryPlan:
     problems: list[str] = field(default_factory=list)
     layout: str = ""  # what the plan assumed of the engines (own engines: dtypes, KV layout, scratch)
     scratch_bytes: dict[str, int] = field(default_factory=dict)  # own engines: "engine/profile" -> estimate
+    io_slot_bytes: dict[str, int] = field(default_factory=dict)  # tensorrt: device I/O slots per engine
+    pinned_host_bytes: int = 0  # tensorrt: the I/O slots' pinned host staging (host RAM, not the GPU)
     draft_kv_bytes_per_token: int = 0  # own engines: the EAGLE draft's KV per token (model.dtype)
 
     def to_json(self) -> dict:

@@ -22,9 +22,13 @@ scratch   activation memory per optimization profile (step: T = CAP − max_seq_
           the larger of the attention ([N, (H + 2KV)·D + H·D]), MLP ([N, 3I]) and EAGLE fc ([N, 3C]) working
           sets, the additive mask [slots, 1, T, CAP] (the TensorRT form attends every slot), the logits
           [slots, Tv, V] in model.dtype plus their float32 copy (the EAGLE draft's log-softmax another), the
-          Medusa heads' [slots, Hm, C + V]. tensorrt: one execution context per profile, each with its own
-          scratch (the runtime today), summed over profiles and engines; onnxruntime: one arena per session,
-          its larger profile. An estimate: TensorRT's own figure per profile is in the engine manifest.
+          Medusa heads' [slots, Hm, C + V]. tensorrt: ONE device-memory arena shared by every profile's
+          execution context of every engine of the folder (`builder.engines.tensorrt.device.Lane`): the largest
+          profile's scratch; plus per engine the runtime's device I/O slots — every non-cache tensor of the
+          contract at its largest shape over the profiles (T* = max(max_input_len, step nodes), rounded up
+          to 256 bytes; `runtime.IoSlots`), which are held once more in pinned host memory. onnxruntime: one
+          arena per session, its larger profile. An estimate: TensorRT's own figure per profile
+          (device_memory_max_bytes) is in the engine manifest.
 fits      weights + KV + scratch + runtime reserve ≤ the device's memory (host RAM on the CPU).
 tp / pp   trtspec's engines run on one device; with tp or pp > 1 the figures are per rank as if the layers
           and heads were split (as TensorRT-LLM would), which these engines do not do (the layout line says so).
@@ -62,7 +66,8 @@ class Layout:
         kv, d = math.ceil(a.num_kv_heads / tp), a.dim_per_head
         draft = f"; EAGLE draft [{self.slots}, {kv}, {self.draft_capacity}, {d}] in {self.act}" if self.draft_capacity else ""
         split = "" if tp * pp == 1 else f"; tp={tp} pp={pp}: per rank as if split (these engines do not split)"
-        ctx = "one TensorRT context per profile" if self.backend == "tensorrt" else "one ONNX Runtime arena per session"
+        ctx = ("one TensorRT arena shared by every profile's context, + device I/O slots (pinned on the host too)"
+               if self.backend == "tensorrt" else "one ONNX Runtime arena per session")
         fp8 = f"FP8 linears 1 byte + {self.act} scales" if self.backend == "tensorrt" else "FP8 folded to float32"
         return (f"{self.backend} engines ({', '.join(self.engines)}): weights in {self.act} ({fp8}) · KV per-slot "
                 f"contiguous, not paged: per layer [{self.slots} slots, {kv}, CAP {self.capacity}, {d}] in {self.kv}{draft}"
@@ -152,6 +157,31 @@ def scratch(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
     return out
 
 
+def io_slots(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
+    """tensorrt: bytes of each engine's I/O slots (module docstring), from the I/O contract."""
+    from builder.export.contract import EAGLE, TARGET, Precision, nbytes
+
+    b, spec = recipe.build, recipe.speculative
+    n = lay.capacity - b.max_seq_len  # step nodes
+    top_k = spec.tree.top_k if spec.method == "eagle" and spec.tree.type == "dynamic" else 10
+    heads = spec.num_heads if spec.method == "medusa" else 0
+    rows = max(b.max_input_len, lay.draft_capacity - b.max_seq_len)
+    sizes = {"target": {"B": lay.slots, "T": max(b.max_input_len, n), "Tv": n, "P": n, "W": n, "C": a.hidden_size,
+                        "Hm": heads, "K": top_k},
+             "eagle": {"B": lay.slots, "F": rows, "U": rows, "C": a.hidden_size, "K": top_k}}  # fmt: skip
+    precision = Precision(lay.act, lay.kv)
+    out = {}
+    for engine in lay.engines:
+        graph = "eagle" if engine == "eagle" else "target"
+        contract = EAGLE if graph == "eagle" else TARGET
+        total = 0
+        for io in ("inputs", "outputs"):
+            for t in contract.specs(io, layers=0, rejection=engine == "rejection", medusa=heads > 0):
+                total += -(-nbytes(precision.resolve(t.dtype), [sizes[graph][d] for d in t.dims]) // 256) * 256
+        out[engine] = total
+    return out
+
+
 def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryPlan:
     """The memory plan of a tensorrt or onnxruntime recipe (module docstring)."""
     name, total = device_memory(recipe)
@@ -168,10 +198,13 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
     for c in plan.components:
         plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
     plan.scratch_bytes = scratch(recipe, a, lay)
-    per_profile = plan.scratch_bytes.values()
-    if lay.backend != "tensorrt":  # one arena per session: its larger profile
-        per_profile = [max(v for k, v in plan.scratch_bytes.items() if k.startswith(f"{e}/")) for e in lay.engines]
-    plan.activation_bytes = sum(per_profile)
+    if lay.backend == "tensorrt":  # one arena shared by every context, + each engine's I/O slots
+        plan.io_slot_bytes = io_slots(recipe, a, lay)
+        plan.pinned_host_bytes = sum(plan.io_slot_bytes.values())
+        plan.activation_bytes = max(plan.scratch_bytes.values()) + plan.pinned_host_bytes
+    else:  # one arena per session: its larger profile
+        plan.activation_bytes = sum(max(v for k, v in plan.scratch_bytes.items() if k.startswith(f"{e}/"))
+                                    for e in lay.engines)  # fmt: skip
     plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
     plan.kv_dtype = SHORT[lay.kv]
     plan.kv_bytes_per_token = kv_per_token(a, lay.kv, math.ceil(a.num_layers / pp), tp)

@@ -76,8 +76,11 @@ def _own_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     """trtspec's own engines: per-slot contiguous KV, scratch per profile (`builder.plan.own_engines`)."""
     rows = [("weights total", _gib(m["weight_bytes"])), ("runtime reserve", _gib(m["runtime_reserve_bytes"]))]
     rows += [(f"scratch {k} (estimate)", _gib(v)) for k, v in m["scratch_bytes"].items()]
+    rows += [(f"I/O slots {k}", _gib(v)) for k, v in m.get("io_slot_bytes", {}).items()]
+    if m.get("pinned_host_bytes"):
+        rows.append(("pinned host staging (host RAM)", _gib(m["pinned_host_bytes"])))
     rows += [
-        ("scratch counted", _gib(m["activation_bytes"])),
+        ("scratch counted (arena + I/O slots)" if m.get("io_slot_bytes") else "scratch counted", _gib(m["activation_bytes"])),
         ("device memory", _gib(m["device_bytes"])),
         (f"KV bytes per token ({m['kv_dtype']})", f"{m['kv_bytes_per_token']:,}"),
     ]

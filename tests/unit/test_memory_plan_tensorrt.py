@@ -59,8 +59,15 @@ def test_llama3_8b_fp8_h100_by_hand():
     prefill = 16 * 2048 * (row + cap * 2) + 16 * 1 * 128256 * 6  # 2048 prompt tokens, one verify node
     assert m["scratch_bytes"] == {"greedy/step": step, "greedy/prefill": prefill}
     assert (step, prefill) == (337_987_584, 3_637_764_096)
-    assert m["activation_bytes"] == step + prefill  # one context per profile, each its own scratch
-    assert m["headroom_bytes"] == H100_BYTES - 9_084_483_968 - 2 * GIB - step - prefill - 4_320_133_120
+    # the runtime's device I/O slots (every non-cache tensor at its largest: T* = max(2048 prompt, 24 nodes),
+    # each rounded up to 256 bytes), held again in pinned host memory
+    up = lambda n: -(-n // 256) * 256  # noqa: E731
+    inputs = 2 * 16 * 2048 * 8 + 16 * 2048 * 2048 + 2 * up(16 * 8) + 16 * 24 * 8 + 16 * 24 * 24 * 4
+    outputs = 2 * up(16 * 4) + 16 * 24 * 4 + 16 * 24 * 8 + 16 * 2048 * 4096 * 2  # ..., hidden [B, T*, C] bf16
+    assert m["io_slot_bytes"] == {"greedy": inputs + outputs} and m["pinned_host_bytes"] == inputs + outputs
+    # one arena shared by both profiles' contexts: the larger profile's scratch
+    assert m["activation_bytes"] == max(step, prefill) + inputs + outputs
+    assert m["headroom_bytes"] == H100_BYTES - 9_084_483_968 - 2 * GIB - prefill - inputs - outputs - 4_320_133_120
     assert m["fits"] and "per-slot contiguous" in m["layout"] and "float8e4m3fn" in m["layout"]
 
 
