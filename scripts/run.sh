@@ -5,13 +5,17 @@
 # with tritonserver and streams one request through it, runs a short `trtspec bench` (perf_analyzer:
 # speculative vs no-speculation baseline, report in out/bench/<recipe>-quick/), then profiles every method's
 # acceptance side by side (out/acceptance.json).
-# Pass another recipe as the first argument to run the same job with it.
+# Pass another recipe as the first argument to run the same job with it: a path, or a recipe name
+# (recipes/NAME.yaml), e.g. `scripts/run.sh regime-llama3-eagle2` for the memory-bound regime fixture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 TRTSPEC=.venv/bin/trtspec
 PY=.venv/bin/python
 RECIPE=${1:-recipes/tiny-llama3.yaml}
+if [ ! -f "$RECIPE" ] && [ -f "recipes/$RECIPE.yaml" ]; then
+  RECIPE="recipes/$RECIPE.yaml"
+fi
 STEM=$(basename "$RECIPE" .yaml)
 mkdir -p out
 SERVER_PID=""

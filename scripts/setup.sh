@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Idempotent setup: a virtualenv in .venv with trtspec (CPU toolchain + test tools) installed.
-# Safe to run repeatedly: it only reinstalls when pyproject.toml or this script changed.
+# Idempotent setup: a virtualenv in .venv with trtspec (CPU toolchain + test tools) installed, and the
+# regime fixture (tests/fixtures/regime-llama3, git-ignored) made from the shipped tiny one.
+# Safe to run repeatedly: it only reinstalls when pyproject.toml or this script changed, and only
+# remakes the fixture when its sources or its code changed (a hash check, ~0.3 s; making it ~2 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -9,7 +11,12 @@ VENV=.venv
 STAMP=$VENV/.trtspec-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
+regime_fixture() {
+  "$VENV/bin/python" scripts/make_regime_fixture.py --quiet
+}
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/trtspec" ]; then
+  regime_fixture
   exit 0
 fi
 
@@ -25,7 +32,7 @@ fi
 # torch first and pinned: 2.13.0 has a CPU build on these machines' disk; anything newer pulls a
 # multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[cpu,dev,serve]"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,dev,serve,peers]"
 # Triton Inference Server 2.51 (inside nvidia-pytriton) and perf_analyzer 2.51 + the Python client (tritonclient):
 # --no-deps, since their numpy<2 / protobuf<5 pins would downgrade what onnx needs (pyproject.toml, serve extra).
 "$VENV/bin/python" -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "tritonclient==2.51.0"
@@ -34,4 +41,5 @@ fi
 # Type stubs for the TensorRT adapter; --no-deps because `tensorrt` itself is not installable here.
 "$VENV/bin/python" -m pip install -q --no-deps "tensorrt-stubs==10.13.0.35.1"
 echo "$want" > "$STAMP"
+regime_fixture
 echo "setup: ready ($VENV)"

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from builder.bench import peers
 from builder.bench.acceptance import decoders, run_method
 from builder.data.humaneval import heldout_prompts
+from builder.errors import UserError
 from builder.stages.decoders import Decoder, load_tokenizer
 from builder.stages.parts import local_dir
 from builder.recipe.loader import LoadedRecipe
@@ -42,6 +43,33 @@ from builder.speculative.engine import Draft
 ROW_GROUPS = ("hf", "ortgenai", "llamacpp", "ours", "torch")
 DEFAULT_ROWS = ("hf", "ortgenai", "llamacpp", "ours")
 Generate = Callable[[Sequence[int], int], peers.PeerOutput]
+# A fixture's recipe set, by name: the first recipe gives plain decoding and its own Lookahead
+# (`acceptance.decoders`), the others one method each. regime-llama3 is the tiny fixture inflated into
+# a memory-bound regime (builder/fixture/regime.py; made at setup).
+FIXTURES = {
+    "tiny-llama3": ("tiny-llama3.yaml", "tiny-llama3-eagle2.yaml", "tiny-llama3-eagle1.yaml",
+                    "tiny-llama3-medusa.yaml"),
+    "regime-llama3": ("regime-llama3-lookahead.yaml", "regime-llama3-eagle2.yaml", "regime-llama3-eagle1.yaml",
+                      "regime-llama3-medusa.yaml"),
+}  # fmt: skip
+DEFAULT_FIXTURE = "tiny-llama3"
+
+
+def resolve_recipes(names: Sequence[str], recipes_dir: Path) -> list[Path]:
+    """Recipe files from fixture names (`FIXTURES`), recipe names (`recipes_dir`/NAME.yaml) or paths."""
+    out: list[Path] = []
+    for name in names or [DEFAULT_FIXTURE]:
+        if name in FIXTURES:
+            out += [recipes_dir / r for r in FIXTURES[name]]
+        elif Path(name).is_file():
+            out.append(Path(name))
+        elif "/" not in name and (recipes_dir / f"{name}.yaml").is_file():
+            out.append(recipes_dir / f"{name}.yaml")
+        else:
+            stems = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
+            raise UserError(f"no recipe or fixture named {name!r}", field="recipes",
+                            allowed=", ".join([*FIXTURES, *stems]) + ", or a recipe path")  # fmt: skip
+    return out
 
 
 def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, rows: Sequence[str] = DEFAULT_ROWS,
@@ -321,7 +349,8 @@ def _f(x: Any, fmt: str, suffix: str = "") -> str:
 
 
 def table(report: dict[str, Any]) -> str:
-    out = [f"decode benchmark — {report['prompts']} prompts × {report['max_new_tokens']} new tokens, batch 1, "
+    out = [f"decode benchmark on {Path(report['checkpoint']).parent.name} ({report['recipe']}) — "
+           f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens, batch 1, "
            f"{report['threads']} thread(s) per row (trtspec-ort: 1 ORT thread, as build_decoder builds it), "
            f"stop tokens off; every row checked token for token against HF greedy",
            "verify ms/step is an ESTIMATE: a standalone decomposed TreeVerify on [1, T, V] logits with the "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from builder.files import staged_dir  # noqa: F401  (re-exported: the exporters stage their folders)
 
 F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 ELEM = {"float32": F32, "bfloat16": TensorProto.BFLOAT16, "float16": TensorProto.FLOAT16,
@@ -279,24 +280,3 @@ def data_sink(out_dir: Path, location: str) -> Iterator[DataSink]:
     finally:
         sink.close()
         Path(tmp).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def staged_dir(out_dir: Path) -> Iterator[Path]:
-    """Yield an empty temp folder beside `out_dir`; on success it replaces `out_dir` (rename), on any
-    error or interrupt it is deleted, so `out_dir` is never half-written."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        yield tmp
-        old = None
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / out_dir.name)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
