@@ -13,7 +13,7 @@ H100 only past ~64), so pick the budget from the measured step-cost curve, not a
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from typing import Mapping, Sequence
 
 Choice = tuple[int, ...]
 
@@ -48,3 +48,21 @@ def best_choices(
             for r in range(ranks):
                 heapq.heappush(heap, (neg_p * accuracy[len(choice)][r], (*choice, r)))
     return sorted(chosen, key=lambda c: (len(c), c))
+
+
+def ranked_measured_choices(
+    probability: Mapping[Choice, float],  # P(node c accepted in a step), measured per node
+    num_nodes: int,
+    max_depth: int | None = None,
+) -> list[Choice]:
+    """The `num_nodes` most often accepted choices (depth <= max_depth), best first.
+
+    A node is accepted only when its parent is, so measured P never grows from parent to child; ties go
+    to the shorter, then the lexicographically smaller choice, so the parent always precedes its child and
+    every prefix of the ranking is prefix-closed (given every measured node's parent was measured too).
+    Sum of P over a prefix of the ranking is then the most any prefix-closed tree of that size accepts.
+    """
+    pool = [c for c in probability if max_depth is None or len(c) <= max_depth]
+    if any(len(c) > 1 and c[:-1] not in probability for c in pool):
+        raise ValueError("every measured choice needs its parent measured too (a prefix-closed table)")
+    return sorted(pool, key=lambda c: (-probability[c], len(c), c))[:num_nodes]

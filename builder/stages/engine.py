@@ -2,21 +2,31 @@
 
 cpu: the ONNX Runtime-ready graphs (hard links to the export stage's files where the filesystem allows,
 else copies), the tokenizer, and engine.json (see `builder.engines.ort.load`); the sessions are opened
-once as a check. GPU targets: TensorRT engines from the export stage's TensorRT-form graphs, with
-engine.json of backend "tensorrt" (`builder.engines.tensorrt.folder`), built only where TensorRT ≥ 10.15
-imports — elsewhere the stage stops with `NeedsGpu` (exit code 3, saying why) after everything before
-it is cached.
+once as a check. Then step(T) is timed on this host for every tree size the engine has room for and every
+batch size up to build.max_batch_size (and the EAGLE draft graph's calls), as TensorRT times tactics, and
+recorded as engine.json's "step_curve" (`builder.tune.curve`): the cost `trtspec tune` weighs E[τ] by.
+
+GPU targets: TensorRT engines from the export stage's TensorRT-form graphs, with engine.json of backend
+"tensorrt" (`builder.engines.tensorrt.folder`), built only where TensorRT ≥ 10.15 imports — elsewhere the
+stage stops with `NeedsGpu` (exit code 3, saying why) after everything before it is cached.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
+import statistics
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 from builder.files import link_or_copy
 from builder.stages.context import NeedsGpu, StageContext
 from builder.stages.manifest import tool_versions
+
+CURVE_BUDGET_S = 1.0  # seconds of target steps timed per engine (plus half that for an EAGLE draft graph)
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -63,6 +73,170 @@ def run(ctx: StageContext, out: Path) -> None:
     ctx.say("opening the sessions once (check)")
     opened = open_engine(out)
     ctx.info.update(variant=info["variant"], label=opened.label, kv_bytes=opened.engine.kv.nbytes)
+    _step_curve(ctx, out, meta)
+
+
+def _step_curve(ctx: StageContext, out: Path, meta: dict) -> None:
+    """Time step(T) on this host for every tree size the engine has room for and record the curve in
+    engine.json ("step_curve") and the stage manifest: what `trtspec tune` weighs E[τ] by."""
+    from builder.engines.ort.load import ENGINE_JSON
+
+    ctx.say("timing step(T) on this host (the step-cost curve)")
+    curve = measure_folder(out, meta["max_batch_size"], threads=1, budget_s=CURVE_BUDGET_S)
+    meta["step_curve"] = curve
+    (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    ctx.info["step_curve"] = {"source": "measured", "threads": 1, "batches": [int(b) for b in curve["target"]],
+                              "batch1_ms": curve["target"]["1"]}  # fmt: skip
+
+
+# -- the step-cost curve (engine.json "step_curve"; read by `builder.tune.curve.StepCurve`) ------------------------
+#
+# For every batch size b (`batch_grid`) and tree size T (`size_grid`, up to the nodes the engine has room for)
+# one target step over b sequences with a T-node chain each is timed: the median of a few steps after one
+# warm-up (bindings are built on first use), after a random prompt of CURVE_PAST tokens per sequence. A chain
+# costs what any T-node tree costs: the graph's work depends on T, not on the mask's shape. EAGLE engines also
+# time their draft graph: `expand` over F tentative nodes and `extend` committing M pairs. Bounded: each point
+# gets budget / points seconds (MIN..MAX_REPEATS steps), so a tiny engine's curve costs about a second.
+
+MIN_REPEATS, MAX_REPEATS = 3, 15
+CURVE_PAST = 128  # prompt tokens before the timed steps (HumanEval prompts are ~100-200 tokens)
+
+
+def size_grid(room: int) -> list[int]:
+    """Tree sizes to time for an engine with room for `room` nodes: every size to 8, then ~1.25x apart, and room."""
+    sizes, n = [], 1
+    while n < room:
+        sizes.append(n)
+        n = n + 1 if n < 8 else max(n + 1, round(n * 1.25))
+    return sizes + [room]
+
+
+def batch_grid(max_batch: int) -> list[int]:
+    """Batch sizes to time: powers of two below max_batch, and max_batch."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return out + [max_batch]
+
+
+def _timed(fn: Callable[[], Any], seconds: float) -> float:
+    """Median ms of fn() over MIN..MAX_REPEATS calls fitting in `seconds`, after one warm-up call."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    reps = int(min(MAX_REPEATS, max(MIN_REPEATS, seconds / max(first, 1e-6))))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _start(engine: Any, b: int, past: int, rng: Any) -> tuple[list[int], list[int]]:
+    from builder.speculative.engine import SamplingBatch
+
+    seqs, pre = engine.start([rng.integers(0, engine.vocab_size, past).tolist() for _ in range(b)],
+                             SamplingBatch.all_greedy(b, 1))  # fmt: skip
+    return seqs, [int(x) for x in pre.tokens]
+
+
+def target_table(engine: Any, sizes: list[int], batches: list[int], budget_s: float) -> dict[str, dict[str, float]]:
+    """{batch: {T: median ms of one step}} over the `Engine` protocol; sequences restart before they would overflow."""
+    import numpy as np
+
+    from builder.speculative.engine import Draft, SamplingBatch
+    from builder.speculative.tree import tree_from_parents
+
+    rng = np.random.default_rng(0)
+    per_point, most = budget_s / (len(sizes) * len(batches)), (MAX_REPEATS + 1) * max(sizes)
+    past = max(1, min(CURVE_PAST, engine.max_seq_len - most - 1))  # a fresh start always fits
+    out: dict[str, dict[str, float]] = {}
+    for b in batches:
+        seqs, roots = _start(engine, b, past, rng)
+        out[str(b)] = {}
+        for t in sizes:
+            if max(engine.committed_len(s) for s in seqs) + (MAX_REPEATS + 1) * t + 1 > engine.max_seq_len:
+                for s in seqs:
+                    engine.release(s)
+                seqs, roots = _start(engine, b, past, rng)
+            tree, greedy = tree_from_parents([-1] + list(range(t - 1))), SamplingBatch.all_greedy(b, t)
+
+            def step() -> None:
+                drafts = [Draft(np.concatenate([[r], rng.integers(0, engine.vocab_size, t - 1)]).astype(np.int64),
+                                tree.mask, tree.depth, tree.paths) for r in roots]  # fmt: skip
+                res = engine.step(seqs, drafts, greedy)
+                roots[:] = [int(res.tokens[i, int(res.accepted_len[i]) - 1]) for i in range(b)]
+
+            out[str(b)][str(t)] = round(_timed(step, per_point), 5)
+        for s in seqs:
+            engine.release(s)
+    return out
+
+
+def draft_tables(net: Any, widths: list[int], pairs: list[int], batches: list[int],
+                 budget_s: float) -> tuple[dict, dict]:  # fmt: skip
+    """({batch: {F: ms}}, {batch: {M: ms}}) of an `EagleNet`'s expand (F tentative nodes) and extend (M pairs)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    per_point = budget_s / ((len(widths) + len(pairs)) * len(batches))
+    expand: dict[str, dict[str, float]] = {}
+    extend: dict[str, dict[str, float]] = {}
+    for b in batches:
+        seqs = list(range(10_000, 10_000 + b))  # sequence ids of our own: the net keeps its own rows
+        net.start(seqs)
+        tokens = rng.integers(0, 100, (b, CURVE_PAST)).astype(np.int64)  # [B, M]
+        hidden = rng.standard_normal((b, CURVE_PAST, net.hidden_size)).astype(np.float32)  # [B, M, C]
+        net.extend(seqs, tokens, hidden, np.full(b, CURVE_PAST, dtype=np.int64))
+        expand[str(b)], extend[str(b)] = {}, {}
+        for f in widths:
+            pos = np.array([[net.committed_len(s)] * f for s in seqs], dtype=np.int64)  # [B, F]
+            mask = np.broadcast_to(np.eye(f, dtype=bool), (b, f, f)).copy()  # [B, F, F] each node itself
+            toks, hid = tokens[:, :1].repeat(f, 1), hidden[:, :1].repeat(f, 1)
+            expand[str(b)][str(f)] = round(_timed(lambda: net.expand(seqs, toks, hid, pos, 0, mask), per_point), 5)
+        for m in pairs:
+            if max(net.committed_len(s) for s in seqs) + (MAX_REPEATS + 1) * m + 1 > net.capacity:
+                break
+            toks, hid, n = tokens[:, :m], hidden[:, :m], np.full(b, m, dtype=np.int64)
+            extend[str(b)][str(m)] = round(_timed(lambda: net.extend(seqs, toks, hid, n), per_point), 5)
+        for s in seqs:
+            net.release(s)
+    return expand, extend
+
+
+def host_about(threads: int) -> dict[str, Any]:
+    """Where a curve was measured (a curve from another host does not describe this one)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "threads": threads, "past": CURVE_PAST}
+
+
+def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: float = CURVE_BUDGET_S) -> dict[str, Any]:
+    """The step curve (engine.json form) of an ONNX Runtime engine folder: its target graph for T = 1..room and,
+    for EAGLE, its draft graph, opened with room for `max_batch` sequences."""
+    from builder.engines.ort.eagle import OrtEagleNet
+    from builder.engines.ort.load import open_engine
+
+    opened = open_engine(folder, max_batch_size=max_batch, threads=threads)
+    meta, batches = opened.meta, batch_grid(max_batch)
+    room = meta["capacity"] - meta["max_seq_len"]
+    target = target_table(opened.engine, size_grid(room), batches, budget_s)
+    curve = {"source": "measured", "unit": "ms", "target": target, "expand": {}, "extend": {},
+             "about": host_about(threads)}  # fmt: skip
+    e = meta.get("eagle")
+    if e is not None:  # a level's frontier holds at most room - 1 nodes
+        net = OrtEagleNet(folder / e["graph"], layers=e["layers"], kv_heads=e["kv_heads"], head_dim=e["head_dim"],
+                          hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"], max_batch_size=max_batch,
+                          threads=threads)  # fmt: skip
+        widths = size_grid(max(room - 1, 1))
+        curve["expand"], curve["extend"] = draft_tables(net, widths, [1, 2, 4, 8], batches, budget_s / 2)
+    return curve
 
 
 def _gpu(ctx: StageContext, out: Path) -> None:
