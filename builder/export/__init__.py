@@ -1,8 +1,9 @@
 """ONNX export: hand-built step graphs (onnx.helper) for the ONNX Runtime engine and the TensorRT path.
 
 Modules: `contract` (the graph I/O contract as data: names, shapes, dtypes), `graph` (builder, weights
-streamed to the external-data file, save, node counts, staged writes), `attention` (the two attention
-variants and the tree mask), `llama` (decoder layers from `builder.model.llama`), `qdq` (FP8:
+streamed to the external-data file, save, node counts, staged writes), `attn_base`, `attention`,
+`ort_variant` (the two attention variants and the tree mask), `verify` (the `ort` twin's greedy
+verification), `llama` (decoder layers from `builder.model.llama`), `qdq` (FP8:
 QuantizeLinear / DequantizeLinear to FLOAT8E4M3FN from modelopt's scales), `medusa` (heads fused into the
 target), `target` (`export_target`), `eagle` (`export_eagle`), `lower` (the float32 lowering of a GPU-form
 graph for ONNX Runtime), `tensorrt` (the TensorRT form), `artifacts` (files + `ExportResult`).
@@ -95,8 +96,15 @@ Engine obligations
     under a masked slot still poisons the softmax · V product.
 
 Variants: `standard` (ONNX opset-24 standard ops: RotaryEmbedding, TensorScatter, Attention,
-RMSNormalization, Swish — the graph a TensorRT rewrite starts from) and `ort` (ONNX Runtime contrib ops:
-GroupQueryAttention on the packed QKV with in-place KV at per-row offsets, SkipSimplifiedLayerNormalization,
-QuickGelu; needs head_dim % 16 == 0, refused at export otherwise). See `builder.export.attention`.
-Measured on the tiny fixture they tie within ~5 % (`builder.export.bench`).
+RMSNormalization, Swish — the graph a TensorRT rewrite starts from) and `ort` (the lean graph ONNX Runtime
+runs on the CPU, laid out per layer as ONNX Runtime GenAI's model builder lays a Llama layer out:
+SkipSimplifiedLayerNormalization, packed QKV, GroupQueryAttention with the rotary inside and in-place KV at
+per-row offsets, the tree as an attention bias, separate gate / up MatMuls, QuickGelu; an If skips the tree
+bias and the tree verification for plain steps; float32 only, head_dim % 16 == 0). See
+`builder.export.attention`, `builder.export.ort_variant`, `builder.export.verify`; measured with ORT's
+profiler by scripts/profile_step.py (`builder.bench.profile`), beside ONNX Runtime GenAI's graph.
+
+`hidden` is emitted by both variants although only EAGLE reads it: the host side
+(`builder.engines.batched.BatchedTarget`) binds and reads it for every method. It costs no kernel: it is the
+final norm's output, which the LM head needs anyway, written straight into the bound buffer.
 """

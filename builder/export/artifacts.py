@@ -4,7 +4,8 @@ a manifest (`export.json`), all staged in a temp folder and renamed into place o
 Files in `out_dir` for a graph named `stem`:
     {stem}.onnx       canonical (contains trtspec::TreeVerify where the graph verifies; checked with
                       onnx.checker full_check)
-    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it, lowered to float32 when it is a GPU-form
+    {stem}.ort.onnx   `plugins.tree_verify.onnx_op.decompose` of it (greedy TreeVerify of the `ort` variant:
+                      `builder.export.verify.lean_greedy`), lowered to float32 when it is a GPU-form
                       graph (bfloat16 / float16, FP8 caches: `builder.export.lower`), repeated
                       subexpressions merged (the decomposition's ArgMax over the logits is `node_argmax`'s),
                       dead nodes pruned, FP8 weight DequantizeLinear spelled Cast · scale so ORT folds it
@@ -27,6 +28,7 @@ from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, pru
                                   staged_dir)  # fmt: skip
 from builder.export.lower import lower
 from builder.export.qdq import ort_foldable
+from builder.export.verify import lean_greedy
 from plugins.tree_verify import onnx_op
 
 MANIFEST = "export.json"
@@ -62,7 +64,7 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
             os.replace(sink.path, tmp / names["data"])
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
-        ort_model = ort_twin(model)
+        ort_model = ort_twin(model, lean=settings.get("variant") == "ort")
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         inputs = tuple(i.name for i in model.graph.input)
@@ -79,9 +81,10 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
                         out_dir / MANIFEST, counts, inputs, outputs)  # fmt: skip
 
 
-def ort_twin(model: onnx.ModelProto) -> onnx.ModelProto:
-    """What ONNX Runtime loads for `model` (see the module docstring)."""
-    return ort_foldable(prune(dedupe(lower(onnx_op.decompose(model)))))
+def ort_twin(model: onnx.ModelProto, lean: bool = False) -> onnx.ModelProto:
+    """What ONNX Runtime loads for `model` (see the module docstring); `lean` (the `ort` variant): greedy
+    TreeVerify nodes become `builder.export.verify.lean_greedy`'s nodes, not the general decomposition."""
+    return ort_foldable(prune(dedupe(lower(onnx_op.decompose(lean_greedy(model) if lean else model)))))
 
 
 def check(path: Path) -> None:

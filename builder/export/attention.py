@@ -1,17 +1,12 @@
-"""The two attention variants of the exported graphs, and the attention mask they share.
-
-A variant emits, for one graph, the per-graph attention inputs (`prepare`: mask or bias, live length,
-sequence lengths, RoPE tables) and, per layer, the norms, the attention block (packed QKV MatMul to the
-pre-`o_proj` output, writing the layer's cache) and the SiLU:
+"""The two attention variants of the exported graphs (`builder.export.attn_base`: what they share).
 
 * `standard` — ONNX opset-24 standard ops: `RotaryEmbedding` (23), `TensorScatter` (24) writing the new
   rows at a per-row offset, `Attention` (24) with a boolean mask over the live prefix of the cache
   (S = max(write_at + num_new) over the batch), `RMSNormalization` (23), `Swish` (24). This is the graph
-  a TensorRT rewrite starts from.
-* `ort` — ONNX Runtime contrib ops: `GroupQueryAttention` on the packed QKV (rotary inside, past and
-  present sharing one buffer, per-row `query_seqlens`, a tree `attention_bias`),
-  `SkipSimplifiedLayerNormalization` (the residual add fused into the norm; the first norm, which has
-  no residual add, is the standard `RMSNormalization`), `QuickGelu(alpha=1)` for SiLU.
+  a TensorRT rewrite starts from (here).
+* `ort` — the lean graph for ONNX Runtime's CPU provider (`builder.export.ort_variant`): the residual add
+  fused into the norm (SkipSimplifiedLayerNormalization), GroupQueryAttention with the rotary inside and the
+  tree as an attention bias, `QuickGelu`; float32 only.
 
 Per-graph values (`StepValues`): position_ids [B, T]; past_len [B]; write_at [B] (slot of new row 0:
 past_len for the target, past_len + write_offset for the EAGLE draft); num_new [B] (valid rows);
@@ -29,58 +24,18 @@ attends DequantizeLinear of the live cache. The `ort` variant is float32 only (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 import numpy as np
 
 from builder.errors import UserError
+from builder.export.attn_base import AttnShape, LayerCache, StepValues, Variant
 from builder.export.contract import CPU, Precision
-from builder.export.graph import F32, I32, Graph
+from builder.export.graph import F32, Graph
+from builder.export.ort_variant import OrtVariant
 from builder.export.qdq import fake_quant, quantize
 
-MS = "com.microsoft"
 VARIANTS = ("standard", "ort")
-
-
-@dataclass(frozen=True)
-class AttnShape:
-    heads: int  # H
-    kv_heads: int  # KV
-    head_dim: int  # D
-
-
-@dataclass(frozen=True)
-class StepValues:
-    """Graph values every layer's attention reads (names in the graph)."""
-
-    position_ids: str  # [B, T] int64
-    past_len: str  # [B] int64
-    write_at: str  # [B] int64
-    num_new: str  # [B] int64
-    tree_mask: str  # [B, T, U] bool
-
-
-@dataclass(frozen=True)
-class LayerCache:
-    past_key: str  # [B, KV, CAP, D] graph input
-    past_value: str
-    present_key: str  # [B, KV, CAP, D] graph output name to produce
-    present_value: str
-
-
-class Variant(Protocol):
-    name: str
-    opsets: dict[str, int]
-    precision: Precision
-
-    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None: ...
-    def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str: ...
-    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
-                 out: str | None = None) -> tuple[str, str]: ...  # fmt: skip
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
-                  kv_scales: tuple[float, float] | None = None) -> str: ...  # fmt: skip
-    def silu(self, g: Graph, x: str) -> str: ...
+__all__ = ["AttnShape", "LayerCache", "StepValues", "Variant", "VARIANTS", "make_variant", "StandardVariant",
+           "OrtVariant", "attend_mask"]
 
 
 def make_variant(name: str, head_dim: int, precision: Precision = CPU) -> Variant:
@@ -124,11 +79,12 @@ class StandardVariant:
 
     name = "standard"
     opsets = {"": 24}
+    fused_gate_up = True
 
     def __init__(self, precision: Precision = CPU) -> None:
         self.precision = precision
 
-    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
+    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray, shape: AttnShape) -> None:
         with g.scope("attn_prep"):
             self.step = step
             self.cos, self.sin = g.weight("rope_cos", cos), g.weight("rope_sin", sin)  # [CAP, D/2]
@@ -184,64 +140,3 @@ class StandardVariant:
 
     def silu(self, g: Graph, x: str) -> str:
         return g.op("Swish", x)
-
-
-class OrtVariant:
-    """ONNX Runtime contrib ops; see the module docstring."""
-
-    name = "ort"
-    opsets = {"": 24, MS: 1}
-    precision = CPU
-
-    def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray) -> None:
-        with g.scope("attn_prep"):
-            self.step = step
-            self.cos, self.sin = g.weight("rope_cos", cos), g.weight("rope_sin", sin)  # [CAP, D/2]
-            end = g.op("Add", step.write_at, step.num_new)  # [B] total length of each row
-            live = g.op("ReduceMax", end, keepdims=0)  # [] max over the batch
-            self.total = g.op("Cast", live, to=I32)  # [] int32 total_sequence_length
-            self.seqlens_k = g.op("Cast", g.op("Sub", end, g.const(1)), to=I32)  # [B] int32
-            self.query_seqlens = g.op("Cast", step.num_new, to=I32)  # [B] int32
-            mask = attend_mask(g, step, live)  # [B, 1, T, S]
-            dtype = np.float32 if cos.dtype == np.float32 else cos.dtype.type
-            self.bias = g.op("Where", mask, g.const(0, dtype), g.const(-np.inf, dtype))  # [B, 1, T, S]
-
-    def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str:
-        # ORT's SimplifiedLayerNormalization sits in the default domain, unknown to onnx.checker; the
-        # standard op is one node too.
-        return g.op("RMSNormalization", x, weight, out=out, epsilon=eps, axis=-1, stash_type=1)
-
-    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
-                 out: str | None = None) -> tuple[str, str]:  # fmt: skip
-        y, _, _, s = g.op_n("SkipSimplifiedLayerNormalization", x, delta, weight, outs=[out or "", "-", "-", ""],
-                            domain=MS, epsilon=eps)  # fmt: skip
-        return y, s
-
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
-                  kv_scales: tuple[float, float] | None = None) -> str:  # fmt: skip
-        qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D] packed
-        if kv_scales is None:
-            q, k, v, rope = qkv, "", "", [self.cos, self.sin, self.step.position_ids]
-        else:  # FP8 KV cache: RoPE outside, so the post-RoPE keys can be fake-quantized before GQA writes them
-            q, k, v = self._rotated(g, qkv, shape)
-            k, v = fake_quant(g, k, kv_scales[0], "k_cache"), fake_quant(g, v, kv_scales[1], "v_cache")
-            rope = ["", "", ""]
-        inputs = [q, k, v, cache.past_key, cache.past_value, self.seqlens_k, self.total, *rope, self.bias,
-                  "", "", "", "", "", self.query_seqlens]  # fmt: skip
-        y, _, _ = g.op_n("GroupQueryAttention", *inputs, outs=["", cache.present_key, cache.present_value],
-                         domain=MS, num_heads=shape.heads, kv_num_heads=shape.kv_heads,
-                         do_rotary=int(kv_scales is None), causal=1)  # fmt: skip
-        return y  # [B, T, H·D]
-
-    def _rotated(self, g: Graph, qkv: str, shape: AttnShape) -> tuple[str, str, str]:
-        """Packed QKV → q, k with RoPE applied ([B, T, H·D], [B, T, KV·D]) and v [B, T, KV·D]."""
-        H, KV, D = shape.heads, shape.kv_heads, shape.head_dim
-        q, k, v = g.op_n("Split", qkv, g.const([H * D, KV * D, KV * D]), outs=3, axis=-1)
-        pos = self.step.position_ids
-        q = g.op("RotaryEmbedding", q, self.cos, self.sin, pos, num_heads=H)  # [B, T, H·D]
-        k = g.op("RotaryEmbedding", k, self.cos, self.sin, pos, num_heads=KV)  # [B, T, KV·D]
-        return q, k, v
-
-    def silu(self, g: Graph, x: str) -> str:
-        return g.op("QuickGelu", x, domain=MS, alpha=1.0)
-

@@ -23,6 +23,10 @@ transposes, splits, slices on small tensors) cost about what GroupQueryAttention
 (C 1024, 16/4 heads, D 64, 4 layers, V 8192) ties as well (5.2-5.4 ms at T = 1, 20.4-20.8 ms at T = 24).
 Neither variant's step time depends on CAP (512 vs 4096 equal). Per-graph nodes (attention mask,
 TreeVerify decomposition, LM head on the verify rows) are ~1/3 of ORT's kernel time at T = 1.
+
+The table above is the `ort` variant before issue 15. The lean `ort` graph (`builder.export.ort_variant`:
+61 nodes on the tiny fixture, 10 per layer, an If for plain steps) and its ORT-profiler comparison with
+ONNX Runtime GenAI's graph: scripts/profile_step.py (`builder.bench.profile`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
 from builder.export.contract import CPU, EAGLE, Precision, declared
 from builder.export.graph import F32, DataSink, Graph, data_sink
-from builder.export.llama import check_dtype, decoder, layer_caches, layer_weights, operands, rope_tables, to_numpy
+from builder.export.llama import (attn_shape, check_dtype, decoder, layer_caches, layer_weights, operands, rope_tables,
+                                  to_numpy)  # fmt: skip
 from builder.export.qdq import Fp8Spec, LinearFp8, scales_in, single
 from builder.speculative.eagle.draft_model import EagleDraft
 
@@ -58,7 +59,7 @@ def build_eagle(
     with g.scope("step"):
         write_at = g.op("Add", "past_len", "write_offset")  # [B] slot of new row 0
     var.prepare(g, StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"),
-                *rope_tables(draft.inv_freq, max_seq_len, act))  # fmt: skip
+                *rope_tables(draft.inv_freq, max_seq_len, act), attn_shape(cfg))  # fmt: skip
     with g.scope("fc"):
         emb = g.op("Gather", g.weight("embed_tokens", to_numpy(draft.embed_tokens.weight, act)), "tokens", axis=0)
         fc_fp8 = None if fp8 is None else fp8.linears.get("fc")

@@ -104,6 +104,18 @@ class Graph:
         self._used.add(name)
         return name
 
+    def branch(self) -> "Graph":
+        """A Graph for the body of an If: its own nodes and (small) initializers, value names unique together
+        with this graph's (a body reads this graph's values by name)."""
+        sub = Graph(self.name, None)
+        sub._used, sub._scope = self._used, self._scope  # one name registry
+        return sub
+
+    def body(self, outputs: Iterable[tuple[str, int, Dims]]) -> onnx.GraphProto:
+        """This (branch) graph as an If body whose outputs are (name, element type, dims)."""
+        outs = [helper.make_tensor_value_info(name, elem, list(dims)) for name, elem, dims in outputs]
+        return helper.make_graph(self.nodes, self.fresh("body"), [], outs, self.initializers)
+
     def input(self, name: str, elem: int, dims: Dims) -> str:
         self._claim(name)
         self.inputs.append(helper.make_tensor_value_info(name, elem, list(dims)))
@@ -208,15 +220,50 @@ def node_counts(model: onnx.ModelProto) -> NodeCounts:
     return NodeCounts(len(model.graph.node), layers, dict(sorted(by_op.items())))
 
 
+def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The subgraphs of a node (an If's branches, a Loop's body)."""
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every value `node` reads: its inputs and, recursively, the names its subgraphs' nodes read (a body's
+    own values among them, harmless here: names are unique in the model)."""
+    names = {i for i in node.input if i}
+    for body in _bodies(node):
+        for inner in body.node:
+            names |= _reads(inner)
+        names |= {o.name for o in body.output}
+    return names
+
+
+def _rename_reads(node: onnx.NodeProto, rename: dict[str, str]) -> None:
+    """Apply `rename` to what `node` and its subgraphs read, in place."""
+    for i, name in enumerate(node.input):
+        node.input[i] = rename.get(name, name)
+    for body in _bodies(node):
+        for inner in body.node:
+            _rename_reads(inner, rename)
+        for o in body.output:
+            if o.name in rename:  # a body may hand an outer value straight through
+                o.name = rename[o.name]
+
+
 def prune(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Drop nodes (and initializers) that no graph output depends on; in place, returns `model`."""
+    """Drop nodes (and initializers) that no graph output depends on (through If bodies too); in place,
+    returns `model`."""
     g = model.graph
     needed = {o.name for o in g.output}
     keep: list[onnx.NodeProto] = []
     for node in reversed(g.node):
         if any(o and o in needed for o in node.output):
             keep.append(node)
-            needed.update(i for i in node.input if i)
+            needed.update(_reads(node))
     del g.node[:]
     g.node.extend(reversed(keep))
     inits = [t for t in g.initializer if t.name in needed]
@@ -227,17 +274,16 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def dedupe(model: onnx.ModelProto) -> onnx.ModelProto:
     """Common-subexpression elimination, in place: a node with the same op, inputs and attributes as an
-    earlier one is dropped and its outputs' uses read the earlier node's. (ORT's own pass leaves nodes that
-    feed graph outputs alone; this one keeps the graph-output producer when it comes first.) Run `prune`
-    afterwards for what becomes dead."""
+    earlier one is dropped and its outputs' uses (inside If bodies too) read the earlier node's. (ORT's own
+    pass leaves nodes that feed graph outputs alone; this one keeps the graph-output producer when it comes
+    first.) Run `prune` afterwards for what becomes dead."""
     g = model.graph
     outputs = {o.name for o in g.output}
     seen: dict[tuple[Any, ...], list[str]] = {}
     rename: dict[str, str] = {}
     keep: list[onnx.NodeProto] = []
     for node in g.node:
-        for i, name in enumerate(node.input):
-            node.input[i] = rename.get(name, name)
+        _rename_reads(node, rename)
         key = (node.domain, node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
         first = seen.get(key)
         if first is None or any(o in outputs for o in node.output) or len(first) != len(node.output):

@@ -1,9 +1,10 @@
 """Llama decoder layers as ONNX nodes, weights read from a `builder.model.llama` module.
 
 Per layer: norm → packed QKV MatMul → attention (the variant's) → o_proj MatMul → residual add + norm →
-fused gate_up MatMul → Split → SiLU · up → down MatMul; the next layer's (or the final) norm takes the
-residual add. Weights are numpy arrays in the graph's activation dtype (`contract.Precision.act`: float32,
-bfloat16 or float16, converted from the module's own dtype), laid out [in, out] for MatMul, or FP8
+gate and up (one fused gate_up MatMul + Split, or two MatMuls: the variant's `fused_gate_up`) → SiLU · up
+→ down MatMul; the next layer's (or the final) norm takes the residual add. Weights are numpy arrays in the
+graph's activation dtype (`contract.Precision.act`: float32, bfloat16 or float16, converted from the module's
+own dtype), laid out [in, out] for MatMul, or FP8
 (`builder.export.qdq.Fp8Weight`: Q/DQ of the input, DequantizeLinear of the FP8 weight, scales in the
 activation dtype) where the model's `Fp8Spec` quantizes the linear; with KV scales the layer's keys and
 values are quantized before the cache write (`builder.export.attention`).
@@ -23,7 +24,7 @@ from torch import nn
 
 from builder.errors import UserError
 from builder.export import qdq
-from builder.export.attention import AttnShape, LayerCache, Variant
+from builder.export.attn_base import AttnShape, LayerCache, Variant
 from builder.export.contract import cache_names
 from builder.export.graph import Graph
 from builder.export.qdq import Fp8Spec, Fp8Weight
@@ -155,7 +156,25 @@ def decoder(
 
 def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights, dtype: str) -> str:  # [B, T, C] -> [B, T, C]
     inter = (w.down.data if isinstance(w.down, Fp8Weight) else w.down).shape[0]
-    gu = g.op("MatMul", *operands(g, h, w.gate_up, "gate_up", dtype))  # [B, T, 2I]
-    gate, up = g.op_n("Split", gu, g.const([inter, inter]), outs=2, axis=-1)  # [B, T, I] each
+    if variant.fused_gate_up:
+        gu = g.op("MatMul", *operands(g, h, w.gate_up, "gate_up", dtype))  # [B, T, 2I]
+        gate, up = g.op_n("Split", gu, g.const([inter, inter]), outs=2, axis=-1)  # [B, T, I] each
+    else:  # one input (FP8: one Q/DQ of it, site "gate_up": modelopt gives gate and up one input scale)
+        fp8 = isinstance(w.gate_up, Fp8Weight)
+        x = qdq.fake_quant(g, h, w.gate_up.input_scale, "gate_up", dtype) if fp8 else h  # type: ignore[union-attr]
+        gate, up = (g.op("MatMul", x, _weight(g, columns(w.gate_up, lo, lo + inter), base, dtype))
+                    for base, lo in (("gate", 0), ("up", inter)))  # [B, T, I] each  # fmt: skip
     act = g.op("Mul", variant.silu(g, gate), up)  # [B, T, I]
     return g.op("MatMul", *operands(g, act, w.down, "down_proj", dtype))  # [B, T, C]
+
+
+def _weight(g: Graph, w: Linear, base: str, dtype: str) -> str:
+    return qdq.weight(g, base, w, dtype) if isinstance(w, Fp8Weight) else g.weight(base, w)
+
+
+def columns(w: Linear, start: int, stop: int) -> Linear:
+    """Output columns [start, stop) of an [in, out] weight (an FP8 one keeps its scales: per column, or the one)."""
+    if not isinstance(w, Fp8Weight):
+        return np.ascontiguousarray(w[:, start:stop])
+    scale = w.scale[start:stop] if w.scale.ndim else w.scale
+    return Fp8Weight(np.ascontiguousarray(w.data[:, start:stop]), np.ascontiguousarray(scale), w.input_scale)

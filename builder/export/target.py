@@ -23,7 +23,7 @@ from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
 from builder.export.contract import CPU, TARGET, Precision, declared
 from builder.export.graph import F32, I32, I64, DataSink, Graph, data_sink
-from builder.export.llama import check_dtype, decoder, layer_caches, layer_weights, rope_tables, to_numpy
+from builder.export.llama import attn_shape, check_dtype, decoder, layer_caches, layer_weights, rope_tables, to_numpy
 from builder.export.medusa import medusa_topk as emit_medusa
 from builder.export.qdq import Fp8Spec, fake_quant, scales_in, single
 from builder.export.qdq import weight as fp8_weight
@@ -68,7 +68,7 @@ def build_target(
     layers_n, rejection, fused = cfg.num_hidden_layers, mode == "rejection", medusa is not None
     g.declare("inputs", declared(TARGET, "inputs", fixed, precision, layers=layers_n, rejection=rejection, medusa=fused))
     step = StepValues("position_ids", "past_len", write_at="past_len", num_new="num_nodes", tree_mask="tree_mask")
-    var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len, act))
+    var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len, act), attn_shape(cfg))
     with g.scope("embed"):
         embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight, act))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
@@ -80,11 +80,14 @@ def build_target(
         if head_fp8 is not None:
             head_w = single(head_fp8, transposed=True)  # [V, C] FP8
             head, head_scale = fp8_weight(g, "lm_head", head_w, act), head_w.input_scale
+        elif cfg.tie_word_embeddings:
+            head, head_scale = embed, None  # [V, C]
+        elif var.name == "ort":  # [C, V]: one MatMul on [B, Tv, C], no reshapes (measured ~7 % faster than Gemm)
+            head, head_scale = g.weight("lm_head_t", to_numpy(model.lm_head.weight.T, act)), None
         else:
-            tied = cfg.tie_word_embeddings
-            head = embed if tied else g.weight("lm_head", to_numpy(model.lm_head.weight, act))  # [V, C]
-            head_scale = None
-        _verify(g, model, hidden, head, "verify_index", "paths", mode, head_scale, act)
+            head, head_scale = g.weight("lm_head", to_numpy(model.lm_head.weight, act)), None  # [V, C]
+        _verify(g, model, hidden, head, "verify_index", "paths", mode, head_scale, act,
+                transposed=var.name == "ort" and head_fp8 is None and not cfg.tie_word_embeddings)
     if medusa is not None and medusa_topk is not None:
         with g.scope("medusa_in"):
             h = _last_accepted_hidden(g, hidden, "verify_index", "paths")  # [B, C]
@@ -126,19 +129,23 @@ def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:
 
 
 def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode,
-            head_scale: np.ndarray | None = None, act: str = "float32") -> None:  # fmt: skip
+            head_scale: np.ndarray | None = None, act: str = "float32", transposed: bool = False) -> None:  # fmt: skip
     """LM head on the verify nodes, `node_argmax`, TreeVerify (`accepted_len`, `best_path`, `output_tokens`).
 
     `head` is the LM head value [V, C] (the embedding itself when tied: Gemm with transB=1; the
-    DequantizeLinear of the FP8 head when quantized, then `head_scale` is its input scale). The logits are
-    in the activation dtype `act` (TreeVerify takes them as they are and computes in float32)."""
+    DequantizeLinear of the FP8 head when quantized, then `head_scale` is its input scale), or [C, V] when
+    `transposed` (a MatMul on [B, Tv, C]). The logits are in the activation dtype `act` (TreeVerify takes them
+    as they are and computes in float32)."""
     hv = g.op("GatherND", hidden, g.op("Unsqueeze", verify_index, g.const([2])), batch_dims=1)  # [B, Tv, C]
-    flat = g.op("Reshape", hv, g.const([-1, model.cfg.hidden_size]))  # [B·Tv, C]
-    if head_scale is not None:
-        flat = fake_quant(g, flat, head_scale, "lm_head", act)
-    logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
     bt = g.op("Shape", verify_index)  # [2] = (B, Tv)
-    logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]
+    if transposed:
+        logits = g.op("MatMul", hv, head)  # [B, Tv, V]
+    else:
+        flat = g.op("Reshape", hv, g.const([-1, model.cfg.hidden_size]))  # [B·Tv, C]
+        if head_scale is not None:
+            flat = fake_quant(g, flat, head_scale, "lm_head", act)
+        logits = g.op("Gemm", flat, head, transB=1)  # [B·Tv, V]
+        logits = g.op("Reshape", logits, g.op("Concat", bt, g.const([-1]), axis=0))  # [B, Tv, V]
     # ArgMax of Cast(logits, FLOAT) exactly as the TreeVerify decomposition computes its own, so that ORT's
     # common-subexpression elimination keeps one ArgMax over [B, Tv, V] (measured ~1 ns per element).
     same = g.op("Cast", logits, to=F32)  # [B, Tv, V] (identity for fp32)

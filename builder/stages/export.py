@@ -85,7 +85,7 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     config = parts.drafter_config()
     shape = drafter_shape(config)
     cap = capacity(parts.max_seq_len, config)
-    variant = pick_variant(variant, model.cfg.head_dim)
+    variant = pick_variant(variant, model.cfg.head_dim, precision[0])
     medusa = parts.medusa(model) if parts.method == "medusa" else None
     k = shape["top_k"] if medusa is not None else None
     tag = ("" if fp8 is None else ", FP8") + ("" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}")

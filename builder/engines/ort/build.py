@@ -14,12 +14,15 @@ from typing import Any, Callable
 
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
+from builder.export.contract import CPU, Precision
 
 VARIANTS = ("ort", "standard")
-# Standard ops by default: as fast as GroupQueryAttention on the fixture (scripts/bench_export_variants.py:
-# 0.26 vs 0.27 ms at T=1, 0.77 vs 0.79 at T=13, 0.46 vs 0.53 at B=4), any head_dim, and the graph the
-# TensorRT path rewrites. `ort` (GroupQueryAttention, head_dim % 16 == 0) stays selectable.
-DEFAULT_VARIANT = "standard"
+# The lean `ort` graph by default for what ONNX Runtime runs in the CPU form (builder.export.ort_variant). One
+# plain step under ORT's profiler (scripts/profile_step.py: 1 thread, past 300), kernel ms against `standard`:
+# tiny fixture 0.445 vs 0.742, regime fixture 6.42 vs 6.95 (ONNX Runtime GenAI's graph: 0.385, 6.77); 61 / 151
+# nodes against 175 / 382. `standard` where GroupQueryAttention cannot run (head_dim % 16) and for the GPU form,
+# which the TensorRT path rewrites.
+DEFAULT_VARIANT = "ort"
 
 
 def exporter_digest() -> str:
@@ -40,16 +43,17 @@ def _cached(folder: Path, produce: Callable[[Path], Any]) -> Path:
     return folder
 
 
-def pick_variant(variant: str | None, head_dim: int) -> str:
-    """The graph variant: as asked (or TRTSPEC_ORT_VARIANT), else the default; `ort` only where
-    GroupQueryAttention runs (head_dim a multiple of 16, ORT's CPU kernel's rule)."""
+def pick_variant(variant: str | None, head_dim: int, precision: Precision | None = None) -> str:
+    """The graph variant: as asked (or TRTSPEC_ORT_VARIANT); else `ort` for graphs in the CPU form
+    (`precision` CPU) where GroupQueryAttention runs (head_dim a multiple of 16, ORT's CPU kernel's rule),
+    `standard` otherwise — and for callers that do not say the precision (a GPU form must be `standard`)."""
     asked = variant or os.environ.get("TRTSPEC_ORT_VARIANT")
     if asked is not None and asked not in VARIANTS:
         raise ValueError(f"unknown ONNX Runtime graph variant {asked!r} (allowed: {', '.join(VARIANTS)})")
     fits = head_dim % 16 == 0
     if asked == "ort" and not fits:
         raise ValueError(f"the `ort` variant (GroupQueryAttention) needs head_dim % 16 == 0, got {head_dim}")
-    return asked or (DEFAULT_VARIANT if fits or DEFAULT_VARIANT == "standard" else "standard")
+    return asked or (DEFAULT_VARIANT if fits and precision == CPU else "standard")
 
 
 def target_engine(model, base: Path, *, max_seq_len: int, max_nodes: int, max_batch_size: int = 1,
@@ -61,7 +65,7 @@ def target_engine(model, base: Path, *, max_seq_len: int, max_nodes: int, max_ba
     """
     from builder.export.target import export_target
 
-    variant, cfg, cap = pick_variant(variant, model.cfg.head_dim), model.cfg, max_seq_len + max_nodes
+    variant, cfg, cap = pick_variant(variant, model.cfg.head_dim, CPU), model.cfg, max_seq_len + max_nodes
     med = "" if medusa is None else f"-medusa{medusa.num_heads}x{medusa_topk}"
     paths = {}
     for mode in ("greedy", "rejection"):
@@ -80,7 +84,7 @@ def eagle_net(draft, lm_head_weight, base: Path, *, top_k: int, capacity: int, m
     """An OrtEagleNet over an EagleDraft, exporting into `base` unless already there."""
     from builder.export.eagle import export_eagle
 
-    variant = pick_variant(variant, draft.cfg.head_dim)
+    variant = pick_variant(variant, draft.cfg.head_dim, CPU)
     folder = base / f"eagle-{variant}-k{top_k}-cap{capacity}-{exporter_digest()}"
     graph = _cached(folder, lambda out: export_eagle(draft, lm_head_weight, out, variant=variant, top_k=top_k,
                                                      max_seq_len=capacity)) / "eagle.ort.onnx"  # fmt: skip
