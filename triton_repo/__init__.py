@@ -4,16 +4,25 @@
     config       config.pbtxt rendered from ModelConfig protobufs (never templates)
     emit         writes the repository around an engine folder (the `repo` build stage calls it)
     request      a client's tensors → a checked decoding Request (or an error naming the field)
-    scheduler    in-flight batching over the Decoder: join between steps, leave when done, cancel
+    scheduler    in-flight batching over the Decoder: join between steps, leave when done, cancel, fail
+                 locally, bounded queue, deadlines (jobs: what it hands around, its counters, log lines)
+    metrics      Triton custom metrics from the models' counters (pb_utils.MetricFamily)
+    relay        the front model ↔ spec_decoder link (JSON lines over a local Unix socket)
+    watch        which stub processes serve a model, and are they alive (/proc)
+    faults       fault injection at the engine boundary (tests only)
     detok        incremental detokenization that never splits a UTF-8 character
     compat       spec_decoder refuses engines built by other versions
-    models/      the Python-backend models (bootstrap model.py + preprocessing, spec_decoder, postprocessing)
+    models/      the Python-backend models (bootstrap model.py + the front model, spec_decoder,
+                 preprocessing, postprocessing)
 
-Streaming: spec_decoder is decoupled, and so is the ensemble (Triton treats an ensemble with a
-decoupled step as decoupled): gRPC streaming (and HTTP generate_stream) get a response per decoding
-step through pre → spec_decoder → post; HTTP generate gets one response (stream=false). Triton 2.51
-refuses HTTP /infer and gRPC unary infer on decoupled models; a repository built with
-`triton.decoupled: false` serves those (one response per request, no streaming). Triton 2.51's
-ensemble does not forward cancellation to its steps: clients that must cancel (or may disconnect
-mid-stream) call spec_decoder directly with text_input, which answers with text_output itself.
+Clients call the front model (`triton.model_name`): text in, text out; it relays each request to
+spec_decoder over a local socket (`relay`: Triton 2.51's decoupled BLS corrupts the caller's heap),
+forwards the client's cancellation (Triton 2.51's ensembles do not) and answers with an error at once
+when spec_decoder dies or breaks, then reloads it. Streaming: spec_decoder and the
+front are decoupled: gRPC streaming (and HTTP generate_stream) get a response per decoding step; HTTP
+generate gets one response (stream=false). Triton 2.51 refuses HTTP /infer and gRPC unary infer on
+decoupled models; a repository built with `triton.decoupled: false` serves those (one response per
+request, no streaming). Clients may also call spec_decoder directly (text or token ids); cancellation
+works there too. The server should run with --model-control-mode=explicit --load-model=*: that is what
+lets a broken spec_decoder report unready (by unloading itself) and the front reload it.
 """

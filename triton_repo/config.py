@@ -38,6 +38,10 @@ class Settings:
     ort_threads: int = 1
     python_paths: tuple[str, ...] = ()  # written into every model's parameters (the stub ignores PYTHONPATH)
     python_version: str = ""  # "3.11": the interpreter the paths belong to
+    max_queue_size: int = 64  # requests waiting for a slot; past it spec_decoder refuses at once (overload)
+    request_timeout_s: float = 600.0  # default per-request deadline (a request's timeout_s may shorten it)
+    cancel_check_s: float = 0.02  # the front model asks Triton whether its clients cancelled this often
+    watch_interval_s: float = 0.25  # the front model checks spec_decoder's stub processes and readiness this often
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -75,45 +79,30 @@ def postprocessing_config(s: Settings):
 def spec_decoder_config(s: Settings):
     params = {"engine_dir": "engine", "max_input_len": str(s.max_input_len), "queue_delay_us": str(s.queue_delay_us),
               "draft_schedule": json.dumps([list(e) for e in s.draft_schedule]), "ort_threads": str(s.ort_threads),
-              "decoupled": json.dumps(s.decoupled)}  # fmt: skip
+              "decoupled": json.dumps(s.decoupled), "max_queue_size": str(s.max_queue_size),
+              "request_timeout_s": repr(float(s.request_timeout_s))}  # fmt: skip
     cfg = _python_model(T.SPEC_DECODER, "triton_repo.models.spec_decoder", T.SPEC_DECODER_INPUTS,
                         T.SPEC_DECODER_OUTPUTS, s.instances[1], s, params)  # fmt: skip
     cfg.model_transaction_policy.decoupled = s.decoupled
     return cfg
 
 
-def ensemble_config(s: Settings):
-    """text in, text out: preprocessing → spec_decoder → postprocessing (decoupled when spec_decoder is)."""
-    m = pb2()
-    cfg = m.ModelConfig(name=s.model_name, platform="ensemble", max_batch_size=0)
-    _io(cfg.input, T.ENSEMBLE_INPUTS)
-    _io(cfg.output, T.ENSEMBLE_OUTPUTS, output=True)
-    steps = cfg.ensemble_scheduling.step
-    pre = steps.add(model_name=T.PREPROCESSING, model_version=-1)
-    for t in T.PREPROCESSING_INPUTS:
-        pre.input_map[t.name] = t.name
-    for t in T.PREPROCESSING_OUTPUTS:
-        pre.output_map[t.name] = f"_{t.name}"
-    dec = steps.add(model_name=T.SPEC_DECODER, model_version=-1)
-    dec.input_map[T.INPUT_IDS.name] = f"_{T.INPUT_IDS.name}"
-    dec.input_map[T.STOP_IDS.name] = f"_{T.STOP_IDS.name}"
-    for t in T.REQUEST_CONTROLS:
-        dec.input_map[t.name] = t.name
-    for t in T.POSTPROCESSING_INPUTS:
-        dec.output_map[t.name] = f"_{t.name}"
-    for t in T.STATS:
-        dec.output_map[t.name] = t.name
-    post = steps.add(model_name=T.POSTPROCESSING, model_version=-1)
-    for t in T.POSTPROCESSING_INPUTS:
-        post.input_map[t.name] = f"_{t.name}"
-    post.output_map[T.TEXT_OUTPUT.name] = T.TEXT_OUTPUT.name
+def front_config(s: Settings):
+    """text in, text out: the model clients call; relays each request to spec_decoder over a local socket and forwards
+    its client's cancellation (`triton_repo.models.front`). One instance serves any number of requests (a
+    thread each); it is decoupled when spec_decoder is."""
+    params = {"backend_model": T.SPEC_DECODER, "decoupled": json.dumps(s.decoupled),
+              "cancel_check_s": repr(float(s.cancel_check_s)), "watch_interval_s": repr(float(s.watch_interval_s)),
+              "restart_backend": "true"}  # fmt: skip
+    cfg = _python_model(s.model_name, "triton_repo.models.front", T.CLIENT_INPUTS, T.CLIENT_OUTPUTS, 1, s, params)
+    cfg.model_transaction_policy.decoupled = s.decoupled
     return cfg
 
 
 def all_configs(s: Settings) -> dict[str, Any]:
     """Model name -> ModelConfig for the whole repository."""
     return {T.PREPROCESSING: preprocessing_config(s), T.SPEC_DECODER: spec_decoder_config(s),
-            T.POSTPROCESSING: postprocessing_config(s), s.model_name: ensemble_config(s)}  # fmt: skip
+            T.POSTPROCESSING: postprocessing_config(s), s.model_name: front_config(s)}  # fmt: skip
 
 
 def render(cfg) -> str:

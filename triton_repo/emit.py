@@ -1,7 +1,8 @@
 """Write a self-contained Triton model repository around an engine folder.
 
     <repo>/
-      <model_name>/config.pbtxt, 1/        ensemble: text in, text out (clients call this)
+      <model_name>/config.pbtxt, 1/model.py   the front model: text in, text out (clients call this; it relays
+                                           to spec_decoder over a local socket and forwards cancellation)
       preprocessing/config.pbtxt, 1/model.py, 1/tokenizer.json
       spec_decoder/config.pbtxt, 1/model.py, 1/engine/   the engine folder (engine.json, ONNX graphs,
                                                           tokenizer.json, its build manifest.json)
@@ -58,22 +59,22 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
     for name, cfg in configs.items():
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(render(cfg), encoding="utf-8")
-    for name in (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING):
+    for name in (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING, settings.model_name):
         shutil.copy2(BOOTSTRAP, out / name / "1" / "model.py")
     _tree(engine_dir, out / T.SPEC_DECODER / "1" / "engine")
     tokenizer = engine_dir / meta["tokenizer"]
     for name in (T.PREPROCESSING, T.POSTPROCESSING):
         link_or_copy(tokenizer, out / name / "1" / "tokenizer.json")
     info = {
-        "ensemble": settings.model_name,
+        "ensemble": settings.model_name,  # the model clients call (the front model; the key predates it)
         "models": list(configs),
         "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
         "engine": {"label": meta.get("drafter", {}).get("method"), "format": meta.get("format"),
                    "max_batch_size": meta.get("max_batch_size"), "max_seq_len": meta.get("max_seq_len"),
                    "versions": meta.get("versions", {})},
         "inputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional}
-                   for t in T.ENSEMBLE_INPUTS],
-        "outputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims)} for t in T.ENSEMBLE_OUTPUTS],
+                   for t in T.CLIENT_INPUTS],
+        "outputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims)} for t in T.CLIENT_OUTPUTS],
     }  # fmt: skip
     (out / INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

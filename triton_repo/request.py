@@ -8,6 +8,10 @@ with `--request-parameter NAME:VALUE:TYPE`, and the ensemble forwards them to sp
 
     ignore_eos (bool, default false)      generate max_tokens tokens, past end-of-sequence ids (benchmarks:
                                           every request then emits exactly max_tokens; stop words still apply)
+    timeout_s (number, default the repository's triton.request_timeout_s)
+                                          this request's deadline in seconds after arrival, in (0, the default]:
+                                          past it the request ends with a deadline error and frees its slot
+                                          (a number, or a string holding one: some clients send parameters as strings)
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ MAX_TEMPERATURE = 100.0  # as `trtspec generate --temperature`
 MAX_STOP_WORDS = 16
 MAX_STOP_BYTES = 256  # per stop word
 MAX_SEED = 2**63 - 1
+TIMEOUT_PARAMETER = "timeout_s"
 
 
 class RequestError(ValueError):
@@ -42,6 +47,7 @@ class Limits:
     stop_ids: tuple[int, ...]  # end-of-sequence ids: always stop
     sampling: bool  # the engine has the rejection graph (temperature > 0)
     lookahead: tuple[int, int, int] | None  # the engine's Lookahead W, N, G (None: another method)
+    request_timeout_s: float = 600.0  # the default deadline (triton.request_timeout_s); requests may shorten it
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class Parsed:
     request: Request
     stream: bool
     text: bool  # the prompt came as text_input (answer with text_output too)
+    timeout_s: float = 600.0  # deadline after arrival
 
 
 Fields = Mapping[str, "np.ndarray | None"]
@@ -171,6 +178,22 @@ def _param_flag(params: Mapping[str, Any], name: str) -> bool:
     return v
 
 
+def _timeout(params: Mapping[str, Any], limit: float) -> float:
+    v = params.get(TIMEOUT_PARAMETER)
+    if v is None:
+        return limit
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise RequestError(f"{TIMEOUT_PARAMETER}: expected a number of seconds, got {type(v).__name__} {v!r}")
+    try:
+        f = float(v)
+    except ValueError:
+        raise RequestError(f"{TIMEOUT_PARAMETER}: {v!r} is not a number") from None
+    if not (math.isfinite(f) and 0.0 < f <= limit):
+        raise RequestError(f"{TIMEOUT_PARAMETER}: {v} outside (0, {limit:g}] seconds (the repository's "
+                           "triton.request_timeout_s)")  # fmt: skip
+    return f
+
+
 def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]],
           params: Mapping[str, Any] | None = None) -> Parsed:  # fmt: skip
     """Check every field (and request parameter) of one request; RequestError on the first problem."""
@@ -194,7 +217,9 @@ def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int
     stream = _scalar(fields, "stream", bool, False)
     speculate = _scalar(fields, "speculate", bool, True)
     lookahead = _lookahead(fields, limits)
-    stop_ids = () if _param_flag(params or {}, "ignore_eos") else limits.stop_ids
+    params = params or {}
+    stop_ids = () if _param_flag(params, "ignore_eos") else limits.stop_ids
+    timeout_s = _timeout(params, limits.request_timeout_s)
     req = Request(tuple(prompt), max_tokens, Sampling(temperature, top_p, seed), stop_ids, speculate,
                   _stops(fields, limits, encode), lookahead if speculate else None)  # fmt: skip
-    return Parsed(req, stream, text)
+    return Parsed(req, stream, text, timeout_s)

@@ -4,7 +4,8 @@ Every model's config (`triton_repo.config`) and every model's code read these ta
 spells a tensor name. All models have max_batch_size 0 (the batch is formed inside spec_decoder, by
 in-flight batching), so dims are the full shapes: clients send scalars as shape [1].
 
-Clients call the ensemble (`triton.model_name`): text in, text out.
+Clients call the front model (`triton.model_name`, a decoupled Python model that relays each request to
+spec_decoder over a local socket, `triton_repo.relay`, and forwards its client's cancellation): text in, text out.
 
     text_input [1] STRING                 prompt (UTF-8)
     max_tokens [1] INT32                  tokens to generate, 1 .. max_seq_len - prompt tokens
@@ -18,7 +19,8 @@ Clients call the ensemble (`triton.model_name`): text in, text out.
     lookahead_window / lookahead_ngram / lookahead_verification_set [1] INT32 (optional)
                                           this request's Lookahead W, N, G (Lookahead engines; each <= the engine's)
     (request parameter, not a tensor) ignore_eos: bool   generate max_tokens tokens past end-of-sequence ids
-                                          (`triton_repo.request`; the ensemble forwards parameters)
+    (request parameter) timeout_s: number  this request's deadline in seconds, at most triton.request_timeout_s
+                                          (`triton_repo.request`; the front model forwards parameters)
 
     text_output [1] STRING                the text of this response's new tokens (streamed: a delta)
     output_tokens [1] INT32               tokens generated so far
@@ -45,9 +47,9 @@ def _t(name: str, dtype: str, dims: tuple[int, ...] = (1,), optional: bool = Fal
     return Tensor(name, dtype, dims, optional)
 
 
-# -- what clients send and get (the ensemble) ----------------------------------------------------------
+# -- what clients send and get (the front model) -------------------------------------------------------
 
-REQUEST_CONTROLS = (  # passed from the ensemble to spec_decoder unchanged
+REQUEST_CONTROLS = (  # passed from the front model to spec_decoder unchanged
     _t("max_tokens", "INT32"),
     _t("temperature", "FP32", optional=True),
     _t("top_p", "FP32", optional=True),
@@ -60,7 +62,7 @@ REQUEST_CONTROLS = (  # passed from the ensemble to spec_decoder unchanged
 )
 TEXT_INPUT = _t("text_input", "STRING")
 STOP = _t("stop", "STRING", (-1,), optional=True)
-ENSEMBLE_INPUTS = (TEXT_INPUT, *REQUEST_CONTROLS, STOP)
+CLIENT_INPUTS = (TEXT_INPUT, *REQUEST_CONTROLS, STOP)
 
 STATS = (  # spec_decoder's counters, straight to the client
     _t("output_tokens", "INT32"),
@@ -70,7 +72,7 @@ STATS = (  # spec_decoder's counters, straight to the client
     _t("finish_reason", "STRING"),
 )
 TEXT_OUTPUT = _t("text_output", "STRING")
-ENSEMBLE_OUTPUTS = (TEXT_OUTPUT, *STATS)
+CLIENT_OUTPUTS = (TEXT_OUTPUT, *STATS)
 
 # -- between the models ---------------------------------------------------------------------------------
 
@@ -83,8 +85,8 @@ IS_FINAL = _t("is_final", "BOOL")
 PREPROCESSING_INPUTS = (TEXT_INPUT, STOP)
 PREPROCESSING_OUTPUTS = (INPUT_IDS, STOP_IDS)
 
-# spec_decoder takes token ids (the ensemble) or text (clients that call it directly: the way to cancel
-# a request, since Triton 2.51's ensemble does not forward cancellation to its steps).
+# spec_decoder takes text (the front model, or clients calling it directly) or token ids (clients that
+# tokenize themselves, e.g. with preprocessing).
 SPEC_DECODER_INPUTS = (
     _t("input_ids", "INT32", (-1,), optional=True),
     _t("text_input", "STRING", optional=True),

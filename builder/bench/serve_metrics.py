@@ -1,4 +1,4 @@
-"""Per-request serving metrics from a perf_analyzer profile export (pure functions, no server).
+"""Per-request serving metrics from a perf_analyzer profile export, and the server's own metrics (pure functions).
 
 perf_analyzer 2.51 reports, for a decoupled model, latencies to the *first* response only. The
 profile export (`--profile-export-file`) holds every request of the measurement windows with the
@@ -12,6 +12,10 @@ timestamp of each streamed response and its output tensors, which is all the res
     τ                 acceptance length = tokens emitted per target step, from spec_decoder's counters
                       in each request's final response: Σ (accepted + steps) / Σ steps (plain = 1)
     output tokens     spec_decoder's `output_tokens` in the final response (checked == output_len)
+
+The server's own view comes from Triton's metrics port (`triton_repo.metrics`: spec_decoder's counters
+and histograms): `parse_prometheus` reads a scrape, `server_delta` turns two scrapes around a run into
+what spec_decoder did in it (requests, steps, tokens, τ over all steps, mean batch and step time, errors).
 """
 
 from __future__ import annotations
@@ -109,3 +113,86 @@ def summarize(recs: Sequence[RequestRecord], output_len: int, window_ns: Sequenc
         inside = sum(1 for r in recs if lo <= r.sent_ns < hi)
         out["export_requests_per_s"] = inside / ((hi - lo) / 1e9) if hi > lo else None
     return out
+
+
+# -- the server's own metrics (Triton's /metrics: Prometheus text) ---------------------------------------
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (sample name, sorted labels) -> value
+
+
+def parse_prometheus(text: str) -> Series:
+    """Samples of a Prometheus text exposition (what Triton's metrics port serves); comments skipped."""
+    out: Series = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, labels = head, ()
+        if "{" in head:
+            name, rest = head.split("{", 1)
+            labels = tuple(sorted(_labels(rest.rsplit("}", 1)[0])))
+        try:
+            out[(name, labels)] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _labels(body: str) -> list[tuple[str, str]]:
+    out, i = [], 0
+    while i < len(body):
+        eq = body.index("=", i)
+        key = body[i:eq].strip().lstrip(",").strip()
+        j, val = eq + 2, []  # after ="
+        while body[j] != '"':
+            if body[j] == "\\":
+                j += 1
+            val.append(body[j])
+            j += 1
+        out.append((key, "".join(val)))
+        i = j + 1
+    return out
+
+
+def total(series: Series, name: str, **match: str) -> float:
+    """Σ of a sample over every series whose labels include `match` (e.g. total(s, "x_total", kind="deadline"))."""
+    return sum(v for (n, labels), v in series.items()
+               if n == name and all(dict(labels).get(k) == want for k, want in match.items()))  # fmt: skip
+
+
+SERVER_COUNTERS = ("trtspec_requests_received_total", "trtspec_steps_total", "trtspec_sequence_steps_total",
+                   "trtspec_draft_tokens_total", "trtspec_accepted_tokens_total", "trtspec_output_tokens_total",
+                   "trtspec_step_seconds_sum", "trtspec_step_seconds_count", "trtspec_tau_sum", "trtspec_tau_count")  # fmt: skip
+
+
+def server_delta(before: Series, after: Series) -> dict[str, Any]:
+    """What spec_decoder did between two scrapes (`triton_repo.metrics` names): its counters' increase, errors by
+    kind, ends by outcome, and derived figures — τ over steps, mean step time, mean τ per request."""
+    d = {n: total(after, n) - total(before, n) for n in SERVER_COUNTERS}
+    kinds = {dict(lb).get("kind") for (n, lb) in after if n == "trtspec_request_errors_total"}
+    outcomes = {dict(lb).get("outcome") for (n, lb) in after if n == "trtspec_requests_ended_total"}
+    errors = {k: total(after, "trtspec_request_errors_total", kind=k) - total(before, "trtspec_request_errors_total", kind=k)
+              for k in sorted(kinds - {None})}  # fmt: skip
+    ended = {k: total(after, "trtspec_requests_ended_total", outcome=k) - total(before, "trtspec_requests_ended_total", outcome=k)
+             for k in sorted(outcomes - {None})}  # fmt: skip
+    seq = d["trtspec_sequence_steps_total"]
+    return {
+        "requests": d["trtspec_requests_received_total"], "ended": ended, "errors": errors,
+        "steps": d["trtspec_steps_total"], "sequence_steps": seq, "output_tokens": d["trtspec_output_tokens_total"],
+        "drafted": d["trtspec_draft_tokens_total"], "accepted": d["trtspec_accepted_tokens_total"],
+        "tau": (d["trtspec_accepted_tokens_total"] + seq) / seq if seq else None,
+        "mean_batch": seq / d["trtspec_steps_total"] if d["trtspec_steps_total"] else None,
+        "step_ms_mean": 1e3 * d["trtspec_step_seconds_sum"] / d["trtspec_step_seconds_count"]
+        if d["trtspec_step_seconds_count"] else None,
+        "request_tau_mean": d["trtspec_tau_sum"] / d["trtspec_tau_count"] if d["trtspec_tau_count"] else None,
+        "queued_after": total(after, "trtspec_requests_queued"), "active_after": total(after, "trtspec_requests_active"),
+    }  # fmt: skip
+
+
+def scrape(url: str, timeout: float = 10.0) -> Series:
+    """GET a metrics endpoint (e.g. TritonServer.endpoints["metrics"]) and parse it."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return parse_prometheus(r.read().decode("utf-8", "replace"))

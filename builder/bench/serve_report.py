@@ -3,7 +3,9 @@
     write_outputs(folder, results)     # into a folder the caller renames into place (atomic)
 
 Ratios are always speculative / baseline at the same concurrency, computed here from the levels'
-numbers (`comparison`), so report.md and the JSON can be checked against each other.
+numbers (`comparison`), so report.md and the JSON can be checked against each other. Where a level carries
+the server's own view (`server`: `builder.bench.serve_metrics.server_delta` of two scrapes of Triton's
+metrics port around the perf_analyzer run), report.md shows it beside perf_analyzer's figures.
 """
 
 from __future__ import annotations
@@ -90,6 +92,26 @@ def _detail_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def server_lines(results: dict[str, Any]) -> list[str]:
+    """The server's own counters per run (spec_decoder's Triton metrics), when the levels carry them."""
+    rows = [r for r in results["levels"] if r.get("server")]
+    if not rows:
+        return []
+    lines = ["", "## the server's view (spec_decoder's Triton metrics over each run)", "",
+             "Requests and tokens counted by spec_decoder itself over the whole perf_analyzer run (its warm-up included); τ over "
+             "all its steps = (accepted + sequence steps) / sequence steps; mean batch = sequences per target step; "
+             "step = mean wall time of a batched step (draft + target + commit).", "",
+             "| conc. | mode | requests | output tokens | target steps | mean batch | step ms | τ (server) | "
+             "τ (perf_analyzer's requests) | errors |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in rows:
+        v = r["server"]
+        errors = ", ".join(f"{k} {int(n)}" for k, n in (v.get("errors") or {}).items() if n) or "0"
+        lines.append(f"| {r['concurrency']} | {r['mode']} | {int(v['requests'])} | {int(v['output_tokens'])} | "
+                     f"{int(v['steps'])} | {_f(v.get('mean_batch'), 2)} | {_f(v.get('step_ms_mean'), 2)} | "
+                     f"{_f(v.get('tau'), 2)} | {_f(r.get('tau'), 2)} | {errors} |")  # fmt: skip
+    return lines
+
+
 def _genai_lines(results: dict[str, Any]) -> list[str]:
     rows = results.get("genai_perf") or []
     if not rows:
@@ -146,6 +168,7 @@ def report_md(results: dict[str, Any], title: str) -> str:
         f"baseline {_f(probes.get('baseline', {}).get('tau'), 2)}; token counts "
         f"{'all = output_len' if all(x.get('token_counts_ok') for x in probes.values()) else 'WRONG'}.", "",
         "## every run", "", *_detail_lines(results),
+        *server_lines(results),
         *_genai_lines(results), "",
         "## plots", "",
         *[f"![{t}]({name})" for name, (t, _, _) in PLOTS.items()], "",

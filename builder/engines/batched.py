@@ -12,6 +12,10 @@ for a prefill or a step (I/O contract: `builder.export`), reads the verdict, com
 
 Subclasses call `check_capacity` before allocating anything (the base does not check again).
 
+Failures leave nothing behind: a prefill that raises takes its new rows back (`RowTable.adding`), every
+draft's paths are checked against its tree before the commit compacts KV along them (`check_paths`), and
+an accepted length the draft cannot hold is refused before anything moves.
+
 Bindings are kept per shape key (mode, rows, T, Tv, P, W) in the backend's cache, so steady-state
 decoding allocates nothing. The greedy graph serves all-greedy batches; a batch with any sampled row
 runs the rejection graph.
@@ -27,6 +31,7 @@ from typing import Callable, Hashable, Mapping, Protocol, Sequence
 import numpy as np
 
 from builder.engines.rows import RowTable
+from builder.speculative.decoding import check_paths
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 
 Shape = tuple[int, ...]
@@ -136,7 +141,14 @@ class BatchedTarget:
             if min(p) < 0 or max(p) >= self.vocab_size:
                 raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size})")
         r0 = len(self.rows)
-        ids = self.rows.add(len(prompts))
+        with self.rows.adding(len(prompts)) as ids:  # a failing prefill takes its rows back
+            try:
+                return ids, self._prefill(prompts, lens, sampling, r0)
+            except BaseException:
+                self.committed[r0 : r0 + len(prompts)] = 0
+                raise
+
+    def _prefill(self, prompts: Sequence[Sequence[int]], lens: list[int], sampling: SamplingBatch, r0: int) -> PrefillResult:
         b, t = len(prompts), max(lens)
         bound = self._binding(sampling, r0, r0 + b, t, 1, 1, 1)
         x = bound.x
@@ -153,9 +165,9 @@ class BatchedTarget:
         bound.run()
         y = bound.y
         self.committed[r0 : r0 + b] = lens
-        hidden = [y["hidden"][i, : lens[i]].copy() for i in range(b)]
-        topk = y["medusa_topk"].copy() if "medusa_topk" in y else None
-        return ids, PrefillResult(y["output_tokens"][:, 0].astype(np.int64), hidden, topk)
+        hidden = [y["hidden"][i, : lens[i]].copy() for i in range(b)]  # b × [n_i, C]
+        topk = y["medusa_topk"].copy() if "medusa_topk" in y else None  # [b, H, K]
+        return PrefillResult(y["output_tokens"][:, 0].astype(np.int64), hidden, topk)
 
     # -- step ------------------------------------------------------------------------------------
 
@@ -169,6 +181,7 @@ class BatchedTarget:
         w = max(d.width for d in drafts)
         for row, d in zip(rows, drafts):
             check_draft(d, self.vocab_size)
+            check_paths(d)  # the commit below compacts KV along them: a bad path must never reach it
             if self.committed[row] + t > self.kv.capacity:
                 raise ValueError(f"sequence at {self.committed[row]} tokens has no room for {t} nodes "
                                  f"(capacity {self.kv.capacity})")
@@ -215,6 +228,11 @@ class BatchedTarget:
                          None if "medusa_topk" not in y else y["medusa_topk"][rows])  # fmt: skip
         acc, best, toks, hidden, argmax = (y[k] for k in ("accepted_len", "best_path", "output_tokens", "hidden",
                                                            "node_argmax"))  # fmt: skip
+        for row, d in zip(rows, drafts):  # every verdict is checked before any KV moves
+            k, p = int(acc[row]), int(best[row])
+            if not (0 <= p < d.paths.shape[0] and 1 <= k <= d.width and d.paths[p, k - 1] >= 0):
+                raise RuntimeError(f"the engine accepted {k} nodes of path {p}, outside the draft's "
+                                   f"{d.paths.shape[0]} paths of width {d.width}")  # fmt: skip
         for i, (row, d) in enumerate(zip(rows, drafts)):
             k = int(acc[row])
             chain = d.paths[int(best[row]), :k]

@@ -3,11 +3,16 @@
 Engines keep per-sequence state (KV caches) in batch-major buffers; keeping the active rows dense
 makes "the running batch" a contiguous prefix of every buffer, so no step gathers or copies caches.
 When a sequence leaves, the sequence in the last row moves into its row (one copy per departure).
+
+Adding is transactional where it matters: `adding(n)` hands out new ids for an engine's prefill and
+takes them back if the prefill raises, so a failing start never leaves rows (KV slots) behind.
 """
 
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class RowTable:
@@ -32,6 +37,24 @@ class RowTable:
             self._row[sid] = len(self._ids)
             self._ids.append(sid)
         return ids
+
+    @contextmanager
+    def adding(self, n: int) -> Iterator[list[int]]:
+        """`add(n)` for the duration of a prefill: on an exception the new ids are removed again (they
+        are the last rows, so nothing moves) and the exception propagates."""
+        ids = self.add(n)
+        try:
+            yield ids
+        except BaseException:
+            self.discard_newest(ids)
+            raise
+
+    def discard_newest(self, ids: list[int]) -> None:
+        """Remove ids that occupy the last rows (an aborted `add`), newest first."""
+        if self._ids[len(self._ids) - len(ids) :] != list(ids):
+            raise ValueError(f"sequences {ids} are not the newest rows")
+        for sid in reversed(ids):
+            self.remove(sid)
 
     def row(self, seq: int) -> int:
         try:

@@ -14,10 +14,15 @@ off for a request) every step is a root-only tree (T = 1): plain autoregressive 
 very same engine and verification, which is what makes "speculative output == plain output" a real
 test. Each request draws its sampling uniforms from its own seeded generator, so its output does not
 depend on which other requests shared its steps. Words as in the glossary (`builder.speculative`).
+
+Failures never leak a slot: a failed drafter start releases the engine's new sequences; a step that raises
+ends (finish_reason "error") and releases every active sequence, then propagates. If releasing fails too,
+the engine is beyond repair (`EngineBroken`). `check_paths`: what KV compaction needs of a draft's paths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -27,6 +32,43 @@ import numpy as np
 from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sampling, SamplingBatch, root_only
 
 OnTokens = Callable[[int, list[int]], None]  # (request index, newly emitted tokens)
+
+
+class EngineBroken(RuntimeError):
+    """Releasing a sequence failed: the engine's rows or KV can no longer be trusted (the decoder is dead)."""
+
+
+_PATHS_OK: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # read-only trees checked
+
+
+def check_paths(draft: Draft) -> None:
+    """A draft's paths against its tree: each row starts at the root, holds node indices then -1 padding, and
+    its k-th node sits at depth k attending exactly the row's nodes 0..k — so the KV it wrote at committed + k
+    is the causal one and the accepted chain can be compacted into place. Read-only trees are checked once."""
+    paths, depth, mask = draft.paths, draft.depth, draft.mask
+    key = (id(paths), id(mask), id(depth))
+    if key in _PATHS_OK:
+        return
+    t = draft.num_nodes
+    if paths.ndim != 2 or 0 in paths.shape or paths.dtype != np.int32:
+        raise ValueError(f"paths must be a non-empty int32 [P, D+1] array, got {paths.dtype} {list(paths.shape)}")
+    if (paths[:, 0] != 0).any() or paths.min() < -1 or paths.max() >= t:
+        raise ValueError(f"every path must start at the root (node 0) and hold node indices 0..{t - 1} or -1 (padding)")
+    valid = paths >= 0  # [P, W]
+    if (valid[:, 1:] & ~valid[:, :-1]).any():
+        raise ValueError("a path's -1 padding must come after all its nodes")
+    nodes = np.where(valid, paths, 0)  # [P, W]
+    w = paths.shape[1]
+    ks = np.arange(w)
+    if (np.where(valid, depth[nodes], ks) != ks).any():
+        raise ValueError("the k-th node of a path must sit at depth k")
+    rows = mask[nodes]  # [P, W, T]: each path node's mask row
+    seen = np.take_along_axis(rows, np.broadcast_to(nodes[:, None, :], (*nodes.shape, w)), axis=2)  # [P, W, W]
+    need = valid[:, :, None] & valid[:, None, :] & (ks[None, :] <= ks[:, None])[None]
+    if (need & ~seen).any() or (np.where(valid, rows.sum(-1), ks + 1) != ks + 1).any():
+        raise ValueError("node k of a path must attend exactly the path's nodes 0..k (its ancestors)")
+    if not (paths.flags.writeable or mask.flags.writeable or depth.flags.writeable) and len(_PATHS_OK) < 4096:
+        _PATHS_OK[key] = (paths, mask, depth)  # kept alive, so the ids stay theirs
 
 
 @dataclass(frozen=True)
@@ -90,9 +132,15 @@ class Timing:
     target: float = 0.0  # engine.step: target pass, verification, commit
     steps: int = 0
 
-    def per_step_ms(self) -> dict[str, float]:
-        n = max(self.steps, 1)
-        return {"draft_ms": 1e3 * self.draft / n, "target_ms": 1e3 * self.target / n}
+
+@dataclass
+class Totals:
+    """Counters over a Decoder's life (metrics): every sequence step and token, whatever its request's fate."""
+
+    sequence_steps: int = 0  # Σ over target steps of the sequences in them
+    drafted: int = 0  # draft tokens proposed (root excluded)
+    accepted: int = 0  # draft tokens the target accepted (bonus excluded)
+    emitted: int = 0  # tokens handed to requests (prefill's first token included; cut at max_tokens / stop)
 
 
 @dataclass
@@ -113,12 +161,19 @@ class Decoder:
         self.schedule = schedule or DraftSchedule()
         self.active: list[_Seq] = []
         self.timing = Timing()
+        self.totals = Totals()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
         self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
 
     @property
     def free_slots(self) -> int:
         return self.engine.max_batch_size - len(self.active)
+
+    @property
+    def rows_in_use(self) -> int | None:
+        """Sequences the engine holds (its own count: equals len(active) unless a slot leaked); None if unknown."""
+        rows = getattr(self.engine, "rows", None)
+        return None if rows is None else len(rows)
 
     def add(self, requests: Sequence[Request], first_index: int = 0, on_tokens: OnTokens | None = None) -> list[_Seq]:
         """Prefill requests into the running batch (at most `free_slots` of them)."""
@@ -133,16 +188,13 @@ class Decoder:
                     raise ValueError("per-request Lookahead settings need a Lookahead drafter")
                 self.drafter.check(*r.lookahead)  # type: ignore[union-attr]
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
-        for s, sid, tok in zip(seqs, ids, pre.tokens.tolist()):
+        for s, sid in zip(seqs, ids):
             s.id = sid
-        drafting = [i for i, s in enumerate(seqs) if s.drafting]
-        if drafting:
-            assert self.drafter is not None
-            self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
-                               _rows(pre, drafting))
-            for i in drafting:
-                if seqs[i].req.lookahead is not None:  # checked above
-                    self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
+        try:
+            self._start_drafting(seqs, pre)
+        except BaseException:  # e.g. a drafter refusing a prompt: the engine's new sequences go back
+            self._abandon(seqs)
+            raise
         self.timing.prefill += time.perf_counter() - t0
         for s, tok in zip(seqs, pre.tokens.tolist()):
             self.active.append(s)
@@ -150,10 +202,46 @@ class Decoder:
         self._retire()
         return seqs
 
+    def _start_drafting(self, seqs: list[_Seq], pre: PrefillResult) -> None:
+        drafting = [i for i, s in enumerate(seqs) if s.drafting]
+        if not drafting:
+            return
+        assert self.drafter is not None
+        self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
+                           _rows(pre, drafting))  # fmt: skip
+        for i in drafting:
+            if seqs[i].req.lookahead is not None:  # checked in add
+                self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
+
+    def _abandon(self, seqs: Sequence[_Seq]) -> None:
+        """Release sequences the engine started (a failed prefill or step); EngineBroken if that fails."""
+        for s in seqs:
+            try:
+                if s.drafting and self.drafter is not None:
+                    s.drafting = False
+                    with contextlib.suppress(KeyError):  # (the drafter may never have started it)
+                        self.drafter.release(s.id)
+                self.engine.release(s.id)
+            except Exception as exc:
+                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
+
     def step(self, on_tokens: OnTokens | None = None) -> list[_Seq]:
-        """One target step for every active sequence; returns the sequences that finished."""
+        """One target step for every active sequence; returns the sequences that finished.
+
+        If anything in the step raises, every active sequence ends (finish_reason "error", released)
+        and the exception propagates; EngineBroken instead when the release fails too."""
         if not self.active:
             return []
+        try:
+            return self._step(on_tokens)
+        except BaseException:
+            failed, self.active = self.active, []
+            for s in failed:
+                s.gen.finish_reason = "error"
+            self._abandon(failed)
+            raise
+
+    def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
         t0 = time.perf_counter()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and self.engine.committed_len(s.id) + self._max_nodes() > self.engine.max_seq_len:
@@ -174,11 +262,16 @@ class Decoder:
         self.timing.draft += (t1 - t0) + (t3 - t2)
         self.timing.target += t2 - t1
         self.timing.steps += 1
+        totals = self.totals
         for row, s in enumerate(order):
+            drafted, accepted = drafts[row].num_nodes - 1, int(out.accepted_len[row]) - 1
             s.gen.steps += 1
-            s.gen.drafted += drafts[row].num_nodes - 1
-            s.gen.accepted_per_step.append(int(out.accepted_len[row]) - 1)
+            s.gen.drafted += drafted
+            s.gen.accepted_per_step.append(accepted)
+            totals.drafted += drafted
+            totals.accepted += accepted
             self._emit(s, out.emitted(row), on_tokens)
+        totals.sequence_steps += len(order)
         return self._retire()
 
     def cancel(self, index: int) -> Generation | None:
@@ -252,6 +345,7 @@ class Decoder:
                 s.gen.finish_reason = "stop"
                 break
         s.gen.token_ids.extend(tokens)
+        self.totals.emitted += len(tokens)
         if not s.gen.finish_reason and len(s.gen.token_ids) >= s.req.max_new_tokens:
             s.gen.finish_reason = "length"
         if on_tokens is not None and tokens:
@@ -264,11 +358,16 @@ class Decoder:
 
     def _retire(self) -> list[_Seq]:
         finished = [s for s in self.active if s.gen.finish_reason]
-        for s in finished:
-            if s.drafting:
-                self._stop_drafting(s)
-            self.engine.release(s.id)
+        if not finished:
+            return finished
         self.active = [s for s in self.active if not s.gen.finish_reason]
+        for s in finished:
+            try:
+                if s.drafting:
+                    self._stop_drafting(s)
+                self.engine.release(s.id)
+            except Exception as exc:
+                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
         return finished
 
 

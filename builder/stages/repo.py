@@ -1,7 +1,9 @@
 """repo: the Triton model repository around the engine stage's folder (`triton_repo.emit`).
 
-preprocessing (tokenizer) → spec_decoder (Python backend, decoupled: the engine + the decoding loop
-with in-flight batching) → postprocessing (detokenizer), and the ensemble named `triton.model_name`.
+The front model named `triton.model_name` (text in, text out; relays to spec_decoder over a local socket and
+forwards cancellation) → spec_decoder (Python backend, decoupled: the engine + the decoding loop with
+in-flight batching, bounded queue `triton.max_queue_size`, deadline `triton.request_timeout_s`), plus
+preprocessing (tokenizer) and postprocessing (detokenizer) for clients that tokenize themselves.
 Every config.pbtxt is rendered from a ModelConfig protobuf. The repository is self-contained: the
 engine folder (with its build manifest) is hard-linked or copied in.
 """
@@ -39,6 +41,7 @@ def run(ctx: StageContext, out: Path) -> None:
         decoupled=t.decoupled, queue_delay_us=t.max_queue_delay_us,
         draft_schedule=tuple((int(b), int(n)) for b, n in t.draft_schedule),
         max_input_len=recipe.build.max_input_len, python_paths=python_paths(), python_version=python_version(),
+        max_queue_size=t.max_queue_size, request_timeout_s=t.request_timeout_s,
     )  # fmt: skip
     ctx.say("writing the model repository")
     info = emit(out, ctx.upstream["engine"], settings)

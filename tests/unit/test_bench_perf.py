@@ -226,3 +226,33 @@ def test_repeated_runs_combine_over_all_requests():
     whole = summarize(recs, 16)
     assert got["tau"] == pytest.approx(whole["tau"]) and got["latency_p50_ms"] == pytest.approx(whole["latency_p50_ms"])
     assert got["measured_requests"] == 3
+
+
+def test_server_delta_and_its_report_lines_by_hand():
+    """Two scrapes of Triton's metrics port (spec_decoder's families, two instances' series summed) → what the
+    server did between them, by hand: τ = (accepted + sequence steps) / sequence steps, etc."""
+    from builder.bench.serve_metrics import parse_prometheus, server_delta
+    from builder.bench.serve_report import server_lines
+
+    def text(received, seq_steps, steps, accepted, out, step_sum, step_count, deadline):
+        lines = []
+        for inst, share in (("a", 0.5), ("b", 0.5)):
+            lab = f'instance="{inst}",model="spec_decoder",pid="1"'
+            lines += [f"trtspec_requests_received_total{{{lab}}} {received * share}",
+                      f"trtspec_sequence_steps_total{{{lab}}} {seq_steps * share}", f"trtspec_steps_total{{{lab}}} {steps * share}",
+                      f"trtspec_accepted_tokens_total{{{lab}}} {accepted * share}", f"trtspec_draft_tokens_total{{{lab}}} 0",
+                      f"trtspec_output_tokens_total{{{lab}}} {out * share}", f"trtspec_step_seconds_sum{{{lab}}} {step_sum * share}",
+                      f"trtspec_step_seconds_count{{{lab}}} {step_count * share}", f"trtspec_tau_sum{{{lab}}} 0",
+                      f"trtspec_tau_count{{{lab}}} 0", f'trtspec_request_errors_total{{{lab},kind="deadline"}} {deadline * share}',
+                      f'trtspec_requests_ended_total{{{lab},outcome="length"}} {received * share}',
+                      f"trtspec_requests_queued{{{lab}}} 0", f"trtspec_requests_active{{{lab}}} 0"]  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+    before = parse_prometheus(text(10, 100, 40, 150, 260, 0.2, 40, 1))
+    after = parse_prometheus(text(30, 400, 140, 750, 1180, 0.7, 140, 3))
+    d = server_delta(before, after)
+    assert d["requests"] == 20 and d["steps"] == 100 and d["sequence_steps"] == 300 and d["output_tokens"] == 920
+    assert d["tau"] == pytest.approx((600 + 300) / 300) and d["mean_batch"] == pytest.approx(3.0)
+    assert d["step_ms_mean"] == pytest.approx(5.0) and d["errors"] == {"deadline": 2.0} and d["ended"] == {"length": 20.0}
+    row = server_lines({"levels": [{"concurrency": 2, "mode": "speculative", "tau": 2.9, "server": d}]})[-1]
+    assert row == "| 2 | speculative | 20 | 920 | 100 | 3.00 | 5.00 | 3.00 | 2.90 | deadline 2 |"

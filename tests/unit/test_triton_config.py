@@ -1,5 +1,6 @@
 """config.pbtxt rendering: every config parses back (text_format) with each tensor's dtype, dims and
-optional flag from the one table (triton_repo.tensors), and the ensemble's wiring is complete."""
+optional flag from the one table (triton_repo.tensors), and the front model can forward every client
+tensor to spec_decoder and get back every client output."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from triton_repo.config import Settings, all_configs, parameters, parse, pb2, re
 
 SETTINGS = Settings(model_name="tiny", instances=(2, 1, 3), decoupled=True, queue_delay_us=250,
                     draft_schedule=((1, 64), (4, 16), (8, 1)), max_input_len=512,
-                    python_paths=("/x/site-packages", "/proj"), python_version="3.11")  # fmt: skip
+                    python_paths=("/x/site-packages", "/proj"), python_version="3.11", max_queue_size=7,
+                    request_timeout_s=12.5)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def _check(items, table: tuple[T.Tensor, ...], inputs: bool) -> None:
 
 
 @pytest.mark.parametrize("name,inputs,outputs", [
-    ("tiny", T.ENSEMBLE_INPUTS, T.ENSEMBLE_OUTPUTS),
+    ("tiny", T.CLIENT_INPUTS, T.CLIENT_OUTPUTS),
     ("preprocessing", T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS),
     ("spec_decoder", T.SPEC_DECODER_INPUTS, T.SPEC_DECODER_OUTPUTS),
     ("postprocessing", T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS),
@@ -63,38 +65,39 @@ def test_client_tensors(parsed):
 
 def test_python_models(parsed):
     m = pb2()
-    for name, count in (("preprocessing", 2), ("spec_decoder", 1), ("postprocessing", 3)):
+    for name, count, impl in (("preprocessing", 2, "preprocessing"), ("spec_decoder", 1, "spec_decoder"),
+                              ("postprocessing", 3, "postprocessing"), ("tiny", 1, "front")):
         cfg = parsed[name]
         assert cfg.backend == "python"
         assert [(g.kind, g.count) for g in cfg.instance_group] == [(m.ModelInstanceGroup.KIND_CPU, count)]
         p = parameters(cfg)
         assert json.loads(p["python_paths"]) == ["/x/site-packages", "/proj"] and p["python_version"] == "3.11"
-        assert p["implementation"] == f"triton_repo.models.{name}"
+        assert p["implementation"] == f"triton_repo.models.{impl}"
     spec = parsed["spec_decoder"]
     assert spec.model_transaction_policy.decoupled
     p = parameters(spec)
     assert json.loads(p["draft_schedule"]) == [[1, 64], [4, 16], [8, 1]] and p["max_input_len"] == "512"
     assert p["queue_delay_us"] == "250" and p["engine_dir"] == "engine"
-    assert not parse(render(all_configs(Settings(decoupled=False))["spec_decoder"])).model_transaction_policy.decoupled
+    assert p["max_queue_size"] == "7" and float(p["request_timeout_s"]) == 12.5
+    sync = all_configs(Settings(decoupled=False))
+    assert not parse(render(sync["spec_decoder"])).model_transaction_policy.decoupled
+    assert not parse(render(sync["trtspec"])).model_transaction_policy.decoupled
 
 
-def test_ensemble_wiring_is_complete(parsed):
-    """Every step input comes from an ensemble input or an earlier step's output; every ensemble output
-    is produced; every mapped key is a real tensor of that step's model."""
-    ens = parsed["tiny"]
-    available = {i.name for i in ens.input}
-    for step in ens.ensemble_scheduling.step:
-        model = parsed[step.model_name]
-        ins = {i.name: i.optional for i in model.input}
-        outs = {o.name for o in model.output}
-        assert set(step.input_map) <= set(ins)
-        assert {n for n, opt in ins.items() if not opt} <= set(step.input_map)
-        assert set(step.input_map.values()) <= available, step.model_name
-        assert set(step.output_map) <= outs
-        available |= set(step.output_map.values())
-    assert {o.name for o in ens.output} <= available
-    names = [s.model_name for s in ens.ensemble_scheduling.step]
-    assert names == ["preprocessing", "spec_decoder", "postprocessing"]
+def test_front_model_can_relay_every_tensor(parsed):
+    """The front forwards each client input to spec_decoder under the same name (same dtype and dims) and
+    answers with outputs spec_decoder has too; it is decoupled exactly when spec_decoder is."""
+    front, spec = parsed["tiny"], parsed["spec_decoder"]
+    spec_in = {i.name: (i.data_type, list(i.dims)) for i in spec.input}
+    spec_out = {o.name: (o.data_type, list(o.dims)) for o in spec.output}
+    for i in front.input:
+        assert spec_in[i.name] == (i.data_type, list(i.dims)), i.name
+    for o in front.output:
+        assert spec_out[o.name] == (o.data_type, list(o.dims)), o.name
+    assert front.model_transaction_policy.decoupled == spec.model_transaction_policy.decoupled
+    p = parameters(front)
+    assert p["backend_model"] == "spec_decoder" and p["restart_backend"] == "true"
+    assert float(p["cancel_check_s"]) > 0 and float(p["watch_interval_s"]) > 0
 
 
 def test_rendering_is_protobuf_text_not_a_template(parsed):

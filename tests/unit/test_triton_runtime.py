@@ -17,7 +17,8 @@ from builder.stages.decoders import build_decoder
 from triton_repo.compat import built_versions, mismatch
 from triton_repo.detok import LOOKBACK, text_delta, window
 from triton_repo.request import Limits, RequestError, parse
-from triton_repo.scheduler import Chunk, Job, Scheduler
+from triton_repo.jobs import Chunk, Job
+from triton_repo.scheduler import Scheduler
 
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = Limits(vocab=4096, max_input_len=16, max_seq_len=64, stop_ids=(1,), sampling=True, lookahead=(4, 4, 4))

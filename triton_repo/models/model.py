@@ -6,6 +6,7 @@ and the implementation module that does the work (`implementation`, a class `Mod
 Only the standard library is imported before the paths are in place.
 """
 
+import faulthandler
 import importlib
 import json
 import sys
@@ -13,6 +14,7 @@ import sys
 
 class TritonPythonModel:
     def initialize(self, args):
+        faulthandler.enable()  # a stub that dies of a signal leaves its Python stacks in the server log
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         want = params.get("python_version", "")
