@@ -45,7 +45,7 @@ def main() -> int:
     s = Settings(streams=a.streams, duration_s=a.duration_s, warmup_s=min(a.warmup_s, a.duration_s / 3), seed=a.seed,
                  p_cancel=a.cancel_rate)
     oracle = make_oracle(a.recipe, s.max_tokens)
-    server = TritonServer(repo, ports=free_ports(), extra_args=("--model-control-mode=explicit", "--load-model=*"))
+    server = TritonServer(repo, ports=free_ports())  # explicit model control is the default (builder.serve.server)
     server.start()
     log = a.out.with_suffix(".tritonserver.log")
     log.parent.mkdir(parents=True, exist_ok=True)

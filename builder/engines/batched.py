@@ -31,7 +31,6 @@ from typing import Callable, Hashable, Mapping, Protocol, Sequence
 import numpy as np
 
 from builder.engines.rows import RowTable
-from builder.speculative.decoding import check_paths
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 
 Shape = tuple[int, ...]
@@ -180,8 +179,7 @@ class BatchedTarget:
         p = max(d.paths.shape[0] for d in drafts)
         w = max(d.width for d in drafts)
         for row, d in zip(rows, drafts):
-            check_draft(d, self.vocab_size)
-            check_paths(d)  # the commit below compacts KV along them: a bad path must never reach it
+            check_draft(d, self.vocab_size)  # tokens, mask, depth and paths (the commit compacts KV along them)
             if self.committed[row] + t > self.kv.capacity:
                 raise ValueError(f"sequence at {self.committed[row]} tokens has no room for {t} nodes "
                                  f"(capacity {self.kv.capacity})")

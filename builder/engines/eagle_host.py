@@ -45,7 +45,9 @@ class EagleHost:
         self._bound = LruBindings()
 
     def start(self, seqs: Sequence[int]) -> None:
-        for s, ours in zip(seqs, self.rows.add(len(seqs))):
+        if len(set(seqs)) != len(seqs) or any(s in self._ids for s in seqs):
+            raise ValueError(f"sequences {list(seqs)} are already started (or repeated)")
+        for s, ours in zip(seqs, self.rows.add(len(seqs))):  # nothing below can fail once the rows are added
             self._ids[s] = ours
             self.committed[self.rows.row(ours)] = 0
 

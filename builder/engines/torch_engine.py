@@ -78,7 +78,18 @@ class TorchEngine:
             self._check_tokens(np.asarray(p, dtype=np.int64), "prompt")
             if not 0 < len(p) <= self.max_seq_len:
                 raise ValueError(f"prompt of {len(p)} tokens: need 1..{self.max_seq_len}")
-        ids = self.rows.add(len(prompts))
+        with self.rows.adding(len(prompts)) as ids:  # a failing prefill takes its rows back
+            try:
+                return ids, self._prefill(ids, prompts, sampling)
+            except BaseException:
+                for sid in ids:  # and its caches
+                    cache = self._cache.pop(sid, None)
+                    if cache is not None:
+                        cache.reset()
+                        self._free.append(cache)
+                raise
+
+    def _prefill(self, ids: list[int], prompts: Sequence[Sequence[int]], sampling: SamplingBatch) -> PrefillResult:
         first, hidden, topk = [], [], []
         for row, (sid, prompt) in enumerate(zip(ids, prompts)):
             cache = self._cache[sid] = self._free.pop()
@@ -92,7 +103,7 @@ class TorchEngine:
             hidden.append(h[0].float().numpy())
             if self.medusa is not None:
                 topk.append(self._medusa(h[0, -1]))
-        return ids, PrefillResult(np.array(first, dtype=np.int64), hidden, np.stack(topk) if topk else None)
+        return PrefillResult(np.array(first, dtype=np.int64), hidden, np.stack(topk) if topk else None)
 
     @torch.no_grad()
     def step(self, seqs: Sequence[int], drafts: Sequence[Draft], sampling: SamplingBatch) -> StepResult:

@@ -215,6 +215,9 @@ class TritonServer:
                 f"--metrics-address={self.host}", f"--metrics-port={self.ports.metrics}",
                 "--allow-gpu-metrics=false", "--exit-on-error=true", "--disable-auto-complete-config",
                 "--exit-timeout-secs=5", f"--log-verbose={self.log_verbose}",
+                # explicit model control: a broken spec_decoder unloads itself (Triton 2.51's only way for a Python
+                # model to report unready) and the front model reloads it after a crash of its stub
+                "--model-control-mode=explicit", "--load-model=*",
                 # one shared-memory namespace per server: parallel servers on one machine never collide
                 f"--backend-config=python,shm-region-prefix-name=trtspec{os.getpid()}x{self.ports.grpc}"]  # fmt: skip
         if backends is not None:

@@ -17,7 +17,7 @@ depend on which other requests shared its steps. Words as in the glossary (`buil
 
 Failures never leak a slot: a failed drafter start releases the engine's new sequences; a step that raises
 ends (finish_reason "error") and releases every active sequence, then propagates. If releasing fails too,
-the engine is beyond repair (`EngineBroken`). `check_paths`: what KV compaction needs of a draft's paths.
+the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check_paths`: what KV compaction needs of a draft's paths.)
 """
 
 from __future__ import annotations
@@ -38,37 +38,6 @@ class EngineBroken(RuntimeError):
     """Releasing a sequence failed: the engine's rows or KV can no longer be trusted (the decoder is dead)."""
 
 
-_PATHS_OK: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # read-only trees checked
-
-
-def check_paths(draft: Draft) -> None:
-    """A draft's paths against its tree: each row starts at the root, holds node indices then -1 padding, and
-    its k-th node sits at depth k attending exactly the row's nodes 0..k — so the KV it wrote at committed + k
-    is the causal one and the accepted chain can be compacted into place. Read-only trees are checked once."""
-    paths, depth, mask = draft.paths, draft.depth, draft.mask
-    key = (id(paths), id(mask), id(depth))
-    if key in _PATHS_OK:
-        return
-    t = draft.num_nodes
-    if paths.ndim != 2 or 0 in paths.shape or paths.dtype != np.int32:
-        raise ValueError(f"paths must be a non-empty int32 [P, D+1] array, got {paths.dtype} {list(paths.shape)}")
-    if (paths[:, 0] != 0).any() or paths.min() < -1 or paths.max() >= t:
-        raise ValueError(f"every path must start at the root (node 0) and hold node indices 0..{t - 1} or -1 (padding)")
-    valid = paths >= 0  # [P, W]
-    if (valid[:, 1:] & ~valid[:, :-1]).any():
-        raise ValueError("a path's -1 padding must come after all its nodes")
-    nodes = np.where(valid, paths, 0)  # [P, W]
-    w = paths.shape[1]
-    ks = np.arange(w)
-    if (np.where(valid, depth[nodes], ks) != ks).any():
-        raise ValueError("the k-th node of a path must sit at depth k")
-    rows = mask[nodes]  # [P, W, T]: each path node's mask row
-    seen = np.take_along_axis(rows, np.broadcast_to(nodes[:, None, :], (*nodes.shape, w)), axis=2)  # [P, W, W]
-    need = valid[:, :, None] & valid[:, None, :] & (ks[None, :] <= ks[:, None])[None]
-    if (need & ~seen).any() or (np.where(valid, rows.sum(-1), ks + 1) != ks + 1).any():
-        raise ValueError("node k of a path must attend exactly the path's nodes 0..k (its ancestors)")
-    if not (paths.flags.writeable or mask.flags.writeable or depth.flags.writeable) and len(_PATHS_OK) < 4096:
-        _PATHS_OK[key] = (paths, mask, depth)  # kept alive, so the ids stay theirs
 
 
 @dataclass(frozen=True)

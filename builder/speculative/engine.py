@@ -121,6 +121,39 @@ _UPPER: dict[int, np.ndarray] = {}  # T -> [T, T] bool strictly upper triangle (
 _CHECKED: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # read-only (mask, depth) pairs already checked
 
 
+_PATHS_OK: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # read-only trees checked
+
+
+def check_paths(draft: Draft) -> None:
+    """A draft's paths against its tree: each row starts at the root, holds node indices then -1 padding, and
+    its k-th node sits at depth k attending exactly the row's nodes 0..k — so the KV it wrote at committed + k
+    is the causal one and the accepted chain can be compacted into place. Read-only trees are checked once."""
+    paths, depth, mask = draft.paths, draft.depth, draft.mask
+    key = (id(paths), id(mask), id(depth))
+    if key in _PATHS_OK:
+        return
+    t = draft.num_nodes
+    if paths.ndim != 2 or 0 in paths.shape or paths.dtype != np.int32:
+        raise ValueError(f"paths must be a non-empty int32 [P, D+1] array, got {paths.dtype} {list(paths.shape)}")
+    if (paths[:, 0] != 0).any() or paths.min() < -1 or paths.max() >= t:
+        raise ValueError(f"every path must start at the root (node 0) and hold node indices 0..{t - 1} or -1 (padding)")
+    valid = paths >= 0  # [P, W]
+    if (valid[:, 1:] & ~valid[:, :-1]).any():
+        raise ValueError("a path's -1 padding must come after all its nodes")
+    nodes = np.where(valid, paths, 0)  # [P, W]
+    w = paths.shape[1]
+    ks = np.arange(w)
+    if (np.where(valid, depth[nodes], ks) != ks).any():
+        raise ValueError("the k-th node of a path must sit at depth k")
+    rows = mask[nodes]  # [P, W, T]: each path node's mask row
+    seen = np.take_along_axis(rows, np.broadcast_to(nodes[:, None, :], (*nodes.shape, w)), axis=2)  # [P, W, W]
+    need = valid[:, :, None] & valid[:, None, :] & (ks[None, :] <= ks[:, None])[None]
+    if (need & ~seen).any() or (np.where(valid, rows.sum(-1), ks + 1) != ks + 1).any():
+        raise ValueError("node k of a path must attend exactly the path's nodes 0..k (its ancestors)")
+    if not (paths.flags.writeable or mask.flags.writeable or depth.flags.writeable) and len(_PATHS_OK) < 4096:
+        _PATHS_OK[key] = (paths, mask, depth)  # kept alive, so the ids stay theirs
+
+
 def check_draft(draft: Draft, vocab_size: int) -> None:
     """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range).
 
@@ -135,6 +168,7 @@ def check_draft(draft: Draft, vocab_size: int) -> None:
         raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
     key = (id(draft.mask), id(draft.depth))
     if key in _CHECKED:
+        check_paths(draft)
         return
     if draft.mask.shape != (t, t) or draft.mask.dtype != bool:
         raise ValueError(f"mask must be bool [{t}, {t}], got {draft.mask.dtype} {draft.mask.shape}")
@@ -147,6 +181,7 @@ def check_draft(draft: Draft, vocab_size: int) -> None:
         raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0, got {draft.depth.tolist()}")
     if not draft.mask.flags.writeable and not draft.depth.flags.writeable and len(_CHECKED) < 4096:
         _CHECKED[key] = (draft.mask, draft.depth)
+    check_paths(draft)  # the commit compacts KV along the paths: a bad one must never reach it
 
 
 class Engine(Protocol):

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from builder.recipe.loader import load_recipe
-from builder.speculative.decoding import Decoder, DraftSchedule, EngineBroken, Request, check_paths
-from builder.speculative.engine import Draft, SamplingBatch, root_only
+from builder.speculative.decoding import Decoder, DraftSchedule, EngineBroken, Request
+
+from builder.speculative.engine import Draft, SamplingBatch, check_paths, root_only
 from builder.stages.decoders import build_decoder
 from triton_repo.faults import FaultyEngine
 from triton_repo.jobs import Chunk, Job, Overloaded, Unavailable
@@ -570,3 +571,28 @@ def test_relay_streams_cancels_by_hanging_up_and_reports_a_dead_server(tmp_path)
     assert not (tmp_path / "s.sock").exists()
     with pytest.raises(OSError):
         list(relay_request(tmp_path / "s.sock", {"max_tokens": np.array([1], np.int32)}, {}, "r4"))
+
+
+def test_the_torch_reference_engine_gives_back_rows_and_caches_of_a_failing_prefill(tmp_path):
+    """The oracle engine keeps the same promise as the batched ones: a prefill that raises leaves nothing."""
+    from builder.engines.torch_engine import TorchEngine
+    from builder.model.loader import load_model
+    from tests.unit.speculative_models import make_hf_llama
+
+    engine = TorchEngine(load_model(make_hf_llama(tmp_path / "m")), max_seq_len=64, max_batch_size=2)
+    free, forward = len(engine._free), engine.model.forward
+    calls = {"n": 0}
+
+    def fail_second(*args, **kwargs):  # the second prompt of the batch fails mid-prefill
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected prefill failure")
+        return forward(*args, **kwargs)
+
+    engine.model.forward = fail_second
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.start([[5, 6, 7], [8, 9]], SamplingBatch.all_greedy(2, 4))
+    engine.model.forward = forward
+    assert len(engine.rows) == 0 and len(engine._free) == free
+    ids, _ = engine.start([[5, 6, 7], [8, 9]], SamplingBatch.all_greedy(2, 4))  # both slots usable again
+    assert len(ids) == 2
