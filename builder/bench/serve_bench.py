@@ -219,9 +219,11 @@ def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, conc
                        stability_percentage=s.stability_percentage, max_trials=s.max_trials, csv=csv,
                        profile_export=export, request_parameters=dict(REQUEST_PARAMETERS))  # fmt: skip
     before = _model_stats(endpoints["http"], model)
+    metrics_before = _scrape(endpoints)
     timeout = 120 + 3 * (s.max_trials + 1) * s.window_ms / 1000
     code = _run_tool(cmd, perf_env(), log, timeout)
     after = _model_stats(endpoints["http"], model)
+    server = _server_delta(endpoints, metrics_before)
     if code != 0 or not csv.is_file() or not export.is_file():
         raise BenchError(f"perf_analyzer failed ({mode}, concurrency {concurrency}, exit {code}):\n{_tail(log)}")
     row = read_perf_csv(csv)[0]
@@ -242,8 +244,30 @@ def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, conc
         "failed_requests": failed,
         "errors": failed + (0 if summary["token_counts_ok"] else 1),
         "csv": f"raw/{csv.name}", "export": f"raw/{export.name}.gz", "log": f"raw/{log.name}",
-        "command": cmd,
+        "command": cmd, "server": server,
     }, recs  # fmt: skip
+
+
+def _scrape(endpoints: dict[str, str]):
+    """The server's Prometheus metrics (spec_decoder's own counters), or None where the endpoint has none."""
+    from builder.bench.serve_metrics import scrape
+
+    url = endpoints.get("metrics")
+    try:
+        return scrape(url) if url else None
+    except OSError:
+        return None
+
+
+def _server_delta(endpoints: dict[str, str], before) -> dict[str, Any] | None:
+    """What spec_decoder counted over the run (`serve_metrics.server_delta`), after its exporter's next publish."""
+    from builder.bench.serve_metrics import server_delta
+
+    if before is None:
+        return None
+    time.sleep(0.3)  # the Python backend publishes its metrics every 0.25 s
+    after = _scrape(endpoints)
+    return None if after is None else server_delta(before, after)
 
 
 def combine(runs: list[tuple[dict[str, Any], list[RequestRecord]]], output_len: int) -> dict[str, Any]:
@@ -263,6 +287,32 @@ def combine(runs: list[tuple[dict[str, Any], list[RequestRecord]]], output_len: 
     out["errors"] = out["failed_requests"] + (0 if out["token_counts_ok"] else 1)
     out["runs"] = [{k: r[k] for k in ("output_tokens_per_s", "requests_per_s", "latency_p50_ms", "tau", "csv", "export")}
                    for r in rows]  # fmt: skip
+    out["server"] = _sum_server([r.get("server") for r in rows])
+    return out
+
+
+def _sum_server(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The server's figures over repeated runs: counts summed, τ and mean batch recomputed from the sums, step
+    time weighted by steps, the queue state of the last run."""
+    got = [p for p in parts if p]
+    if len(got) <= 1:
+        return got[0] if got else None
+    counts = ("requests", "steps", "sequence_steps", "output_tokens", "drafted", "accepted")
+    out: dict[str, Any] = {k: sum(p[k] for p in got) for k in counts}
+    for table in ("ended", "errors"):
+        out[table] = {}
+        for p in got:
+            for k, v in (p.get(table) or {}).items():
+                out[table][k] = out[table].get(k, 0) + v
+    seq, steps = out["sequence_steps"], out["steps"]
+    out["tau"] = (out["accepted"] + seq) / seq if seq else None
+    out["mean_batch"] = seq / steps if steps else None
+    timed = [(p["step_ms_mean"], p["steps"]) for p in got if p.get("step_ms_mean") is not None and p["steps"]]
+    out["step_ms_mean"] = sum(v * w for v, w in timed) / sum(w for _, w in timed) if timed else None
+    per_request = [(p["request_tau_mean"], p["requests"]) for p in got if p.get("request_tau_mean") is not None]
+    out["request_tau_mean"] = (sum(v * w for v, w in per_request) / sum(w for _, w in per_request)
+                               if per_request and sum(w for _, w in per_request) else None)  # fmt: skip
+    out["queued_after"], out["active_after"] = got[-1].get("queued_after"), got[-1].get("active_after")
     return out
 
 

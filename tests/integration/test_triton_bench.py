@@ -75,6 +75,10 @@ def test_short_bench_run_writes_a_consistent_report(built, tmp_path):
         assert r["token_counts_ok"] and r["measured_requests"] > 0, r
         assert (out / r["csv"]).is_file() and (out / r["export"]).is_file()
         assert r["output_tokens_per_s"] == pytest.approx(r["requests_per_s"] * OUTPUT_LEN)
+        # the server's own counters over the run (warm-up included) cover perf_analyzer's measured requests
+        v = r["server"]
+        assert v is not None and v["requests"] >= r["measured_requests"] and sum(v["errors"].values()) == 0, v
+        assert v["output_tokens"] >= r["measured_requests"] * OUTPUT_LEN and v["queued_after"] == 0, v
         if r["mode"] == "baseline":
             assert r["tau"] == 1.0
         else:
@@ -93,6 +97,7 @@ def test_short_bench_run_writes_a_consistent_report(built, tmp_path):
         assert float(row.group(2)) == round(base["output_tokens_per_s"], 1)
         assert row.group(3) == f"{spec['output_tokens_per_s'] / base['output_tokens_per_s']:.2f}"
     csv_lines = (out / "bench.csv").read_text().splitlines()
+    assert "## the server's view" in report
     assert len(csv_lines) == 5 and csv_lines[0].startswith("concurrency,mode,output_tokens_per_s")
     assert not _alive_with(f"--grpc-port={res['endpoints']['grpc'].rsplit(':', 1)[1]}")
     assert not _alive_with(res["endpoints"]["grpc"])  # no perf_analyzer left
