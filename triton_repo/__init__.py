@@ -11,9 +11,15 @@
     watch        which stub processes serve a model, and are they alive (/proc)
     faults       fault injection at the engine boundary (tests only)
     detok        incremental detokenization that never splits a UTF-8 character
-    compat       spec_decoder refuses engines built by other versions
+    compat       spec_decoder refuses engines built by other versions (ONNX Runtime; TensorRT's version lock:
+                 TensorRT, compute capability, tree_verify plugin digest)
+    runtime      the code the repository carries (copied into every model, resolved only there): the repository
+                 is relocatable and imports nothing from the build environment's trtspec
     models/      the Python-backend models (bootstrap model.py + the front model, spec_decoder,
                  preprocessing, postprocessing)
+
+spec_decoder opens its engine folder — ONNX Runtime (cpu targets, KIND_CPU) or TensorRT (GPU targets, KIND_GPU on
+the recipe's GPUs) — through the backend-neutral `builder.engines.folder.open_engine`.
 
 Clients call the front model (`triton.model_name`): text in, text out; it relays each request to
 spec_decoder over a local socket (`relay`: Triton 2.51's decoupled BLS corrupts the caller's heap),

@@ -4,7 +4,12 @@
     text = render(cfg)                       # google.protobuf.text_format
     parse(text)                              # back to a ModelConfig (tests, `trtspec serve` checks)
 
-A missing value cannot happen: every field is set from typed data, and unknown fields fail at once.
+A missing value cannot happen: every field is set from typed data, and unknown fields fail at once. No config
+holds a filesystem path (the repository is relocatable): the engine folder and tokenizer are named relative to
+the model's version folder, and the code the models run travels inside the repository (`triton_repo.runtime`).
+Instance groups: spec_decoder is KIND_GPU on the recipe's GPUs when its engine is TensorRT (Triton passes each
+instance its `model_instance_kind` / `model_instance_device_id`: python_backend src/stub_launcher.cc `ModelInstanceStubProcess`); the front
+model, preprocessing and postprocessing are KIND_CPU (they run no engine).
 """
 
 from __future__ import annotations
@@ -36,8 +41,7 @@ class Settings:
     draft_schedule: tuple[tuple[int, int], ...] = ()
     max_input_len: int = 1024
     ort_threads: int = 1
-    python_paths: tuple[str, ...] = ()  # written into every model's parameters (the stub ignores PYTHONPATH)
-    python_version: str = ""  # "3.11": the interpreter the paths belong to
+    gpus: tuple[int, ...] = ()  # spec_decoder's GPUs (KIND_GPU, `instances[1]` on each); () = KIND_CPU
     max_queue_size: int = 64  # requests waiting for a slot; past it spec_decoder refuses at once (overload)
     request_timeout_s: float = 600.0  # default per-request deadline (a request's timeout_s may shorten it)
     cancel_check_s: float = 0.02  # the front model asks Triton whether its clients cancelled this often
@@ -53,14 +57,19 @@ def _io(items: Any, specs: Sequence[T.Tensor], output: bool = False) -> None:
             entry.optional = True
 
 
-def _python_model(name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str]):
+def _python_model(name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str],
+                  gpus: Sequence[int] = ()):  # fmt: skip
+    """A Python-backend model: KIND_GPU with `count` instances on each of `gpus` when given, else KIND_CPU. The
+    parameters hold no path: the bootstrap model.py finds the runtime beside itself (`triton_repo.runtime`)."""
     m = pb2()
     cfg = m.ModelConfig(name=name, backend="python", max_batch_size=0)
     _io(cfg.input, inputs)
     _io(cfg.output, outputs, output=True)
-    cfg.instance_group.add(kind=m.ModelInstanceGroup.KIND_CPU, count=count)
-    all_params = {"implementation": impl, "python_paths": json.dumps(list(s.python_paths)),
-                  "python_version": s.python_version, **params, **s.extra}  # fmt: skip
+    if gpus:
+        cfg.instance_group.add(kind=m.ModelInstanceGroup.KIND_GPU, count=count, gpus=list(gpus))
+    else:
+        cfg.instance_group.add(kind=m.ModelInstanceGroup.KIND_CPU, count=count)
+    all_params = {"implementation": impl, **params, **s.extra}
     for k, v in all_params.items():
         cfg.parameters[k].string_value = v
     return cfg
@@ -82,7 +91,7 @@ def spec_decoder_config(s: Settings):
               "decoupled": json.dumps(s.decoupled), "max_queue_size": str(s.max_queue_size),
               "request_timeout_s": repr(float(s.request_timeout_s))}  # fmt: skip
     cfg = _python_model(T.SPEC_DECODER, "triton_repo.models.spec_decoder", T.SPEC_DECODER_INPUTS,
-                        T.SPEC_DECODER_OUTPUTS, s.instances[1], s, params)  # fmt: skip
+                        T.SPEC_DECODER_OUTPUTS, s.instances[1], s, params, s.gpus)  # fmt: skip
     cfg.model_transaction_policy.decoupled = s.decoupled
     return cfg
 

@@ -1,24 +1,25 @@
-"""Write a self-contained Triton model repository around an engine folder.
+"""Write a self-contained, relocatable Triton model repository around an engine folder (ONNX Runtime or TensorRT).
 
     <repo>/
       <model_name>/config.pbtxt, 1/model.py   the front model: text in, text out (clients call this; it relays
                                            to spec_decoder over a local socket and forwards cancellation)
       preprocessing/config.pbtxt, 1/model.py, 1/tokenizer.json
-      spec_decoder/config.pbtxt, 1/model.py, 1/engine/   the engine folder (engine.json, ONNX graphs,
-                                                          tokenizer.json, its build manifest.json)
+      spec_decoder/config.pbtxt, 1/model.py, 1/engine/   the engine folder (engine.json, ONNX graphs or TensorRT
+                                                          engines, tokenizer.json, its build manifest.json)
       postprocessing/config.pbtxt, 1/model.py, 1/tokenizer.json
+      <every model>/1/trtspec_runtime/     the code the models import (`triton_repo.runtime`), with runtime.json
       trtspec-repo.json                    what was emitted: settings, tensors, versions, endpoints' models
 
-Engine files are hard-linked where the filesystem allows (else copied): the repository reads nothing
-outside itself except the Python packages named in every config's `python_paths`.
+Engine files are hard-linked where the filesystem allows (else copied); the runtime is copied from the source
+tree once and hard-linked into the other models. Nothing in the repository names a path outside it — no config
+parameter, no manifest entry — so the folder may be moved or renamed and served from anywhere whose Python
+environment has the third-party packages (`triton_repo.runtime.THIRD_PARTY`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
-import sysconfig
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,20 +27,10 @@ from typing import Any
 from builder.files import link_or_copy
 from triton_repo import tensors as T
 from triton_repo.config import Settings, all_configs, render
+from triton_repo.runtime import FOLDER, copy_runtime, link_runtime
 
 BOOTSTRAP = Path(__file__).with_name("models") / "model.py"
-ROOT = Path(__file__).resolve().parents[1]  # the folder holding builder/ and triton_repo/
 INFO = "trtspec-repo.json"
-
-
-def python_paths() -> tuple[str, ...]:
-    """This interpreter's site-packages and the project's source folder (for the stub's sys.path)."""
-    paths = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")] + [str(ROOT)]
-    return tuple(dict.fromkeys(paths))
-
-
-def python_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def _tree(src: Path, dst: Path) -> None:
@@ -55,12 +46,22 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
                          f"({', '.join(T.RESERVED_NAMES)})")  # fmt: skip
     engine_dir = Path(engine_dir)
     meta = json.loads((engine_dir / "engine.json").read_text(encoding="utf-8"))
+    backend = meta.get("backend")
+    if (backend == "tensorrt") != bool(settings.gpus):
+        raise ValueError(f"a {backend} engine's spec_decoder runs on "
+                         f"{'GPUs (KIND_GPU): give settings.gpus' if backend == 'tensorrt' else 'the CPU: no gpus'}")
     configs = all_configs(settings)
     for name, cfg in configs.items():
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(render(cfg), encoding="utf-8")
+    first = None
     for name in (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING, settings.model_name):
         shutil.copy2(BOOTSTRAP, out / name / "1" / "model.py")
+        if first is None:
+            first = out / name / "1" / FOLDER
+            runtime = copy_runtime(first)
+        else:
+            link_runtime(first, out / name / "1" / FOLDER)
     _tree(engine_dir, out / T.SPEC_DECODER / "1" / "engine")
     tokenizer = engine_dir / meta["tokenizer"]
     for name in (T.PREPROCESSING, T.POSTPROCESSING):
@@ -69,9 +70,10 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
         "ensemble": settings.model_name,  # the model clients call (the front model; the key predates it)
         "models": list(configs),
         "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
-        "engine": {"label": meta.get("drafter", {}).get("method"), "format": meta.get("format"),
+        "engine": {"label": meta.get("drafter", {}).get("method"), "backend": backend, "format": meta.get("format"),
                    "max_batch_size": meta.get("max_batch_size"), "max_seq_len": meta.get("max_seq_len"),
-                   "versions": meta.get("versions", {})},
+                   "versions": meta.get("versions", {}), "tensorrt": meta.get("tensorrt")},
+        "runtime": {"folder": FOLDER, "trtspec": runtime["trtspec"], "files": len(runtime["files"])},
         "inputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional}
                    for t in T.CLIENT_INPUTS],
         "outputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims)} for t in T.CLIENT_OUTPUTS],

@@ -1,4 +1,5 @@
-"""`trtspec generate` and `trtspec profile-acceptance`: ONNX Runtime engine by default on CPU recipes, torch reference on request."""
+"""`trtspec generate` and `trtspec profile-acceptance`: the recipe's built engine by default (ONNX Runtime on CPU
+recipes, TensorRT on GPU recipes where TensorRT is installed), the torch reference on request."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from builder.errors import UserError
 
 METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead"])
 ENGINE_OPTION = click.option(
-    "--engine", type=click.Choice(["auto", "onnxruntime", "torch"]), default="auto", show_default=True,
-    help="auto: onnxruntime for CPU recipes; torch: the plain-torch reference engine (the oracle).")
+    "--engine", type=click.Choice(["auto", "onnxruntime", "tensorrt", "torch"]), default="auto", show_default=True,
+    help="auto: the recipe's engine (onnxruntime for CPU recipes, tensorrt for GPU recipes: needs TensorRT on a GPU "
+         "host); torch: the plain-torch reference engine (the oracle).")
 
 
 def _engine(loaded, engine: str) -> str:
     if engine != "auto":
         return engine
-    if loaded.recipe.target.device != "cpu":
-        raise UserError(f"target {loaded.recipe.target.device} needs a TensorRT engine built on a GPU host "
-                        "(trtspec build); on this machine pass --engine torch or --engine onnxruntime",
-                        field="--engine", allowed="torch, onnxruntime")
-    return "onnxruntime"
+    backend = loaded.recipe.target.engine_backend
+    if backend == "trtllm":
+        raise UserError(f"target.backend trtllm engines run inside TensorRT-LLM's Triton backend (trtspec deploy); "
+                        "here pass --engine torch", field="--engine", allowed="torch")  # fmt: skip
+    return backend
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab: int) -> list[int]:

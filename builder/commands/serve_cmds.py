@@ -30,25 +30,43 @@ def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, q
     if result.stopped is not None:
         click.echo(f"stopped: {result.stopped}; build the recipe on a GPU host first", err=True)
         sys.exit(EXIT_NEEDS_GPU)
-    return result.folder("repo"), loaded.recipe.triton
+    repo = result.folder("repo")
+    _warn_stale(repo)
+    return repo, loaded.recipe.triton
+
+
+def _warn_stale(repo: Path) -> None:
+    """Warn when the cached repository carries other code than this source tree would copy into it now."""
+    from triton_repo.emit import INFO
+    from triton_repo.runtime import FOLDER, stale
+
+    info = json.loads((repo / INFO).read_text(encoding="utf-8"))
+    found = stale(repo / info["ensemble"] / "1" / FOLDER)
+    if found:
+        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        click.echo(f"warning: the cached repository {repo} runs other code than this source tree ({shown}); "
+                   "serving it as it is — rebuild with `trtspec build RECIPE --force` to serve this tree's code",
+                   err=True)  # fmt: skip
 
 
 def _check_repo(repo: Path) -> dict:
-    from triton_repo.config import parameters, parse
+    """trtspec-repo.json, after checking that every model carries its runtime intact (the repository imports
+    nothing from this environment's trtspec: `triton_repo.runtime`)."""
     from triton_repo.emit import INFO
+    from triton_repo.runtime import FOLDER, problems
 
     info_path = repo / INFO
     if not info_path.is_file():
         raise UserError(f"{repo} is not a trtspec model repository (no {INFO}); pass a recipe or a repository "
                         "that `trtspec build` wrote", field="REPO")  # fmt: skip
     info = json.loads(info_path.read_text(encoding="utf-8"))
-    missing = set()
+    found: list[str] = []
     for name in info["models"]:
-        cfg = parse((repo / name / "config.pbtxt").read_text(encoding="utf-8"))
-        missing |= {p for p in json.loads(parameters(cfg).get("python_paths", "[]")) if not Path(p).is_dir()}
-    if missing:
-        raise UserError(f"the repository's models import from {', '.join(sorted(missing))}, which no longer "
-                        "exist: rebuild it (trtspec build RECIPE --force) in this environment", field="REPO")  # fmt: skip
+        found += problems(repo / name / "1" / FOLDER)
+    if found:
+        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        raise UserError(f"the repository's runtime is incomplete or was edited ({shown}): rebuild it "
+                        "(trtspec build RECIPE --force)", field="REPO")  # fmt: skip
     return info
 
 

@@ -1,5 +1,7 @@
 """An opened engine folder, whichever backend built it: the engine, a drafter factory, the tokenizer (backend
-neutral, so the TensorRT package need not import the ONNX Runtime one).
+neutral, so the TensorRT package need not import the ONNX Runtime one). `builder.engines.folder.open_engine`
+opens a folder of either backend (ONNX Runtime: `builder.engines.ort.load`, TensorRT:
+`builder.engines.tensorrt.folder`); both return an `Opened`.
 
 `drafter_for` picks the drafter an engine folder runs (the folder's own, or an override: none / lookahead,
 or the folder's own method) and checks it against what the engines hold — room for its draft nodes, the

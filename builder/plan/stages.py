@@ -117,7 +117,11 @@ STAGE_CODE = {  # source files (or folders of them) whose change must rebuild th
     "export": ("builder/stages/export.py", "builder/stages/parts.py", "builder/export", "plugins/tree_verify",
                "builder/speculative/drafters.py"),
     "engine": ("builder/stages/engine.py", "builder/engines/ort", "builder/engines/tensorrt"),
-    "repo": ("builder/stages/repo.py", "triton_repo"),
+    # the repository carries a copy of the serving runtime (triton_repo/runtime.py: the models' import closure,
+    # computed at emit time); these paths are a superset of that closure, so any change to it rebuilds the repo
+    "repo": ("builder/stages/repo.py", "triton_repo", "builder/__init__.py", "builder/errors.py", "builder/section.py",
+             "builder/speculative", "builder/engines", "builder/export/__init__.py", "builder/export/contract.py",
+             "plugins/__init__.py", "plugins/tree_verify"),
 }
 TRTLLM_STAGE_CODE = {  # the trtllm backend's stages that differ (load and quantize are shared)
     "checkpoint": ("builder/stages/checkpoint.py", "builder/stages/parts.py", "builder/trtllm/checkpoint"),

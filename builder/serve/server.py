@@ -11,8 +11,9 @@ lays out a backend directory with the stub of *this* interpreter's version (as p
 The stub environment (each trap seen on these machines): the stub embeds libpython and must load the
 same libpython as the interpreter whose packages the models import — `LD_LIBRARY_PATH` starts with
 this interpreter's LIBDIR (the pyenv one, not Debian's); the wheel's own libraries follow. The stub
-ignores `PYTHONPATH` (isolated init): the repository's model configs carry the project's paths
-(`triton_repo`). And the wheel's stub was built with a pybind11 that predates NumPy 2: under NumPy 2
+ignores `PYTHONPATH` (isolated init), and the repository names no path of this host: its models import
+trtspec's code from the runtime the repository carries (`triton_repo.runtime`, resolved only there by the
+bootstrap model.py) and third-party packages from the stub's environment laid out here. And the wheel's stub was built with a pybind11 that predates NumPy 2: under NumPy 2
 every tensor it hands to Python comes out garbled (a BYTES input of "hello" arrives as nine 0x05
 bytes). The embedded interpreter finds its prefix from the first `python3` on PATH, like any
 interpreter from its executable, so `stub_python` lays out a minimal virtual environment (a
@@ -41,6 +42,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from builder.serve import procs
 
 LOOPBACK = "127.0.0.1"
 
@@ -111,7 +114,9 @@ def stub_python(workdir: Path) -> Path:
     """A minimal virtual environment for the embedded stub interpreter; returns its bin/ folder.
 
     sys.path inside the stub: the stdlib, then this folder's site-packages = NumPy 1.x
-    (`stub_numpy_dir()`), then (via trtspec-stub.pth) this interpreter's own site-packages.
+    (`stub_numpy_dir()`), then (via trtspec-stub.pth) this interpreter's own site-packages — the third-party
+    packages the repository's runtime imports (`triton_repo.runtime.THIRD_PARTY`). A trtspec installed there
+    is never used: the bootstrap model.py resolves builder / plugins / triton_repo in the repository only.
     """
     numpy_dir = stub_numpy_dir()
     if not (numpy_dir / "numpy").is_dir():
@@ -144,7 +149,7 @@ def stub_env(dist: Dist, stub_bin: Path | None = None, base: dict[str, str] | No
     env["LD_LIBRARY_PATH"] = ":".join(first + rest)
     if stub_bin is not None:
         env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
-    env.pop("PYTHONPATH", None)  # ignored by the stub; the model configs carry the paths
+    env.pop("PYTHONPATH", None)  # ignored by the stub; its packages come from stub_python's environment
     return env
 
 
@@ -160,6 +165,12 @@ def prepare_backends(dist: Dist, workdir: Path) -> Path | None:
     shutil.copytree(dist.backends, out, dirs_exist_ok=True)
     shutil.copy2(stub, out / "python" / "triton_python_backend_stub")
     return out
+
+
+def shell_unsafe(path: Path) -> str:
+    """The characters of `path` a shell would split or expand (whitespace, quotes, $, ;, …), described; "" if none."""
+    bad = sorted({c for c in str(path) if c.isspace() or c in "'\"$`\\;&|<>()*?[]#~!{}"})
+    return ", ".join(repr(c) for c in bad)
 
 
 def free_ports(host: str = LOOPBACK) -> Ports:
@@ -227,11 +238,16 @@ class TritonServer:
     def start(self) -> "TritonServer":
         if self.proc is not None:
             raise ServerError("already started")
+        if not (Path(self.repo) / "").is_dir():
+            raise ServerError(f"no model repository at {self.repo}")
+        unsafe = shell_unsafe(Path(self.repo).resolve())
+        if unsafe:
+            raise ServerError(f"the repository path {str(Path(self.repo).resolve())!r} holds {unsafe}: Triton's Python "
+                              "backend starts each model's stub through `bash -c` with the path unquoted "
+                              "(python_backend src/stub_launcher.cc), so move the repository to a path without them")  # fmt: skip
         self.dist = self.dist or find_tritonserver()
         if self.dist is None:
             raise ServerError(install_hint())
-        if not (Path(self.repo) / "").is_dir():
-            raise ServerError(f"no model repository at {self.repo}")
         if self.workdir is None:
             self._tmp = self.workdir = Path(tempfile.mkdtemp(prefix="trtspec-serve-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -285,7 +301,7 @@ class TritonServer:
         if self.proc is None:
             return []
         self._note_children()
-        pids = set(_group_members(self.proc.pid)) | {p for p, t in self._seen.items() if _same_process(p, t)}
+        pids = set(procs.group_members(self.proc.pid)) | {p for p, t in self._seen.items() if procs.same_process(p, t)}
         if self.proc.poll() is None:
             pids.add(self.proc.pid)
         return sorted(pids)
@@ -296,7 +312,7 @@ class TritonServer:
             return
         self._note_children()
         pgid = self.proc.pid  # start_new_session: the server leads its own group
-        _signal_group(pgid, signal.SIGTERM)
+        procs.signal_group(pgid, signal.SIGTERM)
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -307,9 +323,9 @@ class TritonServer:
             if not left:
                 break
             sig = signal.SIGKILL if time.monotonic() > deadline - 4.0 else signal.SIGTERM
-            _signal_group(pgid, sig)
+            procs.signal_group(pgid, sig)
             for pid in left:
-                _kill(pid, sig)
+                procs.kill(pid, sig)
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -335,68 +351,7 @@ class TritonServer:
     def _note_children(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        for pid in _descendants(self.proc.pid):
-            t = _start_time(pid)
+        for pid in procs.descendants(self.proc.pid):
+            t = procs.start_time(pid)
             if t is not None:
                 self._seen.setdefault(pid, t)
-
-
-# -- /proc helpers (Linux): no dependency beyond the standard library -------------------------------
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
-
-
-def _start_time(pid: int) -> float | None:
-    f = _stat(pid)
-    return None if f is None or f[0] == "Z" else float(f[19])  # field 22: starttime
-
-
-def _same_process(pid: int, start: float) -> bool:
-    return _start_time(pid) == start
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        f = _stat(pid)
-        if f is not None:
-            children.setdefault(int(f[1]), []).append(pid)  # field 4: ppid
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for pid in _all_pids():
-        f = _stat(pid)
-        if f is not None and f[0] != "Z" and int(f[2]) == pgid:  # field 5: pgrp
-            out.append(pid)
-    return out
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

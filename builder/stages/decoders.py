@@ -1,9 +1,10 @@
 """An engine, a drafter factory and the tokenizer for a recipe — what `generate`, `profile-acceptance`
 and the benchmarks run.
 
-`engine="onnxruntime"` builds the recipe through the cached stages (`builder.stages.runner`, up to
-`engine`) and opens the engine folder; `engine="torch"` runs the plain-torch reference over the
-checkpoint directly (no build).
+`engine="onnxruntime"` (cpu recipes) or `"tensorrt"` (GPU recipes, on a GPU host with TensorRT) builds the
+recipe through the cached stages (`builder.stages.runner`, up to `engine`) and opens the engine folder through
+the backend-neutral `builder.engines.folder.open_engine`; `engine="torch"` runs the plain-torch reference over
+the checkpoint directly (no build).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.stages.parts import Parts, local_dir, stop_ids
 
-ENGINES = ("torch", "onnxruntime")
+ENGINES = ("torch", "onnxruntime", "tensorrt")
 
 
 def cache_dir() -> Path:
@@ -54,19 +55,32 @@ def build_decoder(loaded: LoadedRecipe, method: str | None = None, engine: str =
         eng, make, label = _torch(parts, max_batch_size)
         base = parts.base_dir()
         return Decoder(eng, load_tokenizer(parts.tokenizer_dir()), make, parts.method, label, stop_ids(base))
-    return _onnxruntime(parts, max_batch_size, threads, cache or cache_dir())
+    return _engine_folder(parts, engine, max_batch_size, threads, cache or cache_dir())
 
 
-def _onnxruntime(parts: Parts, max_batch_size: int, threads: int, cache: Path) -> Decoder:
-    from builder.engines.ort.load import open_engine
+def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int, cache: Path) -> Decoder:
+    """Build the recipe up to its engine folder (cached) and open it, whichever backend built it."""
+    from builder.engines.folder import open_engine
     from builder.stages.runner import build
 
-    if parts.loaded.recipe.target.device != "cpu":
-        raise UserError(f"target {parts.loaded.recipe.target.device} builds TensorRT engines (trtspec build on a GPU "
-                        "host); here use --engine torch, or a cpu recipe", field="--engine")  # fmt: skip
+    target = parts.loaded.recipe.target
+    if target.engine_backend != engine:
+        raise UserError(f"target {target.device} builds {target.engine_backend} engines, not {engine}; here use "
+                        f"--engine torch{'' if target.engine_backend == 'trtllm' else f' or --engine {target.engine_backend}'}",
+                        field="--engine", allowed=", ".join(e for e in ENGINES if e in ("torch", target.engine_backend)))  # fmt: skip
+    if engine == "tensorrt":
+        from builder.engines.tensorrt.probe import missing
+
+        reason = missing()
+        if reason is not None:
+            raise UserError(f"target {target.device} runs TensorRT engines, which need TensorRT >= 10.15 on a GPU host "
+                            f"({reason}); here use --engine torch", field="--engine", allowed="torch")  # fmt: skip
     result = build(parts.loaded, cache, until="engine")
+    if result.stopped is not None:
+        raise UserError(f"the engine could not be built here: {result.stopped}", field="--engine", allowed="torch")
     same = parts.method == parts.loaded.recipe.speculative.method
-    opened = open_engine(result.folder("engine"), None if same else parts.drafter_config(), max_batch_size, threads)
+    opened = open_engine(result.folder("engine"), None if same else parts.drafter_config(), max_batch_size,
+                         threads=threads)  # fmt: skip
     return Decoder(opened.engine, load_tokenizer(opened.tokenizer_path), opened.make_drafter, parts.method,
                    opened.label, opened.stop_ids)  # fmt: skip
 

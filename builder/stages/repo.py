@@ -4,8 +4,15 @@ The front model named `triton.model_name` (text in, text out; relays to spec_dec
 forwards cancellation) → spec_decoder (Python backend, decoupled: the engine + the decoding loop with
 in-flight batching, bounded queue `triton.max_queue_size`, deadline `triton.request_timeout_s`), plus
 preprocessing (tokenizer) and postprocessing (detokenizer) for clients that tokenize themselves.
-Every config.pbtxt is rendered from a ModelConfig protobuf. The repository is self-contained: the
-engine folder (with its build manifest) is hard-linked or copied in.
+Every config.pbtxt is rendered from a ModelConfig protobuf. The repository is self-contained and
+relocatable: the engine folder (with its build manifest) is hard-linked or copied in, the code the models
+import travels with them (`triton_repo.runtime`), and no config names a path outside the repository.
+
+Both engine backends: a cpu target wraps its ONNX Runtime folder (spec_decoder KIND_CPU); a GPU target wraps
+its TensorRT folder (built on a GPU host by the engine stage), spec_decoder KIND_GPU on the recipe's GPUs
+(`target.gpus`: devices 0..gpus-1, `triton.instances.spec_decoder` instances on each). The repository is
+written wherever the engine folder exists — rendering needs no GPU; serving it needs the GPU the engines'
+version lock names (`triton_repo.compat`).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.errors import UserError
-from builder.stages.context import NeedsGpu, StageContext
+from builder.stages.context import StageContext
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -23,11 +30,9 @@ def run(ctx: StageContext, out: Path) -> None:
 
         run_trtllm(ctx, out)
         return
-    if recipe.target.device != "cpu":
-        raise NeedsGpu("the repository of a GPU target wraps its TensorRT engine (built on a GPU host)")
     try:
         from triton_repo.config import Settings
-        from triton_repo.emit import emit, python_paths, python_version
+        from triton_repo.emit import emit
         from triton_repo.tensors import RESERVED_NAMES
     except ImportError as exc:
         raise UserError(f"the repo stage needs the serve extra ({exc}); run bash scripts/setup.sh") from None
@@ -40,10 +45,11 @@ def run(ctx: StageContext, out: Path) -> None:
         instances=(t.instances.preprocessing, t.instances.spec_decoder, t.instances.postprocessing),
         decoupled=t.decoupled, queue_delay_us=t.max_queue_delay_us,
         draft_schedule=tuple((int(b), int(n)) for b, n in t.draft_schedule),
-        max_input_len=recipe.build.max_input_len, python_paths=python_paths(), python_version=python_version(),
-        max_queue_size=t.max_queue_size, request_timeout_s=t.request_timeout_s,
+        max_input_len=recipe.build.max_input_len, max_queue_size=t.max_queue_size,
+        request_timeout_s=t.request_timeout_s,
+        gpus=tuple(range(recipe.target.gpus)) if recipe.target.engine_backend == "tensorrt" else (),
     )  # fmt: skip
-    ctx.say("writing the model repository")
+    ctx.say("writing the model repository" + (f" (spec_decoder on GPUs {list(settings.gpus)})" if settings.gpus else ""))
     info = emit(out, ctx.upstream["engine"], settings)
     ctx.info.update(ensemble=info["ensemble"], models=info["models"], decoupled=t.decoupled,
-                    python_paths=list(settings.python_paths))  # fmt: skip
+                    engine_backend=info["engine"]["backend"], gpus=list(settings.gpus), runtime=info["runtime"])  # fmt: skip

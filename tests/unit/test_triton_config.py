@@ -14,8 +14,7 @@ from triton_repo import tensors as T  # noqa: E402
 from triton_repo.config import Settings, all_configs, parameters, parse, pb2, render  # noqa: E402
 
 SETTINGS = Settings(model_name="tiny", instances=(2, 1, 3), decoupled=True, queue_delay_us=250,
-                    draft_schedule=((1, 64), (4, 16), (8, 1)), max_input_len=512,
-                    python_paths=("/x/site-packages", "/proj"), python_version="3.11", max_queue_size=7,
+                    draft_schedule=((1, 64), (4, 16), (8, 1)), max_input_len=512, max_queue_size=7,
                     request_timeout_s=12.5)  # fmt: skip
 
 
@@ -71,8 +70,8 @@ def test_python_models(parsed):
         assert cfg.backend == "python"
         assert [(g.kind, g.count) for g in cfg.instance_group] == [(m.ModelInstanceGroup.KIND_CPU, count)]
         p = parameters(cfg)
-        assert json.loads(p["python_paths"]) == ["/x/site-packages", "/proj"] and p["python_version"] == "3.11"
         assert p["implementation"] == f"triton_repo.models.{impl}"
+        assert not {"python_paths", "python_version"} & set(p)  # the repository carries its code (relocatable)
     spec = parsed["spec_decoder"]
     assert spec.model_transaction_policy.decoupled
     p = parameters(spec)
@@ -105,3 +104,20 @@ def test_rendering_is_protobuf_text_not_a_template(parsed):
     assert "${" not in text and "{{" not in text
     with pytest.raises(Exception):
         parse(text + "\nno_such_field: 1\n")
+
+
+def test_spec_decoder_on_gpus_the_others_on_the_cpu():
+    """A TensorRT engine's repository: spec_decoder KIND_GPU with `count` instances on each listed GPU (Triton's
+    model_config.proto: `gpus` lists the devices, `count` is per device); the front model, preprocessing and
+    postprocessing KIND_CPU. No config names a path."""
+    from triton_repo.runtime import absolute_paths
+
+    m = pb2()
+    s = Settings(model_name="tiny", instances=(1, 2, 1), gpus=(0, 1))
+    cfgs = {name: parse(render(cfg)) for name, cfg in all_configs(s).items()}
+    assert [(g.kind, g.count, list(g.gpus)) for g in cfgs["spec_decoder"].instance_group] == [
+        (m.ModelInstanceGroup.KIND_GPU, 2, [0, 1])]
+    for name in ("tiny", "preprocessing", "postprocessing"):
+        assert [(g.kind, list(g.gpus)) for g in cfgs[name].instance_group] == [(m.ModelInstanceGroup.KIND_CPU, [])]
+    assert "KIND_GPU" in render(all_configs(s)["spec_decoder"]) and "gpus: 1" in render(all_configs(s)["spec_decoder"])
+    assert absolute_paths(render(c) for c in all_configs(s).values()) == []

@@ -1,5 +1,9 @@
 """spec_decoder: owns the engine and runs the decoding loop (Python backend, decoupled by default).
 
+The engine folder (`engine/`) is ONNX Runtime's or TensorRT's; it opens through the one backend-neutral
+`builder.engines.folder.open_engine` after `triton_repo.compat.check` (versions; for TensorRT the version lock
+against the GPU Triton gave this instance — KIND_GPU, `model_instance_device_id`).
+
 Requests come two ways: Triton requests (`execute`: clients calling spec_decoder directly) and the front
 model's, over a local socket (`triton_repo.relay`). Both are checked alike (`triton_repo.request`: a bad
 one gets an error at once) and handed to the in-flight-batching `Scheduler`, which answers from its own
@@ -36,13 +40,14 @@ import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
 from triton_repo import tensors as T
-from triton_repo.compat import built_versions, mismatch, runtime_versions
+from triton_repo.compat import check, instance_gpu
 from triton_repo.detok import text_delta
 from triton_repo.request import Limits, RequestError, parse
 from triton_repo.jobs import ERROR_CODES, Chunk, Job, Overloaded, Unavailable
 from triton_repo.scheduler import Scheduler
 
 _INPUTS = [t.name for t in T.SPEC_DECODER_INPUTS]
+RUNTIME_ROOT = Path(T.__file__).resolve().parents[1]  # where the runtime's packages were imported from (logged)
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FAULT_PARAMETER = "trtspec_fault"
 WATCH_S = 0.25  # how often spec_decoder asks Triton whether it is being unloaded
@@ -125,18 +130,20 @@ class Model:
     def __init__(self, args: dict, params: dict[str, str]) -> None:
         from tokenizers import Tokenizer
 
-        from builder.engines.ort.load import open_engine, read_meta
+        from builder.engines.folder import open_engine, read_meta
         from builder.speculative.decoding import Decoder, DraftSchedule
         from triton_repo.metrics import SPEC_DECODER, Exporter, spec_decoder_observations, spec_decoder_values
 
         self.name = args["model_name"]
         folder = Path(args["model_repository"]) / args["model_version"] / params["engine_dir"]
         meta = read_meta(folder)
-        problem = mismatch(built_versions(meta), runtime_versions())
+        device = instance_gpu(args, meta)
+        problem = check(meta, device or 0)
         if problem:
             raise RuntimeError(f"spec_decoder refuses to load: {problem}")
         self.decoupled = json.loads(params.get("decoupled", "true"))
-        opened = open_engine(folder, max_batch_size=int(meta["max_batch_size"]), threads=int(params.get("ort_threads", 1)))
+        opened = open_engine(folder, max_batch_size=int(meta["max_batch_size"]), threads=int(params.get("ort_threads", 1)),
+                             device=device)  # fmt: skip
         self.tokenizer = Tokenizer.from_file(str(opened.tokenizer_path))
         d = opened.drafter
         self.limits = Limits(vocab=opened.engine.vocab_size, max_input_len=int(params["max_input_len"]),
@@ -164,9 +171,11 @@ class Model:
 
         self.relay = RelayServer(socket_path(os.getppid(), os.getpid()), self._relayed).start()
         threading.Thread(target=self._watch_unload, name="trtspec-unload-watch", daemon=True).start()
-        pb_utils.Logger.log_info(f"spec_decoder: {opened.label}, max_batch_size {opened.engine.max_batch_size}, "
+        where = f"{meta['backend']} on GPU {device}" if device is not None else meta["backend"]
+        pb_utils.Logger.log_info(f"spec_decoder: {opened.label} ({where}), max_batch_size {opened.engine.max_batch_size}, "
                                  f"max_seq_len {opened.engine.max_seq_len}, draft schedule {schedule.entries or 'none'}, "
-                                 f"max queue {self.scheduler.max_queue}, request timeout {self.limits.request_timeout_s:g} s")  # fmt: skip
+                                 f"max queue {self.scheduler.max_queue}, request timeout {self.limits.request_timeout_s:g} s, "
+                                 f"code from {RUNTIME_ROOT}")  # fmt: skip
 
     def _encode(self, text: str, special: bool) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=special).ids
