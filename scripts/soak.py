@@ -32,6 +32,9 @@ def main() -> int:
     ap.add_argument("--cancel-rate", type=float, default=Settings.p_cancel,
                     help="share of requests their client cancels (gRPC stream cancel); 0 leaves Triton 2.51's gRPC "
                     "cancellation race (server issue 7368, fixed after 2.51) out of the run")
+    ap.add_argument("--disconnect-rate", type=float, default=Settings.p_disconnect,
+                    help="share of requests sent as HTTP generate_stream whose client closes the connection after a "
+                    "few events (Triton cancels on the EOF; the gRPC cancel race is not involved)")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "soak.json")
     a = ap.parse_args()
     from builder.recipe.loader import load_recipe
@@ -43,7 +46,7 @@ def main() -> int:
     repo = build(loaded, cache_dir(), until="repo").folder("repo")
     model = json.loads((repo / "trtspec-repo.json").read_text())["ensemble"]
     s = Settings(streams=a.streams, duration_s=a.duration_s, warmup_s=min(a.warmup_s, a.duration_s / 3), seed=a.seed,
-                 p_cancel=a.cancel_rate)
+                 p_cancel=a.cancel_rate, p_disconnect=a.disconnect_rate)
     oracle = make_oracle(a.recipe, s.max_tokens)
     server = TritonServer(repo, ports=free_ports())  # explicit model control is the default (builder.serve.server)
     server.start()

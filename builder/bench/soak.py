@@ -5,8 +5,10 @@
 Each of `streams` client threads keeps one gRPC stream and sends requests one after another until the
 time is up. A request is, at random: well formed (its text and token count must equal `trtspec generate`'s
 greedy output for that prompt, computed once per prompt in-process: `oracle`), cancelled by its client after
-a few responses, malformed (refused with an error naming the field), or given a short deadline (ends with
-a deadline error). Most go to the front model, some straight to spec_decoder. Anything else — another
+a few responses (a gRPC stream cancel), dropped by its client after a few responses (an HTTP `generate_stream`
+whose connection the client closes: Triton cancels the request when it sees the EOF), malformed (refused with
+an error naming the field), or given a short deadline (ends with a deadline error). Most go to the front
+model, some straight to spec_decoder (gRPC kinds only: HTTP generate needs the front's text interface). Anything else — another
 error, a wrong text, no answer within `answer_timeout_s` — is an unexpected error.
 
 Measured on the server (`triton_repo.metrics`, /proc): RSS of tritonserver and its stubs, sampled through the
@@ -50,6 +52,7 @@ class Settings:
     warmup_s: float = 30.0
     max_tokens: int = 48  # well-formed requests ask 1..max_tokens (the oracle holds that many per prompt)
     p_cancel: float = 0.08
+    p_disconnect: float = 0.0  # HTTP generate_stream dropped by the client after a few events
     p_malformed: float = 0.06
     p_deadline: float = 0.06
     p_direct: float = 0.15  # share sent straight to spec_decoder
@@ -132,20 +135,31 @@ class _Stream:
         return out
 
 
-def _worker(i: int, url: str, s: Settings, oracle: dict[str, list[str]], model: str, stop_at: float,
+def _kind(s: Settings, r: float) -> str:
+    """The kind of a request from one uniform draw (shares from `s`, the rest well formed)."""
+    for kind, p in (("cancel", s.p_cancel), ("disconnect", s.p_disconnect), ("malformed", s.p_malformed),
+                    ("deadline", s.p_deadline)):  # fmt: skip
+        if r < p:
+            return kind
+        r -= p
+    return "good"
+
+
+def _worker(i: int, urls: dict[str, str], s: Settings, oracle: dict[str, list[str]], model: str, stop_at: float,
             tally: Tally, rng: random.Random) -> None:  # fmt: skip
-    stream = _Stream(url)
+    stream = _Stream(urls["grpc"])
     n = 0
     try:
         while time.monotonic() < stop_at:
             n += 1
-            rid, r = f"soak-{i}-{n}", rng.random()
-            kind = ("cancel" if r < s.p_cancel else "malformed" if r < s.p_cancel + s.p_malformed
-                    else "deadline" if r < s.p_cancel + s.p_malformed + s.p_deadline else "good")  # fmt: skip
-            target = "spec_decoder" if rng.random() < s.p_direct else model
+            rid, kind = f"soak-{i}-{n}", _kind(s, rng.random())
+            target = "spec_decoder" if kind != "disconnect" and rng.random() < s.p_direct else model
             with tally.lock:
                 tally.sent[kind] += 1
             try:
+                if kind == "disconnect":
+                    _disconnect(urls["http"], model, rid, s, tally, rng)
+                    continue
                 _one(stream, kind, target, rid, s, oracle, tally, rng)
             except queue.Empty:
                 tally.bad(f"{rid} ({kind}, {target}): no answer within {s.answer_timeout_s:.0f} s")
@@ -188,6 +202,39 @@ def _one(stream: _Stream, kind: str, target: str, rid: str, s: Settings, oracle:
         tally.bad(f"{rid} ({kind}, {target}): {str(got)[:300]}")
 
 
+def _disconnect(http_url: str, model: str, rid: str, s: Settings, tally: Tally, rng: random.Random) -> None:
+    """A long HTTP `generate_stream` request whose client reads 1..4 server-sent events, then closes the
+    connection (no cancel message: the server must notice the EOF and free the request's slot)."""
+    import http.client
+    import json
+
+    host, port = http_url.rsplit(":", 1)
+    body = {"text_input": rng.choice(PROMPTS), "max_tokens": 600, "stream": True, "ignore_eos": True, "id": rid}
+    conn = http.client.HTTPConnection(host, int(port), timeout=s.answer_timeout_s)
+    events, want = 0, rng.randint(1, 4)
+    try:
+        conn.request("POST", f"/v2/models/{model}/generate_stream", json.dumps(body),
+                     {"Content-Type": "application/json"})  # fmt: skip
+        resp = conn.getresponse()
+        while events < want:
+            line = resp.readline()
+            if not line:
+                break  # the stream ended before `want` events: the request finished (or failed) first
+            if line.startswith(b"data:"):
+                if b'"error"' in line:
+                    tally.bad(f"{rid} (disconnect): {line[:300]!r}")
+                    return
+                events += 1
+        ok = resp.status == 200 and events >= 1
+    finally:
+        conn.close()  # the disconnect
+    if ok:
+        with tally.lock:
+            tally.ok["disconnect"] += 1
+    else:
+        tally.bad(f"{rid} (disconnect): HTTP {resp.status}, {events} events")
+
+
 def make_oracle(recipe: str | Path, max_tokens: int) -> dict[str, list[str]]:
     """prompt -> [text of the first k tokens of `trtspec generate`'s greedy output, k = 1..] (ONNX Runtime engine,
     the recipe's drafter; generation stops early at an end-of-sequence token, as the server does)."""
@@ -225,7 +272,7 @@ def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log
     before = scrape(server.endpoints["metrics"])
     t0 = time.monotonic()
     stop_at = t0 + s.duration_s
-    workers = [threading.Thread(target=_worker, args=(i, server.endpoints["grpc"], s, oracle, model, stop_at, tally,
+    workers = [threading.Thread(target=_worker, args=(i, server.endpoints, s, oracle, model, stop_at, tally,
                                                       random.Random(rng.random())), daemon=True) for i in range(s.streams)]  # fmt: skip
     for w in workers:
         w.start()
