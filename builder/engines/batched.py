@@ -5,7 +5,8 @@ TensorRT engines: the `Engine` protocol (builder.speculative.engine) minus the r
 for a prefill or a step (I/O contract: `builder.export`), reads the verdict, commits the accepted chain
 (KV compaction in the backend's buffer) and hands back NumPy results. A backend supplies
 
-* `kv` — its KV buffers (`KVRows`: compact a committed chain, move a row, capacity), and
+* `kv` — its KV buffers (`KVRows`: compact a committed chain, move a row, capacity; optionally
+  `compact_rows`, every row's chain in one call), and
 * `_make_binding(mode, r0, r1, inputs, outputs)` — a `Binding` for rows [r0, r1) of the greedy or
   rejection graph: host arrays `x` (inputs) and `y` (outputs) of exactly the shapes `target_io` gives,
   and `run()`, after which `y` holds the graph's outputs and the rows' caches the new nodes' KV.
@@ -13,12 +14,26 @@ for a prefill or a step (I/O contract: `builder.export`), reads the verdict, com
 Subclasses call `check_capacity` before allocating anything (the base does not check again).
 
 Failures leave nothing behind: a prefill that raises takes its new rows back (`RowTable.adding`), every
-draft's paths are checked against its tree before the commit compacts KV along them (`check_paths`), and
-an accepted length the draft cannot hold is refused before anything moves.
+draft's paths are checked against its tree before the commit compacts KV along them (`DraftBatch`, the
+batched `check_draft`), and an accepted length the draft cannot hold is refused before anything moves.
 
-Bindings are kept per shape key (mode, rows, T, Tv, P, W) in the backend's cache, so steady-state
-decoding allocates nothing. The greedy graph serves all-greedy batches; a batch with any sampled row
-runs the rejection graph.
+Host work per step is a fixed number of NumPy calls, whatever the batch size (no per-row Python beyond
+gathering the drafts' arrays; `scripts/bench_host.py` measures it):
+
+* a step's drafts become one `DraftBatch` (padded arrays); when their trees are the previous step's (static
+  trees, Lookahead layouts: the same read-only arrays) only the tokens are restacked, and the binding's
+  mask, paths and node counts, already in place, are not written again;
+* the verdict is checked, the chains gathered and the results written for all rows at once; the KV of every
+  chain not already in place moves in one `compact_rows` call;
+* results land in arrays kept per result shape: a `StepResult` is valid until this engine's next `step`.
+
+Bindings: a step's is keyed by its shape class (mode, rows in use, T, Tv, P, W) — never by a sequence or a
+start row — so steady-state decoding builds nothing. A prefill's is keyed by (mode, start row, rows, prompt
+length) and kept apart (`LruBindings`: a small pool of its own), so new prompt lengths never push a step's
+binding out. Rounding the prompt length up to a bucket would let prefills share bindings, but measured on the
+regime fixture a binding costs 0.13 ms to build while 12 padded tokens cost 5 ms of prefill (100 → 112
+tokens: 51 → 57 ms): exact lengths win. The greedy graph serves all-greedy batches; a batch with any
+sampled row runs the rejection graph.
 """
 
 from __future__ import annotations
@@ -27,11 +42,11 @@ from collections import OrderedDict
 from functools import lru_cache
 from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
-
 import numpy as np
 
 from builder.engines.rows import RowTable
-from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
+from builder.speculative.batch import DraftBatch
+from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
 
 Shape = tuple[int, ...]
 Spec = Mapping[str, tuple[Shape, type]]  # name -> (shape, numpy dtype)
@@ -51,25 +66,33 @@ class KVRows(Protocol):
     def move_row(self, dst: int, src: int, length: int) -> None: ...
 
 
+class KVRowsBatched(KVRows, Protocol):
+    def compact_rows(self, rows: np.ndarray, starts: np.ndarray, chains: np.ndarray, lengths: np.ndarray) -> None: ...
+
+
 class BindingCache(Protocol):
     def get(self, key: Hashable, build: Callable[[], Binding]) -> Binding: ...
 
 
 class LruBindings:
-    """The most recently used bindings, keyed by shape; built on demand."""
+    """The most recently used bindings, keyed by shape; built on demand. A key whose first element is
+    "prefill" lives in its own smaller pool, so prompts of new lengths never push a step's binding out."""
 
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
+    def __init__(self, size: int = 32, prefill: int = 4) -> None:
+        self.size, self.prefill = size, prefill
         self._items: OrderedDict[Hashable, Binding] = OrderedDict()
+        self._prefills: OrderedDict[Hashable, Binding] = OrderedDict()
 
     def get(self, key: Hashable, build: Callable[[], Binding]) -> Binding:
-        item = self._items.get(key)
+        is_prefill = isinstance(key, tuple) and key[:1] == ("prefill",)
+        items, size = (self._prefills, self.prefill) if is_prefill else (self._items, self.size)
+        item = items.get(key)
         if item is None:
-            item = self._items[key] = build()
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
+            item = items[key] = build()
+            if len(items) > size:
+                items.popitem(last=False)
         else:
-            self._items.move_to_end(key)
+            items.move_to_end(key)
         return item
 
 
@@ -92,13 +115,6 @@ def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: i
     return inputs, outputs
 
 
-@lru_cache(maxsize=64)
-def _eye(t: int) -> np.ndarray:
-    eye: np.ndarray = np.eye(t, dtype=bool)
-    eye.flags.writeable = False
-    return eye
-
-
 class BatchedTarget:
     """The `Engine` protocol over a target step graph; subclasses supply the runtime (module docstring)."""
 
@@ -112,6 +128,12 @@ class BatchedTarget:
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.rows = RowTable(max_batch_size)
         self.committed: np.ndarray = np.zeros(max_batch_size, dtype=np.int64)  # per row
+        self._filled: tuple[Binding | None, DraftBatch | None, np.ndarray | None] = (None, None, None)  # see _fill_step
+        self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
+        self._offsets: np.ndarray = np.zeros((0, 0), np.int64)  # [rows, T] node depths of the filled structure
+        self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
+        self._rows: np.ndarray = np.zeros(0, np.int64)
+        self._in_order = True
 
     @staticmethod
     def check_capacity(max_seq_len: int, capacity: int) -> None:
@@ -149,7 +171,7 @@ class BatchedTarget:
 
     def _prefill(self, prompts: Sequence[Sequence[int]], lens: list[int], sampling: SamplingBatch, r0: int) -> PrefillResult:
         b, t = len(prompts), max(lens)
-        bound = self._binding(sampling, r0, r0 + b, t, 1, 1, 1)
+        bound = self._binding(sampling, r0, r0 + b, t, 1, 1, 1, prefill=True)
         x = bound.x
         x["tokens"][:] = 0
         for i, p in enumerate(prompts):
@@ -160,7 +182,7 @@ class BatchedTarget:
         x["num_nodes"][:] = lens
         x["verify_index"][:, 0] = np.array(lens) - 1
         x["paths"][:] = 0
-        self._fill_sampling(x, sampling, range(b))
+        self._fill_sampling(x, sampling, np.arange(b))
         bound.run()
         y = bound.y
         self.committed[r0 : r0 + b] = lens
@@ -171,84 +193,111 @@ class BatchedTarget:
     # -- step ------------------------------------------------------------------------------------
 
     def step(self, seqs: Sequence[int], drafts: Sequence[Draft], sampling: SamplingBatch) -> StepResult:
+        """One step (the `Engine` protocol); the result's arrays are reused by the next step (module docstring)."""
         if len(seqs) != len(drafts) or len(set(seqs)) != len(seqs):
             raise ValueError("step needs one draft per distinct sequence")
-        rows = self.rows.rows(list(seqs))
+        rows = self._rows_of(seqs)  # [b] engine rows of the given sequences
         n_rows = len(self.rows)
-        t = max(d.num_nodes for d in drafts)
-        p = max(d.paths.shape[0] for d in drafts)
-        w = max(d.width for d in drafts)
-        for row, d in zip(rows, drafts):
-            check_draft(d, self.vocab_size)  # tokens, mask, depth and paths (the commit compacts KV along them)
-            if self.committed[row] + t > self.kv.capacity:
-                raise ValueError(f"sequence at {self.committed[row]} tokens has no room for {t} nodes "
-                                 f"(capacity {self.kv.capacity})")
-        bound = self._binding(sampling, 0, n_rows, t, t, p, w)
-        self._fill_step(bound.x, rows, drafts, t, n_rows)
+        batch = DraftBatch.of(drafts, self.vocab_size, self._filled[1])  # checked: tokens, masks, depths, paths
+        t, past = batch.t, self.committed[:n_rows]
+        whole = len(rows) == n_rows and self._in_order  # rows == 0..n_rows-1: slices instead of gathers
+        mine = past if whole else past[rows]
+        if int(mine.max()) + t > self.kv.capacity:
+            i = int(np.argmax(mine))
+            raise ValueError(f"sequence at {mine[i]} tokens has no room for {t} nodes (capacity {self.kv.capacity})")
+        bound = self._binding(sampling, 0, n_rows, t, t, batch.p, batch.w)
+        self._fill_step(bound, rows, batch, past, whole)
         self._fill_sampling(bound.x, sampling, rows)
         bound.run()
-        return self._commit(bound.y, rows, drafts)
+        return self._commit(bound.y, rows, batch, whole)
 
-    def _fill_step(self, x: dict[str, np.ndarray], rows: list[int], drafts: Sequence[Draft], t: int, n_rows: int) -> None:
-        past = self.committed[:n_rows]
-        x["tokens"][:] = 0
-        x["tree_mask"][:] = _eye(t)  # padding nodes (and idle rows) attend themselves only
-        x["position_ids"][:] = past[:, None]
-        x["past_len"][:] = past
-        x["num_nodes"][:] = 0  # rows without a draft this step are idle
-        x["paths"][:] = -1
-        x["paths"][:, :, 0] = 0
-        for row, d in zip(rows, drafts):
-            n, (pp, ww) = d.num_nodes, d.paths.shape
-            x["tokens"][row, :n] = d.tokens
-            x["tree_mask"][row, :n, :n] = d.mask
-            x["position_ids"][row, :n] = past[row] + d.depth
-            x["num_nodes"][row] = n
-            x["paths"][row, :pp, :ww] = d.paths
+    def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
+        """Rows of the given sequences (cached while the sequences and the row table stay the same)."""
+        key = (self.rows.version, list(seqs))
+        if key != self._rows_key:
+            self._rows = self.rows.array(seqs)
+            self._rows_key = key
+            self._in_order = bool((self._rows == np.arange(len(self._rows))).all())
+        return self._rows
+
+    def _fill_step(self, bound: Binding, rows: np.ndarray, batch: DraftBatch, past: np.ndarray, whole: bool) -> None:
+        """The binding's inputs for this step. The structure (mask, node counts, paths, depth offsets) is written
+        only when it differs from what this binding last held; tokens and positions every step."""
+        x = bound.x
+        f_bound, f_batch, f_rows = self._filled
+        if not (f_bound is bound and f_batch is batch and batch.same_structure and f_rows is rows):
+            self._filled = (None, None, None)  # until the structure below is complete
+            x["tokens"][:] = 0
+            x["tree_mask"][:] = np.eye(batch.t, dtype=bool)  # padding nodes and idle rows attend themselves only
+            x["num_nodes"][:] = 0  # rows without a draft this step are idle
+            x["paths"][:] = -1
+            x["paths"][:, :, 0] = 0
+            x["tree_mask"][rows] = batch.mask
+            x["num_nodes"][rows] = batch.nodes
+            x["paths"][rows] = batch.paths
+            self._offsets = np.zeros((len(past), batch.t), np.int64)  # [rows, T] node depth (0: padding, idle)
+            self._offsets[rows] = batch.depth
+            self._filled = (bound, batch, rows)
+        if whole:
+            x["tokens"][...] = batch.tokens
+        else:
+            x["tokens"][rows] = batch.tokens
+        x["past_len"][...] = past
+        np.add(past[:, None], self._offsets, out=x["position_ids"])
 
     @staticmethod
-    def _fill_sampling(x: dict[str, np.ndarray], sampling: SamplingBatch, rows: Sequence[int]) -> None:
+    def _fill_sampling(x: dict[str, np.ndarray], sampling: SamplingBatch, rows: np.ndarray) -> None:
         if "temperature" not in x:
             return
         x["temperature"][:] = 0.0
         x["top_p"][:] = 1.0
         x["uniforms"][:] = 0.0
         w = min(x["uniforms"].shape[1], sampling.uniforms.shape[1])
-        for i, row in enumerate(rows):
-            x["temperature"][row] = sampling.temperature[i]
-            x["top_p"][row] = sampling.top_p[i]
-            x["uniforms"][row, :w] = sampling.uniforms[i, :w]
+        b = len(rows)
+        x["temperature"][rows] = sampling.temperature[:b]
+        x["top_p"][rows] = sampling.top_p[:b]
+        x["uniforms"][rows, :w] = sampling.uniforms[:b, :w]
 
-    def _commit(self, y: dict[str, np.ndarray], rows: list[int], drafts: Sequence[Draft]) -> StepResult:
-        b, w, t = len(rows), max(d.width for d in drafts), max(d.num_nodes for d in drafts)
-        out = StepResult(np.empty(b, np.int64), np.full((b, w), -1, np.int64), np.full((b, w), -1, np.int64),
-                         np.zeros((b, w, self.hidden_size), np.float32), np.full((b, t), -1, np.int64),
-                         None if "medusa_topk" not in y else y["medusa_topk"][rows])  # fmt: skip
-        acc, best, toks, hidden, argmax = (y[k] for k in ("accepted_len", "best_path", "output_tokens", "hidden",
-                                                           "node_argmax"))  # fmt: skip
-        for row, d in zip(rows, drafts):  # every verdict is checked before any KV moves
-            k, p = int(acc[row]), int(best[row])
-            if not (0 <= p < d.paths.shape[0] and 1 <= k <= d.width and d.paths[p, k - 1] >= 0):
-                raise RuntimeError(f"the engine accepted {k} nodes of path {p}, outside the draft's "
-                                   f"{d.paths.shape[0]} paths of width {d.width}")  # fmt: skip
-        for i, (row, d) in enumerate(zip(rows, drafts)):
-            k = int(acc[row])
-            chain = d.paths[int(best[row]), :k]
-            start = int(self.committed[row])
-            self.kv.compact(row, start, chain)
-            self.committed[row] = start + k
-            out.accepted_len[i] = k
-            out.chain[i, :k] = chain
-            out.tokens[i, :k] = toks[row, :k]
-            out.hidden[i, :k] = hidden[row, chain]
-            out.node_argmax[i, : d.num_nodes] = argmax[row, : d.num_nodes]
+    def _commit(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool) -> StepResult:
+        acc, best = (y["accepted_len"], y["best_path"]) if whole else (y["accepted_len"][rows], y["best_path"][rows])
+        moved = _checked_verdicts(batch, acc, best)  # rows whose chain is not in place; raises before KV moves
+        out = self._result(batch, "medusa_topk" in y)
+        out.fill(y, rows, batch, best, acc, whole)
+        if isinstance(moved, bool):  # one row (the scalar path)
+            if moved:
+                self.kv.compact(int(rows[0]), int(self.committed[rows[0]]), out.chain[0, : int(acc[0])])
+        elif moved.any():
+            self._compact(rows[moved], self.committed[rows[moved]], out.chain[moved], out.accepted_len[moved])
+        self.committed[rows] += out.accepted_len
+        return out
+
+    def _compact(self, rows: np.ndarray, starts: np.ndarray, chains: np.ndarray, lengths: np.ndarray) -> None:
+        """Move each chain's KV into place (chains[i, k] -> slot starts[i] + k, k < lengths[i])."""
+        compact_rows = getattr(self.kv, "compact_rows", None)
+        if compact_rows is not None:
+            compact_rows(rows, starts, chains, lengths)
+            return
+        for i in range(len(rows)):  # a backend without the batched move: one call per moved row
+            self.kv.compact(int(rows[i]), int(starts[i]), chains[i, : lengths[i]])
+
+    def _result(self, batch: DraftBatch, medusa: bool) -> "_Result":
+        """The result arrays for this shape, kept for the next step of the same shape (module docstring)."""
+        key = (batch.size, batch.w, batch.t, medusa)
+        out = self._results.get(key)
+        if out is None:
+            if len(self._results) >= 64:
+                self._results.clear()
+            out = self._results[key] = _Result(batch.size, batch.w, batch.t, self.hidden_size,
+                                               self.medusa if medusa else None)  # fmt: skip
         return out
 
     # -- bindings --------------------------------------------------------------------------------
 
-    def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int) -> Binding:
+    def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int, *,
+                 prefill: bool = False) -> Binding:  # fmt: skip
+        """A prefill's binding is keyed by its rows and length, a step's (rows 0..r1) by its shape class."""
         mode = "greedy" if sampling.greedy else "rejection"
-        key = (mode, r0, r1, t, tv, p, w)
+        key = ("prefill", mode, r0, r1, t) if prefill else ("step", mode, r1, t, tv, p, w)
         last_key, last = self._last
         if key == last_key and last is not None:  # steady state: the same shape as the previous call
             return last
@@ -265,3 +314,97 @@ class BatchedTarget:
 
     def _make_binding(self, mode: str, r0: int, r1: int, inputs: Spec, outputs: Spec) -> Binding:
         raise NotImplementedError
+
+
+def _checked_verdicts(batch: DraftBatch, acc: np.ndarray, best: np.ndarray) -> np.ndarray | bool:
+    """Check every row's verdict (accepted length k, best path p) against its draft: p < its path count,
+    1 <= k <= its width, and path p holds k nodes. Returns which rows' chains move KV — a path's nodes increase
+    from the root (`check_paths`), so a chain is in place iff its last node is k - 1 — as a [b] bool array, or
+    a bool for a batch of one (scalars: cheaper). A fixed number of NumPy calls, no tables per tree."""
+    if batch.size == 1:
+        k, p = int(acc[0]), int(best[0])
+        if 0 <= p < int(batch.num_paths[0]) and 1 <= k <= int(batch.widths[0]):
+            last = int(batch.paths[0, p, k - 1])
+            if last >= 0:
+                return last != k - 1
+        i = 0
+    else:
+        p = np.minimum(np.maximum(best, 0), batch.p - 1)  # [b] clipped to index (np.clip: slower)
+        k = np.minimum(np.maximum(acc, 1), batch.w)  # [b]
+        last = batch.paths[_arange(batch.size), p, k - 1]  # [b] the chain's last node (-1: the path is shorter)
+        good = (best == p) & (acc == k) & (best < batch.num_paths) & (acc <= batch.widths) & (last >= 0)
+        if good.all():
+            moved: np.ndarray = last != k - 1
+            return moved
+        i = int(np.flatnonzero(~good)[0])
+    raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])}, outside the draft's "
+                       f"{int(batch.num_paths[i])} paths of width {int(batch.widths[i])}")  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _arange(n: int) -> np.ndarray:
+    a = np.arange(n)
+    a.flags.writeable = False
+    return a
+
+
+class _Result(StepResult):
+    """A `StepResult` over arrays kept for the next step of the same shape. accepted_len and tokens are written
+    by `fill`; chain, hidden, node_argmax and medusa_topk are gathered from the step's outputs on first use (a
+    plain step reads none of them), into arrays of their own. Valid until the engine's next step."""
+
+    def __init__(self, b: int, w: int, t: int, hidden_size: int, medusa: tuple[int, int] | None) -> None:  # noqa
+        self.accepted_len = np.zeros(b, np.int64)  # [b]
+        self.tokens = np.full((b, w), -1, np.int64)  # [b, W]
+        self._chain: np.ndarray = np.full((b, w), -1, np.int64)  # [b, W]
+        self._hidden: np.ndarray = np.zeros((b, w, hidden_size), np.float32)  # [b, W, C]
+        self._argmax: np.ndarray = np.full((b, t), -1, np.int64)  # [b, T]
+        self._topk: np.ndarray | None = None if medusa is None else np.zeros((b, *medusa), np.int64)  # [b, H, K]
+        self._ready: set[str] = set()
+        self._y: Mapping[str, np.ndarray] = {}
+        self._rows: np.ndarray = np.zeros(0, np.int64)
+        self._best: np.ndarray = self._rows
+        self._batch: DraftBatch | None = None
+        self._whole = True
+
+    def fill(self, y: Mapping[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, best: np.ndarray,
+             acc: np.ndarray, whole: bool) -> None:  # fmt: skip
+        self._y, self._rows, self._batch, self._best, self._whole = y, rows, batch, best, whole
+        self._ready.clear()
+        self.accepted_len[...] = acc
+        self.tokens[...] = y["output_tokens"] if whole else y["output_tokens"][rows]  # -1 past the chain (contract)
+
+    def _take(self, name: str) -> np.ndarray:  # an output's rows of this step
+        return self._y[name] if self._whole else self._y[name][self._rows]
+
+    @property
+    def chain(self) -> np.ndarray:  # type: ignore[override]
+        if "chain" not in self._ready:
+            assert self._batch is not None
+            on = _arange(self._chain.shape[1]) < self.accepted_len[:, None]  # [b, W]
+            np.copyto(self._chain, np.where(on, self._batch.paths[_arange(len(self._best)), self._best], -1))
+            self._ready.add("chain")
+        return self._chain
+
+    @property
+    def hidden(self) -> np.ndarray:  # type: ignore[override]
+        if "hidden" not in self._ready:
+            h = self._y["hidden"]  # [rows, T, C]
+            self._hidden[...] = h[self._rows[:, None], np.maximum(self.chain, 0)]  # rows >= accepted_len: node 0's
+            self._ready.add("hidden")
+        return self._hidden
+
+    @property
+    def node_argmax(self) -> np.ndarray:  # type: ignore[override]
+        if "node_argmax" not in self._ready:
+            assert self._batch is not None
+            np.copyto(self._argmax, np.where(self._batch.pad, -1, self._take("node_argmax")))
+            self._ready.add("node_argmax")
+        return self._argmax
+
+    @property
+    def medusa_topk(self) -> np.ndarray | None:  # type: ignore[override]
+        if self._topk is not None and "medusa_topk" not in self._ready:
+            self._topk[...] = self._take("medusa_topk")
+            self._ready.add("medusa_topk")
+        return self._topk

@@ -16,6 +16,7 @@ A backend supplies
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -35,6 +36,9 @@ class EagleKV(Protocol):
 class EagleHost:
     """The `EagleNet` protocol over an EAGLE draft graph; subclasses supply the runtime (module docstring)."""
 
+    ranged = False  # the backend binds any contiguous row range (`_build_rows`), not only 0..B-1
+    step_rows = 64  # calls with more new rows than this are prompt pairs (their bindings: a pool of their own)
+
     def __init__(self, kv: EagleKV, *, hidden_size: int, top_k: int, capacity: int, max_batch_size: int,
                  precision: Precision = CPU) -> None:  # fmt: skip
         self.kv = kv
@@ -43,6 +47,8 @@ class EagleHost:
         self.committed: np.ndarray = np.zeros(max_batch_size, dtype=np.int64)  # per row
         self._ids: dict[int, int] = {}  # the target engine's sequence id -> our sequence id
         self._bound = LruBindings()
+        self._rows_key: tuple[int, list[int]] | None = None
+        self._rows_cache: np.ndarray = np.zeros(0, np.int64)
 
     def start(self, seqs: Sequence[int]) -> None:
         if len(set(seqs)) != len(seqs) or any(s in self._ids for s in seqs):
@@ -62,71 +68,109 @@ class EagleHost:
     def committed_len(self, seq: int) -> int:
         return int(self.committed[self._row(seq)])
 
+    def committed_lens(self, seqs: Sequence[int]) -> np.ndarray:
+        out: np.ndarray = self.committed[self._rows_of(seqs)]
+        return out
+
     def _row(self, seq: int) -> int:
         return self.rows.row(self._ids[seq])
 
+    def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
+        """Rows of the given sequences, [B] int64 (cached while the sequences and the row table stay the same)."""
+        key = (self.rows.version, list(seqs))
+        if key != self._rows_key:
+            self._rows_cache = self.rows.array([self._ids[s] for s in seqs])
+            self._rows_key = key
+        return self._rows_cache
+
     def extend(self, seqs: Sequence[int], tokens: np.ndarray, hidden: np.ndarray, num_new: np.ndarray) -> DraftOutput:
-        rows = [self._row(s) for s in seqs]
+        rows = self._rows_of(seqs)
         m = tokens.shape[1]
-        past = self.committed[: len(self.rows)]
-        if (past[rows] + m > self.capacity).any():
+        if (self.committed[rows] + m > self.capacity).any():
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
-        bound = self._binding(len(self.rows), m, m)
+        num_new = np.asarray(num_new, dtype=np.int64)
+        bound, r0, local = self._call(rows, m, m)
         x = bound.x
-        self._clear(x, past, m)
-        x["position_ids"][:] = past[:, None] + np.arange(m)
+        past = self._idle(x, r0, len(rows))
+        np.add(past[:, None], _arange(m), out=x["position_ids"])
         x["write_offset"][:] = 0
-        x["tree_mask"][:] = np.tril(np.ones((m, m), dtype=bool))
-        for i, row in enumerate(rows):
-            x["tokens"][row] = tokens[i]
-            x["hidden_in"][row] = hidden[i]
-            x["num_new"][row] = num_new[i]
+        x["tree_mask"][:] = _tril(m)
+        x["tokens"][local] = tokens
+        x["hidden_in"][local] = hidden
+        x["num_new"][local] = num_new
         bound.run()
         y = bound.y
-        last = np.asarray(num_new, dtype=np.int64) - 1
-        self.committed[rows] += np.asarray(num_new, dtype=np.int64)
-        return DraftOutput(y["hidden_out"][rows, last][:, None].copy(), y["topk_tokens"][rows, last][:, None].copy(),
-                           y["topk_logprobs"][rows, last][:, None].copy())  # fmt: skip
+        last: np.ndarray = num_new - 1
+        self.committed[rows] += num_new
+        return DraftOutput(y["hidden_out"][local, last][:, None], y["topk_tokens"][local, last][:, None],
+                           y["topk_logprobs"][local, last][:, None])  # fmt: skip
 
     def expand(self, seqs: Sequence[int], tokens: np.ndarray, hidden: np.ndarray, position_ids: np.ndarray,
                write_offset: int, tree_mask: np.ndarray) -> DraftOutput:  # fmt: skip
-        rows = [self._row(s) for s in seqs]
+        rows = self._rows_of(seqs)
         f = tokens.shape[1]
         u = write_offset + f
-        past = self.committed[: len(self.rows)]
-        if (past[rows] + u > self.capacity).any():
+        if (self.committed[rows] + u > self.capacity).any():
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
-        bound = self._binding(len(self.rows), f, u)
+        bound, r0, local = self._call(rows, f, u)
         x = bound.x
-        self._clear(x, past, f)
+        self._idle(x, r0, len(rows))
         x["write_offset"][:] = write_offset
-        x["tree_mask"][:, np.arange(f), write_offset + np.arange(f)] = True
-        for i, row in enumerate(rows):
-            x["tokens"][row] = tokens[i]
-            x["hidden_in"][row] = hidden[i]
-            x["position_ids"][row] = position_ids[i]
-            x["tree_mask"][row] = tree_mask[i, :, :u]
-            x["num_new"][row] = f
+        x["tree_mask"][:, _arange(f), write_offset + _arange(f)] = True  # idle rows: each node itself
+        x["tokens"][local] = tokens
+        x["hidden_in"][local] = hidden
+        x["position_ids"][local] = position_ids
+        x["tree_mask"][local] = tree_mask[: len(rows), :, :u]
+        x["num_new"][local] = f
         bound.run()
         y = bound.y
-        return DraftOutput(y["hidden_out"][rows].copy(), y["topk_tokens"][rows].copy(), y["topk_logprobs"][rows].copy())
+        return DraftOutput(y["hidden_out"][local], y["topk_tokens"][local], y["topk_logprobs"][local])
 
-    @staticmethod
-    def _clear(x: dict[str, np.ndarray], past: np.ndarray, f: int) -> None:
-        """Idle defaults for every row (rows given work overwrite them)."""
-        x["tokens"][:] = 0
-        x["hidden_in"][:] = 0.0
-        x["position_ids"][:] = past[:, None]
+    def _call(self, rows: np.ndarray, f: int, u: int) -> tuple[Binding, int, np.ndarray]:
+        """The binding for a call on `rows` (F new rows, U tentative slots), its first row r0, and `rows` - r0.
+        A call runs the contiguous rows r0..r1 holding the given sequences when the backend binds such ranges
+        (`ranged`: a new sequence's prompt pairs run alone, not over the whole batch), else rows 0..B-1."""
+        r0, r1 = (int(rows.min()), int(rows.max()) + 1) if self.ranged else (0, len(self.rows))
+        kind = "prefill" if f > self.step_rows else "step"  # prompt pairs: a pool of their own (`LruBindings`)
+        bound = self._bound.get((kind, r0, r1, f, u), lambda: self._build_rows(r0, r1, f, u))
+        return bound, r0, rows - r0 if r0 else rows
+
+    def _idle(self, x: dict[str, np.ndarray], r0: int, busy: int) -> np.ndarray:
+        """Idle defaults for every row of the call (rows given work overwrite them): nothing new, nothing
+        written, positions at the committed length. Returns the call's committed lengths."""
+        past = self.committed[r0 : r0 + len(x["past_len"])]
+        if busy < len(past):  # (when every row of the call has work, the caller overwrites all of these)
+            x["tokens"][:] = 0
+            x["hidden_in"][:] = 0.0
+            x["num_new"][:] = 0
+            x["tree_mask"][:] = False
         x["past_len"][:] = past
-        x["num_new"][:] = 0
-        x["tree_mask"][:] = False
+        x["position_ids"][:] = past[:, None]
+        return past
 
     def io(self, b: int, f: int, u: int) -> tuple[IoSpec, IoSpec]:
         """(inputs, outputs) of one call, caches excluded: the contract's tensors at these sizes, in our precision."""
         return call_spec(EAGLE, {"B": b, "F": f, "U": u, "C": self.hidden_size, "K": self.top_k}, self.precision)
 
-    def _binding(self, b: int, f: int, u: int) -> Binding:
-        return self._bound.get((b, f, u), lambda: self._build(b, f, u))
+    def _build_rows(self, r0: int, r1: int, f: int, u: int) -> Binding:
+        """A binding for rows r0..r1 (backends with `ranged = True`; otherwise r0 is 0: `_build`)."""
+        if r0:
+            raise NotImplementedError("this backend binds every row from 0")
+        return self._build(r1, f, u)
 
     def _build(self, b: int, f: int, u: int) -> Binding:
         raise NotImplementedError
+
+
+@lru_cache(maxsize=64)
+def _arange(n: int) -> np.ndarray:
+    a = np.arange(n)
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=64)
+def _tril(n: int) -> np.ndarray:
+    a: np.ndarray = np.tril(np.ones((n, n), dtype=bool))
+    a.flags.writeable = False
+    return a

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
+
+import numpy as np
 
 
 class RowTable:
@@ -23,6 +25,7 @@ class RowTable:
         self._ids: list[int] = []  # sequence id per row
         self._row: dict[int, int] = {}
         self._next = itertools.count()
+        self.version = 0  # changes whenever a row changes hands (add, remove)
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -33,6 +36,7 @@ class RowTable:
             raise ValueError(f"{n} new sequences exceed the batch capacity ({len(self._ids)} of "
                              f"{self.capacity} rows in use)")
         ids = [next(self._next) for _ in range(n)]
+        self.version += 1
         for sid in ids:
             self._row[sid] = len(self._ids)
             self._ids.append(sid)
@@ -65,11 +69,19 @@ class RowTable:
     def rows(self, seqs: list[int] | tuple[int, ...]) -> list[int]:
         return [self.row(s) for s in seqs]
 
+    def array(self, seqs: Sequence[int]) -> np.ndarray:
+        """Rows of the given sequences as an int64 array [len(seqs)] (KeyError for an unknown one)."""
+        try:
+            return np.fromiter(map(self._row.__getitem__, seqs), np.int64, len(seqs))
+        except KeyError as e:
+            raise KeyError(f"unknown sequence {e.args[0]}") from None
+
     def remove(self, seq: int) -> tuple[int, int] | None:
         """Drop a sequence; returns (hole, last) when the last row's sequence moved into the hole."""
         hole = self._row.pop(seq) if seq in self._row else None
         if hole is None:
             raise KeyError(f"unknown sequence {seq}")
+        self.version += 1
         last = len(self._ids) - 1
         moved = self._ids.pop()
         if hole == last:

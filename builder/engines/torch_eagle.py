@@ -34,6 +34,9 @@ class TorchEagleNet:
     def committed_len(self, seq: int) -> int:
         return self._cache[seq].committed
 
+    def committed_lens(self, seqs: Sequence[int]) -> np.ndarray:
+        return np.array([self._cache[s].committed for s in seqs], np.int64)
+
     @torch.no_grad()
     def extend(self, seqs: Sequence[int], tokens: np.ndarray, hidden: np.ndarray, num_new: np.ndarray) -> DraftOutput:
         outs = []
@@ -65,7 +68,7 @@ class TorchEagleNet:
         # tokens [F], hidden [F, C], positions [F], mask [F, start + F] -> draft output [F, C]
         d = self.draft
         x = torch.from_numpy(np.ascontiguousarray(hidden)).to(d.dtype)[None]
-        pos = torch.from_numpy(np.asarray(positions, dtype=np.int64))[None]
+        pos = torch.from_numpy(np.array(positions, dtype=np.int64))[None]
         return d(torch.from_numpy(np.asarray(tokens, dtype=np.int64))[None], x, pos, mask[None], cache, start)[0]
 
     def _topk(self, out: torch.Tensor) -> DraftOutput:  # out [B, F, C]

@@ -120,6 +120,9 @@ class _Seq:
     rng: np.random.Generator
     drafting: bool
     id: int = -1  # the engine's sequence id
+    committed: int = 0  # tokens whose KV the engine holds (its committed_len: the prompt, then + accepted per step)
+    stops: frozenset[int] = frozenset()  # req.stop_ids
+    plain: bool = False  # no stop ids, no stop sequences: emitted tokens need no scan
 
 
 class Decoder:
@@ -158,7 +161,8 @@ class Decoder:
                 self.drafter.check(*r.lookahead)  # type: ignore[union-attr]
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
         for s, sid in zip(seqs, ids):
-            s.id = sid
+            s.id, s.committed, s.stops = sid, len(s.req.prompt), frozenset(s.req.stop_ids)
+            s.plain = not s.stops and not s.req.stop_sequences
         try:
             self._start_drafting(seqs, pre)
         except BaseException:  # e.g. a drafter refusing a prompt: the engine's new sequences go back
@@ -212,34 +216,47 @@ class Decoder:
 
     def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
         t0 = time.perf_counter()
+        room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
-            if s.drafting and self.engine.committed_len(s.id) + self._max_nodes() > self.engine.max_seq_len:
+            if s.drafting and s.committed > room:
                 self._stop_drafting(s)
         self._apply_budget()
         order = [s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting]
         k = sum(s.drafting for s in order)
         roots = [s.gen.token_ids[-1] for s in order]
-        drafts: list[Draft] = self.drafter.propose([s.id for s in order[:k]], roots[:k]) if k else []
+        ids = [s.id for s in order]
+        drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []
         drafts += [root_only(r) for r in roots[k:]]
         t1 = time.perf_counter()
-        out = self.engine.step([s.id for s in order], drafts, self._sampling(order, [d.width for d in drafts]))
+        out = self.engine.step(ids, drafts, self._sampling(order, [d.paths.shape[1] for d in drafts]))
         t2 = time.perf_counter()
         if k:
             assert self.drafter is not None
-            self.drafter.update([s.id for s in order[:k]], drafts[:k], out)
+            self.drafter.update(ids[:k], drafts[:k], out)
         t3 = time.perf_counter()
         self.timing.draft += (t1 - t0) + (t3 - t2)
         self.timing.target += t2 - t1
         self.timing.steps += 1
+        accepted, emitted = out.accepted_len.tolist(), out.tokens.tolist()  # read before the engine's next step
+        drafted_total = 0
+        for s, n, d, toks in zip(order, accepted, drafts, emitted):
+            drafted = d.tokens.shape[0] - 1
+            drafted_total += drafted
+            g = s.gen
+            g.steps += 1
+            g.drafted += drafted
+            g.accepted_per_step.append(n - 1)
+            s.committed += n
+            if s.plain and len(g.token_ids) + n < s.req.max_new_tokens:  # no stop rule, not the last tokens
+                g.token_ids += toks[:n]
+                self.totals.emitted += n
+                if on_tokens is not None:
+                    on_tokens(s.index, toks[:n])
+            else:
+                self._emit(s, toks[:n], on_tokens)
         totals = self.totals
-        for row, s in enumerate(order):
-            drafted, accepted = drafts[row].num_nodes - 1, int(out.accepted_len[row]) - 1
-            s.gen.steps += 1
-            s.gen.drafted += drafted
-            s.gen.accepted_per_step.append(accepted)
-            totals.drafted += drafted
-            totals.accepted += accepted
-            self._emit(s, out.emitted(row), on_tokens)
+        totals.drafted += drafted_total
+        totals.accepted += sum(accepted) - len(order)
         totals.sequence_steps += len(order)
         return self._retire()
 
@@ -304,19 +321,21 @@ class Decoder:
         return batch
 
     def _emit(self, s: _Seq, tokens: list[int], on_tokens: OnTokens | None) -> None:
-        room = s.req.max_new_tokens - len(s.gen.token_ids)
-        tokens = tokens[: max(room, 0)]
-        stops = set(s.req.stop_ids)
-        for i, tok in enumerate(tokens):
-            if tok in stops or (s.req.stop_sequences and _ends_with_any(s.gen.token_ids, tokens[: i + 1],
-                                                                        s.req.stop_sequences)):
-                tokens = tokens[: i + 1]
-                s.gen.finish_reason = "stop"
-                break
-        s.gen.token_ids.extend(tokens)
+        g, req = s.gen, s.req
+        room = req.max_new_tokens - len(g.token_ids)
+        if len(tokens) > room:
+            tokens = tokens[: max(room, 0)]
+        if s.stops or req.stop_sequences:
+            for i, tok in enumerate(tokens):
+                if tok in s.stops or (req.stop_sequences and _ends_with_any(g.token_ids, tokens[: i + 1],
+                                                                            req.stop_sequences)):
+                    tokens = tokens[: i + 1]
+                    g.finish_reason = "stop"
+                    break
+        g.token_ids.extend(tokens)
         self.totals.emitted += len(tokens)
-        if not s.gen.finish_reason and len(s.gen.token_ids) >= s.req.max_new_tokens:
-            s.gen.finish_reason = "length"
+        if not g.finish_reason and len(g.token_ids) >= req.max_new_tokens:
+            g.finish_reason = "length"
         if on_tokens is not None and tokens:
             on_tokens(s.index, tokens)
 

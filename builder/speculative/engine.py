@@ -55,9 +55,20 @@ for _a in (_ROOT_MASK, _ROOT_DEPTH, _ROOT_PATHS):
     _a.flags.writeable = False
 
 
+_ROOTS: dict[int, Draft] = {}  # root token -> its root-only draft (read-only tokens; plain steps build nothing)
+
+
 def root_only(root_token: int) -> Draft:
-    """A tree of the root alone: one plain decoding step."""
-    return Draft(np.array([root_token], dtype=np.int64), _ROOT_MASK, _ROOT_DEPTH, _ROOT_PATHS)
+    """A tree of the root alone: one plain decoding step (one shared, read-only draft per token)."""
+    draft = _ROOTS.get(root_token)
+    if draft is None:
+        tokens = np.array([root_token], dtype=np.int64)
+        tokens.flags.writeable = False
+        draft = Draft(tokens, _ROOT_MASK, _ROOT_DEPTH, _ROOT_PATHS)
+        if len(_ROOTS) >= 65536:
+            _ROOTS.clear()
+        _ROOTS[int(root_token)] = draft
+    return draft
 
 
 @dataclass(frozen=True)
@@ -83,7 +94,15 @@ class SamplingBatch:
 
     @property
     def greedy(self) -> bool:
-        return bool((self.temperature <= TEMPERATURE_EPS).all())
+        """Every row verifies greedily (remembered for a read-only temperature array: the loop's shared batches)."""
+        t = self.temperature
+        known = self.__dict__.get("_greedy_of")
+        if known is not None and known[0] is t:
+            return bool(known[1])
+        greedy = bool((t <= TEMPERATURE_EPS).all())
+        if not t.flags.writeable:
+            self.__dict__["_greedy_of"] = (t, greedy)
+        return greedy
 
     @classmethod
     def all_greedy(cls, batch: int, width: int) -> "SamplingBatch":
@@ -101,7 +120,11 @@ class PrefillResult:
 
 @dataclass
 class StepResult:
-    """What one `Engine.step` returns, one row per given sequence (in the order given)."""
+    """What one `Engine.step` returns, one row per given sequence (in the order given).
+
+    Valid until the engine's next `step`: engines may reuse the arrays (`builder.engines.batched`), so a caller
+    that keeps anything past that copies it (the decoding loop and the drafters read what they need first).
+    """
 
     accepted_len: np.ndarray  # [B] int64 tokens emitted = accepted draft tokens + 1 (bonus), >= 1
     chain: np.ndarray  # [B, W] int64 accepted node indices, root first (accepted_len of them), -1 padded
@@ -145,10 +168,9 @@ def check_paths(draft: Draft) -> None:
     ks = np.arange(w)
     if (np.where(valid, depth[nodes], ks) != ks).any():
         raise ValueError("the k-th node of a path must sit at depth k")
-    rows = mask[nodes]  # [P, W, T]: each path node's mask row
-    seen = np.take_along_axis(rows, np.broadcast_to(nodes[:, None, :], (*nodes.shape, w)), axis=2)  # [P, W, W]
+    seen = mask[nodes[:, :, None], nodes[:, None, :]]  # [P, W, W]: node k of the path attends its node j
     need = valid[:, :, None] & valid[:, None, :] & (ks[None, :] <= ks[:, None])[None]
-    if (need & ~seen).any() or (np.where(valid, rows.sum(-1), ks + 1) != ks + 1).any():
+    if (need & ~seen).any() or (np.where(valid, mask.sum(-1)[nodes], ks + 1) != ks + 1).any():
         raise ValueError("node k of a path must attend exactly the path's nodes 0..k (its ancestors)")
     if not (paths.flags.writeable or mask.flags.writeable or depth.flags.writeable) and len(_PATHS_OK) < 4096:
         _PATHS_OK[key] = (paths, mask, depth)  # kept alive, so the ids stay theirs
@@ -157,15 +179,22 @@ def check_paths(draft: Draft) -> None:
 def check_draft(draft: Draft, vocab_size: int) -> None:
     """A draft's arrays against the contract of `Draft` (shapes, dtypes, mask structure, token range).
 
-    Engines call it on every draft. The structure of a shared, read-only tree (static trees, Lookahead
-    layouts) is checked once and remembered (the pair is kept alive, so its ids stay its own); only
-    the tokens are checked per draft then.
+    Engines check every draft (`builder.speculative.batch.DraftBatch` does it for a whole step at once, by
+    the same rules: `check_trees`). The structure of a shared, read-only tree (static trees, Lookahead
+    layouts) is checked once and remembered (the pair is kept alive, so its ids stay its own); only the
+    tokens are checked per draft then.
     """
     t = draft.num_nodes
     if draft.tokens.shape != (t,) or t == 0 or draft.tokens.dtype != np.int64:
         raise ValueError(f"tokens must be a non-empty int64 [T] array, got {draft.tokens.dtype} {draft.tokens.shape}")
     if draft.tokens.min() < 0 or draft.tokens.max() >= vocab_size:
         raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
+    check_tree(draft)
+
+
+def check_tree(draft: Draft) -> None:
+    """The structure part of `check_draft`: mask, depth and paths against the draft's node count."""
+    t = draft.num_nodes
     key = (id(draft.mask), id(draft.depth))
     if key in _CHECKED:
         check_paths(draft)
@@ -182,6 +211,39 @@ def check_draft(draft: Draft, vocab_size: int) -> None:
     if not draft.mask.flags.writeable and not draft.depth.flags.writeable and len(_CHECKED) < 4096:
         _CHECKED[key] = (draft.mask, draft.depth)
     check_paths(draft)  # the commit compacts KV along the paths: a bad one must never reach it
+
+
+def check_trees(mask: np.ndarray, depth: np.ndarray, paths: np.ndarray) -> None:
+    """`check_tree`'s rules for G trees of one shape at once (no cache): the batched face of `check_tree` and
+    `check_paths`, with the same messages. mask [G, T, T] bool; depth [G, T] int; paths [G, P, W] int32."""
+    g, t = depth.shape[0], mask.shape[-1]
+    if mask.dtype != bool or mask.shape != (g, t, t):
+        raise ValueError(f"mask must be bool [{t}, {t}], got {mask.dtype} {list(mask.shape[1:])}")
+    ar = np.arange(t)
+    upper = _UPPER.get(t)
+    if upper is None:
+        upper = _UPPER[t] = np.triu(np.ones((t, t), dtype=bool), 1)
+    if not mask[:, ar, ar].all() or (mask & upper).any():
+        raise ValueError("mask must have a true diagonal and attend earlier nodes only (j <= i)")
+    if depth.shape != (g, t) or depth.min() < 0 or (depth[:, 0] != 0).any():
+        raise ValueError(f"depth must be a non-negative int [{t}] array with depth[0] = 0")
+    if paths.ndim != 3 or 0 in paths.shape or paths.dtype != np.int32:
+        raise ValueError(f"paths must be a non-empty int32 [P, D+1] array, got {paths.dtype} {list(paths.shape[1:])}")
+    if (paths[:, :, 0] != 0).any() or paths.min() < -1 or paths.max() >= t:
+        raise ValueError(f"every path must start at the root (node 0) and hold node indices 0..{t - 1} or -1 (padding)")
+    valid = paths >= 0  # [G, P, W]
+    if (valid[:, :, 1:] & ~valid[:, :, :-1]).any():
+        raise ValueError("a path's -1 padding must come after all its nodes")
+    w = paths.shape[2]
+    nodes = np.where(valid, paths, 0)  # [G, P, W]
+    ks = np.arange(w)
+    gi = np.arange(g)[:, None, None]  # [G, 1, 1]
+    if (np.where(valid, depth[gi, nodes], ks) != ks).any():  # depth[gi, nodes]: [G, P, W] depth of each
+        raise ValueError("the k-th node of a path must sit at depth k")
+    seen = mask[gi[..., None], nodes[:, :, :, None], nodes[:, :, None, :]]  # [G, P, W, W]: node k attends node j
+    need = valid[..., :, None] & valid[..., None, :] & (ks[None, :] <= ks[:, None])
+    if (need & ~seen).any() or (np.where(valid, mask.sum(-1)[gi, nodes], ks + 1) != ks + 1).any():
+        raise ValueError("node k of a path must attend exactly the path's nodes 0..k (its ancestors)")
 
 
 class Engine(Protocol):
@@ -261,6 +323,10 @@ class EagleNet(Protocol):
         ...
 
     def committed_len(self, seq: int) -> int:
+        ...
+
+    def committed_lens(self, seqs: Sequence[int]) -> np.ndarray:
+        """[B] int64 `committed_len` of each sequence."""
         ...
 
     def extend(

@@ -24,6 +24,11 @@ class OrtEagleNet(EagleHost):
         super().__init__(kv, hidden_size=hidden_size, top_k=top_k, capacity=capacity, max_batch_size=max_batch_size)
         self.kv: KVBuffers = kv
 
+    ranged = True  # any row range binds: OrtValues over rows r0..r1 of the KV buffer
+
+    def _build_rows(self, r0: int, r1: int, f: int, u: int) -> Bound:
+        inputs, outputs = self.io(r1 - r0, f, u)
+        return Bound(self.session, inputs, outputs, self.kv.ortvalues(r0, r1))
+
     def _build(self, b: int, f: int, u: int) -> Bound:
-        inputs, outputs = self.io(b, f, u)
-        return Bound(self.session, inputs, outputs, self.kv.ortvalues(0, b))
+        return self._build_rows(0, b, f, u)

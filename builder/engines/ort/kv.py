@@ -49,6 +49,23 @@ class KVBuffers:
         else:
             cache[:, :, :, start + 1 : start + k] = cache[:, :, :, start + nodes[1:]]  # the fancy index copies first
 
+    def compact_rows(self, rows: np.ndarray, starts: np.ndarray, chains: np.ndarray, lengths: np.ndarray) -> None:
+        """`compact` for several rows in one gather: row rows[i]'s slots starts[i] + chains[i, k] move to
+        starts[i] + k for k < lengths[i]. rows [m] distinct, starts [m], chains [m, W] (-1 past the length),
+        lengths [m] >= 1. Slots k >= lengths[i] up to the longest chain copy onto themselves (no effect); the
+        gather reads every source before anything is written, so overlapping moves are safe."""
+        if len(rows) == 1:  # one row: `compact` (a consecutive chain moves as one slice)
+            self.compact(int(rows[0]), int(starts[0]), chains[0, : int(lengths[0])])
+            return
+        k = int(lengths.max())
+        if k <= 1:
+            return
+        j = np.arange(1, k)  # [k-1] chain positions after the root (which never moves)
+        src = np.where(j[None, :] < lengths[:, None], chains[:, 1:k], j[None, :])  # [m, k-1] node per position
+        dst = starts[:, None] + j[None, :]  # [m, k-1]
+        r = rows[:, None]  # [m, 1]
+        self.buf[:, :, r, :, dst] = self.buf[:, :, r, :, starts[:, None] + src]  # advanced dims first: [m, k-1, L, 2, KV, D]
+
     def move_row(self, dst: int, src: int, length: int) -> None:
         """Copy the first `length` slots of row `src` into row `dst` (a departure leaves rows dense)."""
         self.buf[:, :, dst, :, :length] = self.buf[:, :, src, :, :length]

@@ -1,17 +1,29 @@
 """EAGLE drafter: the draft layer runs over (target hidden, next token) pairs and grows a tree per sequence.
 
 Pairs: (h[i], t[i+1]) at position i, as in `builder.speculative.eagle.draft_model`. After a step that
-accepted the chain root, a1..ak and emitted a1..ak, bonus, the new pairs are (h_root, a1), …,
-(h_ak, bonus); `propose` commits them to the draft's own KV cache (`EagleNet.extend`), whose last
-output predicts the hidden state at the bonus token (the new root) and gives the tree's first level.
-The trees then grow level by level (EAGLE-1: static choices; EAGLE-2: dynamic expansion + reranking,
-`builder.speculative.eagle_tree`), one `EagleNet.expand` call per level for the whole batch, each
-level's nodes written to the tentative tail of the draft cache with tree attention.
+accepted the chain root, a1..ak and emitted a1..ak, bonus, the new pairs are (h_root, a1), …, (h_ak, bonus):
+the step's `StepResult.hidden[:, :k+1]` and `StepResult.tokens[:, :k+1]` as they stand. The next `propose`
+commits them to the draft's own KV cache (`EagleNet.extend`); the output at the last pair predicts the hidden
+state at the bonus token (the new root) and gives the tree's first level. The trees then grow level by level
+(EAGLE-1: static choices; EAGLE-2: dynamic expansion + reranking; `builder.speculative.eagle.grow`), one
+`EagleNet.expand` call per level for the whole batch, each level's nodes written to the tentative tail of the
+draft cache with tree attention.
 
-A node budget (`set_budget`) truncates a static tree to its first n nodes (node order) and caps
-EAGLE-2's total_nodes at n - 1 (and its depth, which cannot exceed the nodes kept). At a budget of 1
-speculation is off: `propose` returns root-only drafts without running the draft layer, and the
-pairs of those steps wait in `_Pending` until drafting resumes (one `extend` then commits them all).
+Draft-net calls per step: one per tree level — the extend *is* the first level's call (its last pair's output
+is the root's expansion), so a tree of D levels costs D calls, the floor for a tree grown level by level.
+Fusing the extend into the target step graph instead would save no work: on the regime fixture (1 thread) the
+extend takes 1.19 ms against 0.61 ms per expand level, the difference being the first read after a target
+step of the draft layer + LM head (18.4 MB, cold in cache), which a fused graph pays inside the step, and the
+graph would have to run the draft layer over every tree node (the accepted chain is known only after verify).
+A sequence's prompt pairs run when it starts (`start`: the draft's own prefill, right after the target's),
+so its first step costs no more than any other. Host work per level is a fixed number of NumPy calls over
+the batch; in the steady state (the same sequences as the previous step) the extend reads the previous
+`StepResult`'s arrays as they are, copied once in `update` (a `StepResult` lives only until the next step).
+
+A node budget (`set_budget`) truncates a static tree to its first n nodes (node order) and caps EAGLE-2's
+total_nodes at n - 1 (and its depth, which cannot exceed the nodes kept). At a budget of 1 speculation is off:
+`propose` returns root-only drafts without running the draft layer, and the pairs of those steps wait
+(`_pairs`) until drafting resumes (one `extend` then commits them all).
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.eagle_tree import TreeSteps, dynamic_tree_steps, eagle_draft, static_tree_steps
+from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
 from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
@@ -35,22 +47,14 @@ class DynamicSpec:
 
 
 @dataclass
-class _Pending:
-    hidden: np.ndarray  # [m, C] target hidden states of the pairs not yet run
-    tokens: list[int]  # [m - 1] their next tokens (the last pair's token is the next root)
-    deferred: bool = False  # propose skipped the draft layer (budget 1): these pairs are still pending
+class _Steady:
+    """The pairs of the latest drafted step's sequences (rows in their order), waiting for the next extend."""
 
-
-@dataclass
-class _Growth:
-    """One sequence's tree being grown: its generator and the frontier it asked to expand."""
-
-    gen: TreeSteps
-    tokens: np.ndarray  # [F] frontier tokens
-    parents: np.ndarray  # [F] parent rows in the previous frontier
-    outs: np.ndarray  # [F_prev, C] draft outputs of the previous frontier
-    anc: np.ndarray  # [F_prev, U_prev] bool tentative columns each previous-frontier node attends
-    result: object = None  # the GrownTree once the generator is done
+    seqs: list[int]
+    row: dict[int, int]  # sequence -> row
+    tokens: np.ndarray  # [B, W] int64 each row's pair tokens (emitted tokens; -1 past num_new)
+    hidden: np.ndarray  # [B, W, C] fp32 each row's pair hidden states (the chain's)
+    num_new: np.ndarray  # [B] int64 pairs per row (the step's accepted length)
 
 
 class EagleDrafter:
@@ -67,9 +71,12 @@ class EagleDrafter:
                 raise ValueError(f"the static tree needs top-k ranks up to {None if tree.rank is None else int(tree.rank.max())}, "
                                  f"the draft net gives {net.top_k}")  # fmt: skip
             self.max_nodes = tree.num_nodes
-        self._pending: dict[int, _Pending] = {}
         self._shape: Tree | DynamicSpec = tree  # the shape in use (the budget applied)
         self._off = False
+        self._steady: _Steady | None = None  # pairs of the latest drafted step, by row
+        self._pairs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> (tokens [m], hidden [m, C]) waiting
+        self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
+        self._started: set[int] = set()
 
     def set_budget(self, nodes: int | None) -> None:
         """Use at most `nodes` tree nodes per step, root included (1: off; None: the configured tree)."""
@@ -83,92 +90,127 @@ class EagleDrafter:
         else:
             self._shape = truncate_tree(t, int(nodes))
 
+    # -- sequences -------------------------------------------------------------------------------
+
     def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
+        """Start the sequences and (unless speculation is off) run their prompt pairs now: the draft's prefill."""
         self.net.start(seqs)
-        for i, s in enumerate(seqs):
-            self._pending[s] = _Pending(prefill.hidden[i].copy(), [int(t) for t in prompts[i][1:]])
+        self._started.update(seqs)
+        try:
+            for i, s in enumerate(seqs):  # pairs (h[i], t[i+1]); the last pair's token is the first generated one
+                tokens = np.array([*prompts[i][1:], int(prefill.tokens[i])], np.int64)
+                self._pairs[s] = (tokens, np.asarray(prefill.hidden[i], np.float32))
+            if not self._off:
+                self._run_pending(list(seqs))
+        except BaseException:
+            for s in seqs:
+                self.release(s)
+            raise
 
     def release(self, seq: int) -> None:
-        self._pending.pop(seq, None)
-        self.net.release(seq)
+        self._pairs.pop(seq, None)
+        self._ready.pop(seq, None)
+        if self._steady is not None and seq in self._steady.row:
+            self._park(seq)
+            self._pairs.pop(seq, None)
+        if seq in self._started:
+            self._started.discard(seq)
+            self.net.release(seq)
 
     def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
-        for row, s in enumerate(seqs):
-            k = int(result.accepted_len[row])
-            hidden, tokens = result.hidden[row, :k].copy(), result.tokens[row, : k - 1].tolist()
-            p = self._pending[s]
-            if p.deferred:  # the old pairs were not run: the step's root is their last pair's token
-                hidden = np.concatenate([p.hidden, hidden])
-                tokens = p.tokens + [int(drafts[row].tokens[0])] + tokens
-            self._pending[s] = _Pending(hidden, tokens)
+        b = len(seqs)
+        if self._off:  # root-only steps: each sequence's pairs wait, the step's appended
+            for row, s in enumerate(seqs):
+                self._park(s)
+                self._ready.pop(s, None)  # (its pairs ran; its root-level answer is stale now)
+                k = int(result.accepted_len[row])
+                new = (result.tokens[row, :k].astype(np.int64), result.hidden[row, :k].copy())
+                old = self._pairs.pop(s, None)
+                if old is not None:
+                    new = (np.concatenate([old[0], new[0]]), np.concatenate([old[1], new[1]]))
+                self._pairs[s] = new
+            return
+        w = result.tokens.shape[1]
+        st = self._steady
+        if st is None or st.tokens.shape[0] != b or st.tokens.shape[1] != w:
+            c = result.hidden.shape[2]
+            st = _Steady([], {}, np.zeros((b, w), np.int64), np.zeros((b, w, c), np.float32), np.zeros(b, np.int64))
+        st.seqs, st.row = list(seqs), {s: i for i, s in enumerate(seqs)}
+        np.maximum(result.tokens, 0, out=st.tokens)  # copied (the result is the engine's until its next step); -1 -> 0
+        st.hidden[...] = result.hidden
+        st.num_new[...] = result.accepted_len
+        self._steady = st
+
+    def _park(self, seq: int) -> None:
+        """Move a sequence's steady pairs into `_pairs` (it leaves the steady batch)."""
+        st = self._steady
+        if st is None or seq not in st.row:
+            return
+        i = st.row.pop(seq)
+        st.seqs = [s for s in st.seqs if s != seq]
+        m = int(st.num_new[i])
+        self._pairs[seq] = (st.tokens[i, :m].copy(), st.hidden[i, :m].copy())
+
+    # -- proposing -------------------------------------------------------------------------------
 
     def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
         if self._off:
-            for s in seqs:
-                self._pending[s].deferred = True
             return [root_only(int(r)) for r in roots]
-        root_out = self._extend(seqs, roots)  # DraftOutput with F = 1: the roots' level
-        growths = [self._grow(int(r)) for r in roots]
-        answer = [(root_out.topk_tokens[i], root_out.topk_logprobs[i]) for i in range(len(seqs))]
-        for i, g in enumerate(growths):
-            g.outs = root_out.hidden[i]  # (1, C)
-            g.anc = np.zeros((1, 0), dtype=bool)  # the root is committed: no tentative column
-            self._advance(g, answer[i])
-        root_pos = np.array([self.net.committed_len(s) - 1 for s in seqs], dtype=np.int64)  # the roots' positions
-        used, level = 0, 1
-        while any(g.result is None for g in growths):
-            used = self._expand_level(seqs, growths, root_pos + level, used)
-            level += 1
-        return [eagle_draft(g.result) for g in growths]  # type: ignore[arg-type]
-
-    # -- internals -------------------------------------------------------------------------------
-
-    def _grow(self, root: int) -> _Growth:
+        seqs = list(seqs)
+        root_out = self._root_level(seqs)  # (hidden [B, C], topk tokens [B, K], topk logprobs [B, K])
         t = self._shape
-        gen = (dynamic_tree_steps(root, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
-               if isinstance(t, DynamicSpec) else static_tree_steps(t, root))  # fmt: skip
-        tokens, parents = next(gen)  # the root's own request, answered by extend
-        return _Growth(gen, tokens, parents, np.empty(0), np.empty(0))
+        r = np.asarray(roots, np.int64)
+        grow = (DynamicTrees(r, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
+                if isinstance(t, DynamicSpec) else StaticTrees(t, r))  # fmt: skip
+        grow.answer(root_out[1][:, None], root_out[2][:, None])  # the root's level, from the extend
+        outs = root_out[0][:, None]  # [B, F=1, C] draft outputs of the previous frontier
+        anc = np.zeros((len(seqs), 1, 0), bool)  # [B, F, U] tentative slots each previous-frontier node attends
+        root_pos = self.net.committed_lens(seqs) - 1  # [B] the roots' positions
+        used, level, bi = 0, 1, np.arange(len(seqs))[:, None]  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
+        while not grow.done:
+            tokens, parents = grow.frontier()  # [B, F] each
+            f = tokens.shape[1]
+            hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
+            mask = np.zeros((len(seqs), f, used + f), bool)  # [B, F, U]
+            mask[:, :, :used] = anc[bi, parents]
+            mask[:, np.arange(f), used + np.arange(f)] = True  # every node attends itself
+            positions = np.broadcast_to((root_pos + level)[:, None], (len(seqs), f))
+            out = self.net.expand(seqs, tokens, hidden, positions, used, mask)
+            grow.answer(out.topk_tokens, out.topk_logprobs)
+            outs, anc, used, level = out.hidden, mask, used + f, level + 1
+        return grow.drafts()
 
-    @staticmethod
-    def _advance(g: _Growth, answer: tuple[np.ndarray, np.ndarray]) -> None:
-        try:
-            g.tokens, g.parents = g.gen.send(answer)
-        except StopIteration as stop:
-            g.result = stop.value
+    def _root_level(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each sequence's root-level answer: its waiting pairs run in one extend (or the one `start` computed)."""
+        st = self._steady
+        if st is not None and st.seqs == seqs:  # the steady state: the previous step's sequences, in order
+            if len(seqs) == len(st.num_new):
+                tokens, hidden, num_new = st.tokens, st.hidden, st.num_new
+            else:  # some left since: their rows are skipped
+                idx = np.array([st.row[s] for s in seqs])
+                tokens, hidden, num_new = st.tokens[idx], st.hidden[idx], st.num_new[idx]
+            m = int(num_new.max())
+            out = self.net.extend(seqs, tokens[:, :m], hidden[:, :m], num_new)
+            st.seqs, st.row = [], {}  # consumed (the arrays stay for the next update)
+            return out.hidden[:, 0], out.topk_tokens[:, 0], out.topk_logprobs[:, 0]
+        for s in seqs:
+            self._park(s)
+        self._run_pending([s for s in seqs if s in self._pairs])
+        ready = [self._ready.pop(s) for s in seqs]
+        return tuple(np.stack([r[j] for r in ready]) for j in range(3))  # type: ignore[return-value]
 
-    def _extend(self, seqs: Sequence[int], roots: Sequence[int]) -> DraftOutput:
-        pend = [self._pending[s] for s in seqs]
-        m = np.array([len(p.tokens) + 1 for p in pend], dtype=np.int64)  # [B]
-        c = pend[0].hidden.shape[1]
-        tokens = np.zeros((len(seqs), int(m.max())), dtype=np.int64)  # [B, M]
-        hidden = np.zeros((len(seqs), int(m.max()), c), dtype=np.float32)  # [B, M, C]
-        for i, (p, r) in enumerate(zip(pend, roots)):
-            tokens[i, : m[i]] = [*p.tokens, int(r)]
-            hidden[i, : m[i]] = p.hidden
-        return self.net.extend(seqs, tokens, hidden, m)
-
-    def _expand_level(self, seqs: Sequence[int], growths: list[_Growth], positions: np.ndarray, used: int) -> int:
-        """One batched expand call for every unfinished tree's frontier; returns tentative slots used."""
-        live = [g.result is None for g in growths]
-        f = max(len(g.tokens) for g, ok in zip(growths, live) if ok)
-        b, c = len(seqs), self.net.hidden_size
-        tokens = np.zeros((b, f), dtype=np.int64)
-        hidden = np.zeros((b, f, c), dtype=np.float32)
-        mask = np.zeros((b, f, used + f), dtype=bool)
-        mask[:, np.arange(f), used + np.arange(f)] = True  # every node (padding too) attends itself
-        anc_new = []
-        for i, (g, ok) in enumerate(zip(growths, live)):
-            n = len(g.tokens) if ok else 0
-            if n:
-                tokens[i, :n] = g.tokens
-                hidden[i, :n] = g.outs[g.parents]
-                mask[i, :n, : g.anc.shape[1]] = g.anc[g.parents]
-            anc_new.append(mask[i, :n])
-        out = self.net.expand(seqs, tokens, hidden, np.repeat(positions[:, None], f, axis=1), used, mask)
-        for i, (g, ok) in enumerate(zip(growths, live)):
-            if ok:
-                n = len(g.tokens)
-                g.outs, g.anc = out.hidden[i, :n], anc_new[i]
-                self._advance(g, (out.topk_tokens[i, :n], out.topk_logprobs[i, :n]))
-        return used + f
+    def _run_pending(self, seqs: list[int]) -> None:
+        """Run the waiting pairs of `seqs` in one extend; their root-level answers go to `_ready`."""
+        if not seqs:
+            return
+        pend = [self._pairs.pop(s) for s in seqs]
+        m = np.array([len(p[0]) for p in pend], np.int64)  # [B]
+        c = pend[0][1].shape[1]
+        tokens = np.zeros((len(seqs), int(m.max())), np.int64)  # [B, M]
+        hidden = np.zeros((len(seqs), int(m.max()), c), np.float32)  # [B, M, C]
+        for i, (tok, hid) in enumerate(pend):  # sequences that joined or waited: one row each
+            tokens[i, : m[i]] = tok
+            hidden[i, : m[i]] = hid
+        out: DraftOutput = self.net.extend(seqs, tokens, hidden, m)
+        for i, s in enumerate(seqs):
+            self._ready[s] = (out.hidden[i, 0].copy(), out.topk_tokens[i, 0].copy(), out.topk_logprobs[i, 0].copy())

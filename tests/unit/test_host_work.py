@@ -1,0 +1,222 @@
+"""Host work per step, vectorised: each batched piece against its one-sequence reference (the readable code
+it replaces) on random cases — EAGLE trees grown for a batch (`builder.speculative.eagle.grow`) against
+`eagle_tree`'s generators, batched tree arrays against `tree_from_parents`, the batched draft checks
+(`DraftBatch`) against `check_draft`, the verdict checks against brute force, the batched KV compaction
+against `compact` row by row, and the binding pools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builder.engines.batched import LruBindings, _checked_verdicts
+from builder.engines.ort.kv import KVBuffers
+from builder.speculative.batch import DraftBatch
+from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, tree_arrays
+from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
+from builder.speculative.engine import Draft, check_draft
+from builder.speculative.tree import tree_draft, tree_from_parents
+
+VOCAB = 50
+
+
+def _random_parents(rng: np.random.Generator, t: int) -> np.ndarray:
+    return np.array([-1] + [int(rng.integers(0, i)) for i in range(1, t)], np.int64)
+
+
+def _answers(rng: np.random.Generator, b: int, f: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """[B, F, K] distinct tokens per node and sorted log-probs (<= 0, best first; some ties)."""
+    tok = np.stack([[rng.permutation(VOCAB)[:k] for _ in range(f)] for _ in range(b)]).astype(np.int64)
+    lp = -np.sort(np.round(rng.exponential(1.0, (b, f, k)), 1), axis=2).astype(np.float32)
+    return tok, lp
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dynamic_trees_match_the_one_sequence_generator(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    b, depth, top_k, k = 4, int(rng.integers(1, 5)), int(rng.integers(1, 4)), 3
+    total = int(rng.integers(1, 12))
+    roots = rng.integers(0, VOCAB, b)
+    grow = DynamicTrees(roots, depth=depth, top_k=top_k, total_nodes=total)
+    refs = [dynamic_tree_steps(int(r), depth=depth, top_k=top_k, total_nodes=total) for r in roots]
+    asked = [next(g) for g in refs]
+    grown = [None] * b
+    while not grow.done:
+        tokens, parents = grow.frontier()
+        for i in range(b):  # the batch asks exactly what each sequence's generator asks
+            np.testing.assert_array_equal(tokens[i], asked[i][0])
+            np.testing.assert_array_equal(parents[i], asked[i][1])
+        tok, lp = _answers(rng, b, tokens.shape[1], k)
+        grow.answer(tok, lp)
+        for i in range(b):
+            try:
+                asked[i] = refs[i].send((tok[i], lp[i]))
+            except StopIteration as stop:
+                grown[i] = stop.value
+    drafts = grow.drafts()
+    for d, g in zip(drafts, grown):
+        ref = tree_draft(g.tree, g.tokens)
+        check_draft(d, VOCAB)
+        np.testing.assert_array_equal(d.tokens, ref.tokens)
+        np.testing.assert_array_equal(d.mask, ref.mask)
+        np.testing.assert_array_equal(d.depth, ref.depth)
+        p, w = ref.paths.shape  # ours: the batch's most leaves, width depth + 1; the extra rows are the root alone
+        assert d.paths.shape == (max(g.tree.paths.shape[0] for g in grown), depth + 1)
+        np.testing.assert_array_equal(d.paths[:p, :w], ref.paths)
+        assert (d.paths[:p, w:] == -1).all() and (d.paths[p:, 0] == 0).all() and (d.paths[p:, 1:] == -1).all()
+
+
+@pytest.mark.parametrize("choices", [[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]], [[0], [0, 0], [0, 0, 0]]])
+def test_static_trees_match_the_one_sequence_generator(choices: list[list[int]]) -> None:
+    rng = np.random.default_rng(7)
+    tree, b = static_tree(choices), 3
+    roots = rng.integers(0, VOCAB, b)
+    grow = StaticTrees(tree, roots)
+    answers = []
+    while not grow.done:
+        tokens, _ = grow.frontier()
+        answers.append(_answers(rng, b, tokens.shape[1], 2))
+        grow.answer(*answers[-1])
+    for i, d in enumerate(grow.drafts()):
+        level = iter(range(len(answers)))
+        ref = drive(static_tree_steps(tree, int(roots[i])), lambda _t, _p: tuple(a[i] for a in answers[next(level)]))
+        np.testing.assert_array_equal(d.tokens, ref.tokens)
+        assert d.mask is tree.mask and d.paths is tree.paths  # a static tree's arrays are shared, not copied
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tree_arrays_match_tree_from_parents(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = int(rng.integers(1, 14))
+    parents = np.stack([_random_parents(rng, t) for _ in range(3)])
+    refs = [tree_from_parents(p) for p in parents]
+    depth = np.stack([r.depth for r in refs])
+    p, w = max(r.paths.shape[0] for r in refs) + 1, int(depth.max()) + 2
+    mask, paths = tree_arrays(parents, depth, p, w)
+    for i, r in enumerate(refs):
+        np.testing.assert_array_equal(mask[i], r.mask)
+        pp, ww = r.paths.shape
+        np.testing.assert_array_equal(paths[i, :pp, :ww], r.paths)
+        assert (paths[i, :pp, ww:] == -1).all() and (paths[i, pp:, 1:] == -1).all()
+
+
+def _random_draft(rng: np.random.Generator) -> Draft:
+    tree = tree_from_parents(_random_parents(rng, int(rng.integers(1, 9))))
+    return Draft(rng.integers(0, VOCAB, tree.num_nodes).astype(np.int64), tree.mask.copy(), tree.depth.copy(),
+                 tree.paths.copy())  # fmt: skip
+
+
+def _read_only(d: Draft) -> Draft:
+    for a in (d.mask, d.depth, d.paths):
+        a.flags.writeable = False
+    return d
+
+
+def _corrupt(rng: np.random.Generator, d: Draft) -> Draft:
+    """A draft broken in one of the ways `check_draft` refuses (or, when the tree is too small, unchanged)."""
+    mask, depth, paths, tokens = d.mask.copy(), d.depth.copy(), d.paths.copy(), d.tokens.copy()
+    kind = int(rng.integers(0, 6))
+    t = d.num_nodes
+    if kind == 0:
+        tokens[-1] = VOCAB
+    elif kind == 1 and t > 1:
+        mask[t - 1, t - 1] = False
+    elif kind == 2 and t > 1:
+        depth[t - 1] += 1
+    elif kind == 3 and paths.shape[1] > 1:
+        paths[0, 1:] = -1
+        paths[0, -1] = 0  # padding before a node
+    elif kind == 4 and t > 1:
+        mask[t - 1, 0] = not mask[t - 1, 0]
+    elif kind == 5:
+        paths[0, 0] = 1 if t > 1 else -1
+    return Draft(tokens, mask, depth, paths)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+@pytest.mark.parametrize("seed", range(8))
+def test_draft_batch_checks_as_check_draft_does(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    drafts = [_random_draft(rng) for _ in range(n)]
+    if seed % 2:  # read-only trees (as Lookahead's layouts): checked through `check_tree`'s cache
+        drafts = [_read_only(d) for d in drafts]
+    batch = DraftBatch.of(drafts, VOCAB)
+    for i, d in enumerate(drafts):  # the padded arrays hold each draft, padding nodes attend themselves only
+        n, (p, w) = d.num_nodes, d.paths.shape
+        np.testing.assert_array_equal(batch.tokens[i, :n], d.tokens)
+        np.testing.assert_array_equal(batch.mask[i, :n, :n], d.mask)
+        np.testing.assert_array_equal(batch.paths[i, :p, :w], d.paths)
+        assert (batch.mask[i, n:] == np.eye(batch.t, dtype=bool)[n:]).all()
+    bad = list(drafts)
+    j = int(rng.integers(0, len(bad)))
+    bad[j] = _corrupt(rng, bad[j]) if seed % 2 == 0 else _read_only(_corrupt(rng, bad[j]))
+    try:
+        check_draft(bad[j], VOCAB)
+    except ValueError as e:
+        with pytest.raises(ValueError) as got:
+            DraftBatch.of(bad, VOCAB)
+        assert str(got.value) == str(e)  # the same rule, the same message
+    else:
+        DraftBatch.of(bad, VOCAB)
+
+
+def test_draft_batch_reuses_a_shared_read_only_structure() -> None:
+    tree = static_tree([[0], [1], [0, 0]])
+    drafts = [tree_draft(tree, np.array([1, 2, 3, 4], np.int64)) for _ in range(2)]
+    first = DraftBatch.of(drafts, VOCAB)
+    again = [tree_draft(tree, np.array([5, 6, 7, 8], np.int64)) for _ in range(2)]
+    second = DraftBatch.of(again, VOCAB, first)
+    assert second.same_structure and second.tokens.tolist() == [[5, 6, 7, 8]] * 2
+    other = DraftBatch.of([_random_draft(np.random.default_rng(0))] * 2, VOCAB, second)
+    assert not other.same_structure
+
+
+def test_compact_rows_matches_compact_row_by_row() -> None:
+    rng = np.random.default_rng(3)
+    a, b = KVBuffers(2, 5, 2, 24, 3), KVBuffers(2, 5, 2, 24, 3)
+    a.buf[...] = b.buf[...] = rng.standard_normal(a.buf.shape).astype(np.float32)
+    rows, starts = np.array([4, 0, 2]), np.array([3, 10, 0])
+    chains = np.array([[0, 2, 5, -1], [0, 1, 2, 3], [0, 3, -1, -1]])
+    lengths = np.array([3, 4, 2])
+    a.compact_rows(rows, starts, chains, lengths)
+    for r, s, c, n in zip(rows, starts, chains, lengths):
+        b.compact(int(r), int(s), c[:n])
+    np.testing.assert_array_equal(a.buf, b.buf)
+
+
+def test_prefill_bindings_never_push_out_a_step_binding() -> None:
+    pool, built = LruBindings(size=2, prefill=1), []
+
+    def build(key: tuple) -> object:
+        built.append(key)
+        return object()
+
+    step = pool.get(("step", "greedy", 1, 1, 1, 1, 1), lambda: build("step"))
+    for n in range(5):  # prompts of new lengths
+        pool.get(("prefill", "greedy", 0, 1, 10 + n), lambda: build("prefill"))
+    assert pool.get(("step", "greedy", 1, 1, 1, 1, 1), lambda: build("step")) is step
+    assert built.count("step") == 1
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_verdict_checks_match_brute_force(n: int) -> None:
+    rng, checked = np.random.default_rng(n), 0
+    for _ in range(40):
+        drafts = [_random_draft(rng) for _ in range(n)]
+        batch = DraftBatch.of(drafts, VOCAB)
+        best = rng.integers(-1, batch.p + 2, n)
+        acc = rng.integers(-1, batch.w + 3, n)
+        if rng.random() < 0.5:  # a verdict every draft holds
+            best = np.array([rng.integers(0, d.paths.shape[0]) for d in drafts])
+            acc = np.array([rng.integers(1, int((d.paths[p] >= 0).sum()) + 1) for d, p in zip(drafts, best)])
+        holds = [0 <= p < d.paths.shape[0] and 1 <= k <= d.width and d.paths[p, k - 1] >= 0
+                 for d, p, k in zip(drafts, best, acc)]  # fmt: skip
+        if not all(holds):
+            with pytest.raises(RuntimeError, match="outside the draft's"):
+                _checked_verdicts(batch, acc, best)
+            continue
+        moved = np.atleast_1d(_checked_verdicts(batch, acc, best))
+        want = [(d.paths[p, :k] != np.arange(k)).any() for d, p, k in zip(drafts, best, acc)]
+        assert moved.tolist() == want
+        checked += 1
+    assert checked >= 5
