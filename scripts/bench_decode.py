@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
-"""Decode benchmark on a fixture (not a test): HF, CPU peers (ONNX Runtime GenAI, llama.cpp) and our
-engines, every method, one table (builder/bench/decode.py says what each column means).
+"""Decode benchmark on one or more fixtures (not a test): HF, CPU peers (ONNX Runtime GenAI, llama.cpp) and our
+engines, every method (default and, with --tuned, tuned trees), one table with a fixture column
+(builder/bench/decode.py says what each column means, builder/bench/decode_table.py the ratios).
 
     .venv/bin/python scripts/bench_decode.py [FIXTURE | RECIPE ...] --threads 1 [--rows hf,ortgenai,llamacpp,ours]
-        [--torch] [--num-prompts 20] [--max-new-tokens 128] [--out out/bench_decode.json]
+        [--tuned [--tune-prompts 8] [--tune-max-new-tokens 32] | --tuned-dir DIR] [--torch]
+        [--num-prompts 20] [--max-new-tokens 128]
+        [--out out/bench_decode.json] [--md out/bench_decode.md]
 
-FIXTURE: tiny-llama3 (default: the trained 4.9 M-parameter fixture, L3-resident) or regime-llama3
+FIXTURE: tiny-llama3 (default: the trained 4.9 M-parameter fixture, L3-resident) and/or regime-llama3
 (the same model inflated to a memory-bound step, made at setup); RECIPE: a recipe name such as
-regime-llama3-eagle2 (recipes/NAME.yaml) or a path. The first recipe gives plain decoding and its
-own Lookahead rows, each further one its method's row.
+regime-llama3-eagle2 (recipes/NAME.yaml) or a path. Recipes are grouped by target checkpoint, one group
+per fixture: a group's first recipe gives plain decoding and its own Lookahead rows, each further one its
+method's row. Ratios are within a fixture.
+
+--tuned runs `trtspec tune`'s library (builder/tune/run.py) on every method recipe of every fixture
+(--tune-prompts calibration prompts × --tune-max-new-tokens) and writes the overlays (validated, `extends:` the
+recipe) and tune reports under --tuned-dir (default out/tuned); --tuned-dir alone benches overlays written
+earlier. Tuned rows are labelled "(tuned)" with the picked setting.
+
+Writes the JSON (--out) and a markdown file (--md, default: --out with .md) holding the table and, for a
+memory-bound fixture, our per-method speedups over ours plain beside the seed articles'.
 
 llama.cpp rows need a GGUF: converted once (then cached) with the converter from the llama-cpp-python
 sdist; point --llama-cpp-src (or TRTSPEC_LLAMA_CPP_SRC) at that .tar.gz or a llama.cpp tree.
@@ -17,17 +29,19 @@ sdist; point --llama-cpp-src (or TRTSPEC_LLAMA_CPP_SRC) at that .tar.gz or a lla
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 
-from builder.bench.decode import (DEFAULT_FIXTURE, DEFAULT_ROWS, FIXTURES, ROW_GROUPS, bench_decode, resolve_recipes,
-                                  table, write)
+from builder.bench.decode import DEFAULT_FIXTURE, DEFAULT_ROWS, FIXTURES, ROW_GROUPS, resolve_recipes
+from builder.bench.decode_table import markdown, write
+from builder.bench.fixtures import Tuning, bench_fixtures, group_recipes
 from builder.errors import UserError
-from builder.recipe.loader import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recipes", nargs="*", help=f"fixture names ({', '.join(FIXTURES)}), recipe names or recipe "
                     f"paths (default: {DEFAULT_FIXTURE})")
@@ -39,22 +53,47 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="threads for every row: torch, ORT GenAI, llama.cpp "
                     "(our ORT engine always runs 1)")
     ap.add_argument("--lookup", type=int, default=10, help="draft tokens per prompt-lookup / n-gram step (all peers)")
+    ap.add_argument("--tuned", action="store_true", help="tune every method recipe now (trtspec tune's library) and "
+                    "add its tuned rows")
+    ap.add_argument("--tune-prompts", type=int, default=8, help="calibration prompts per method for --tuned "
+                    "(default: %(default)s)")
+    ap.add_argument("--tune-max-new-tokens", type=int, default=32, help="calibration tokens per prompt for --tuned "
+                    "(default: %(default)s; the tuner decodes every candidate setting, so its time grows with this)")
+    ap.add_argument("--tuned-dir", type=Path, help="where --tuned writes the overlays (default out/tuned); "
+                    "without --tuned: bench the overlays already there")
     ap.add_argument("--llama-cpp-src", help="llama-cpp-python sdist or llama.cpp tree holding convert_hf_to_gguf.py")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_decode.json")
+    ap.add_argument("--md", type=Path, help="markdown tables (default: --out with the suffix .md)")
     args = ap.parse_args()
+    if args.tune_prompts < 1 or args.tune_max_new_tokens < 1:
+        ap.error("--tune-prompts and --tune-max-new-tokens must be ≥ 1")
+    try:
+        args.paths = resolve_recipes(args.recipes, REPO / "recipes")
+    except UserError as e:
+        ap.error(str(e))  # exit 2, no traceback
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] + (["torch"] if args.torch else [])
-    try:
-        paths = resolve_recipes(args.recipes, REPO / "recipes")
-    except UserError as e:
-        ap.error(str(e))  # exit 2, no traceback
-    report = bench_decode([load_recipe(p) for p in paths], args.num_prompts, args.max_new_tokens, rows=rows,
-                          threads=args.threads, lookup=args.lookup, llama_cpp_src=args.llama_cpp_src)
-    print(table(report))
-    write(report, args.out)
-    print(f"\nJSON: {args.out}")
+    tuning = None
+    if args.tuned or args.tuned_dir:
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        tuning = Tuning(args.tuned_dir or REPO / "out" / "tuned", args.tune_prompts if args.tuned else 0,
+                        args.tune_max_new_tokens, say)  # fmt: skip
+    t0 = time.perf_counter()
+    report = bench_fixtures(group_recipes(args.paths), args.num_prompts, args.max_new_tokens, rows=rows,
+                            threads=args.threads, lookup=args.lookup, llama_cpp_src=args.llama_cpp_src,
+                            tuning=tuning)  # fmt: skip
+    report["run_seconds"] = round(time.perf_counter() - t0, 1)
+    md = args.md or args.out.with_suffix(".md")
+    write(report, args.out, md)
+    print(markdown(report))
+    print(f"JSON: {args.out}\nmarkdown: {md}\nrun: {report['run_seconds']} s")
 
 
 if __name__ == "__main__":

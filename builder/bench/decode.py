@@ -14,7 +14,9 @@ pass after prefill; draft / target ms per decode step from the Decoder's `Timing
 verification, which runs inside the graph); verify ms/step is an estimate (`verify_estimate`);
 cpu/wall = process CPU seconds per wall second (≤ 1 for a single-threaded row: below 1 when other
 processes take the core); busy threads = this process's OS threads that used ≥ 10 % of the row's CPU
-time (Linux /proc; 1 = the row really ran on one thread).
+time (Linux /proc; 1 = the row really ran on one thread). Tuned rows (`tuned`, builder/bench/tuned.py)
+are our methods with the trees / W,N,G that `trtspec tune` picked, labelled "(tuned)". Ratios and the
+tables: builder/bench/decode_table.py; several fixtures in one run: builder/bench/fixtures.py.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from tqdm import tqdm
 
 from builder.bench import peers
 from builder.bench.acceptance import decoders, run_method
+from builder.bench.tuned import Tuned
 from builder.data.humaneval import heldout_prompts
 from builder.errors import UserError
-from builder.stages.decoders import Decoder, load_tokenizer
+from builder.stages.decoders import Decoder, build_decoder, load_tokenizer
 from builder.stages.parts import local_dir
 from builder.recipe.loader import LoadedRecipe
 from builder.speculative.engine import Draft
@@ -73,8 +76,10 @@ def resolve_recipes(names: Sequence[str], recipes_dir: Path) -> list[Path]:
 
 
 def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, rows: Sequence[str] = DEFAULT_ROWS,
-                 threads: int = 1, lookup: int = 10, llama_cpp_src: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every selected row group on the first `num_prompts` HumanEval prompts; the report (rows + settings)."""
+                 threads: int = 1, lookup: int = 10, llama_cpp_src: str | None = None,
+                 tuned: Sequence[Tuned] = ()) -> dict[str, Any]:  # fmt: skip
+    """Every selected row group on the first `num_prompts` HumanEval prompts, then (with "ours") a row per
+    `tuned` overlay; the report of one fixture (rows + settings; ratios: `decode_table.add_ratios`)."""
     unknown = set(rows) - set(ROW_GROUPS)
     if unknown:
         raise ValueError(f"unknown rows {sorted(unknown)} (allowed: {', '.join(ROW_GROUPS)})")
@@ -96,11 +101,11 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
     vocab = int(json.loads((base / "config.json").read_text())["vocab_size"])
     if "ours" in rows:
         out += [_our_row(d, prompts, max_new, oracle, vocab) for d in decoders(loaded, "onnxruntime")]
+        out += [_tuned_row(t, prompts, max_new, oracle, vocab) for t in tuned]  # one engine open at a time
     if "torch" in rows:
         out += [_our_row(d, prompts, max_new, oracle, vocab) for d in decoders(loaded, "torch")]
-    _ratios(out)
     return {
-        "benchmark": "decode", "recipe": str(loaded[0].path), "checkpoint": str(base),
+        "benchmark": "decode", "fixture": base.parent.name, "recipe": str(loaded[0].path), "checkpoint": str(base),
         "prompts": f"HumanEval first {num_prompts}", "max_new_tokens": max_new, "threads": threads,
         "torch_threads": torch.get_num_threads(), "machine": platform.platform(), "cpus": os.cpu_count(),
         "versions": _versions("torch", "transformers", "onnxruntime"), "rows": out,
@@ -140,8 +145,7 @@ def _timed(label: str, prompts: list[list[int]], max_new: int, generate: Generat
 
 
 def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
+    return time.process_time()  # user + system of this process, finer than os.times' clock ticks
 
 
 def _thread_ticks() -> dict[str, int]:
@@ -172,17 +176,6 @@ def _check(row: dict[str, Any], outs: list[list[int]], oracle: list[list[int]]) 
         a, b = outs[bad], oracle[bad]
         row["first_mismatch_token"] = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return row
-
-
-def _ratios(rows: list[dict[str, Any]]) -> None:
-    """tokens/s relative to HF greedy and to the ORT GenAI rows (None where the reference is absent)."""
-    refs = {"vs_hf_greedy": "hf greedy", "vs_ortgenai_greedy": "ortgenai greedy",
-            "vs_ortgenai_ngram": "ortgenai n-gram"}  # fmt: skip
-    for key, ref_key in refs.items():
-        ref = next((r for r in rows if r.get("key") == ref_key and "tokens_per_s" in r), None)
-        for r in rows:
-            if "tokens_per_s" in r:
-                r[key] = round(r["tokens_per_s"] / ref["tokens_per_s"], 3) if ref else None
 
 
 # -- rows -------------------------------------------------------------------------------------------
@@ -255,8 +248,8 @@ class _Tap:
         return out
 
 
-def _our_row(dec: Decoder, prompts: list[list[int]], max_new: int, oracle: list[list[int]],
-             vocab: int) -> dict[str, Any]:  # fmt: skip
+def _our_row(dec: Decoder, prompts: list[list[int]], max_new: int, oracle: list[list[int]], vocab: int,
+             suffix: str = "") -> dict[str, Any]:  # fmt: skip
     """One of our methods through acceptance.run_method (batch 1), then its verification estimate."""
     tap = _Tap(dec.engine)
     tapped = dataclasses.replace(dec, engine=tap, stop_ids=[])
@@ -268,14 +261,29 @@ def _our_row(dec: Decoder, prompts: list[list[int]], max_new: int, oracle: list[
     row["tokens_per_cpu_s"] = round(row["tokens"] / cpu, 2) if cpu else None
     row["cpu_per_wall"] = round(cpu / row["seconds"], 3)
     row["busy_threads"] = _busy_threads(k0, _thread_ticks())
-    row["key"] = f"trtspec-{'ort' if dec.engine.name == 'onnxruntime' else dec.engine.name} {dec.label}"
-    row["method"] = row["key"]
+    row["key"] = f"trtspec-{'ort' if dec.engine.name == 'onnxruntime' else dec.engine.name} {dec.label}{suffix}"
+    row["method"], row["spec_method"], row["tuned"] = row["key"], dec.method, bool(suffix)
     threads = getattr(dec.engine, "threads", None)
     row["threads"] = torch.get_num_threads() if threads is None else threads
     _check(row, [t[:max_new] for t in tap.outputs], oracle)
     if tap.last_draft is not None:
         row.update(verify_estimate(tap.last_draft, vocab))
     return row
+
+
+def _tuned_row(t: Tuned, prompts: list[list[int]], max_new: int, oracle: list[list[int]],
+               vocab: int) -> dict[str, Any]:  # fmt: skip
+    """Our engine built from a tuned overlay (cached like any recipe), or a skipped row with the reason."""
+    info = {"tuned": True, "spec_method": t.spec_method, "setting": t.setting, "predicted_speedup": t.predicted,
+            "overlay": str(t.overlay)}  # fmt: skip
+    key = f"trtspec-ort {t.method} (tuned)"
+    if t.skipped is not None:
+        return {"key": key, "method": key, **info, "skipped": t.skipped}
+    try:
+        dec = build_decoder(t.recipe)
+    except Exception as e:  # noqa: BLE001 - one overlay that cannot build never takes the benchmark down
+        return {"key": key, "method": key, **info, "skipped": f"engine: {type(e).__name__}: {e}"}
+    return {**_our_row(dec, prompts, max_new, oracle, vocab, " (tuned)"), **info}
 
 
 # -- verification estimate ----------------------------------------------------------------------------
@@ -339,39 +347,3 @@ def _mean_call_ms(model, feeds: dict[str, np.ndarray], runs: int) -> float:
     for _ in range(runs):
         sess.run_with_iobinding(io)
     return 1e3 * (time.perf_counter() - t0) / runs
-
-
-# -- output -----------------------------------------------------------------------------------------
-
-
-def _f(x: Any, fmt: str, suffix: str = "") -> str:
-    return "–" if x is None else f"{x:{fmt}}{suffix}"
-
-
-def table(report: dict[str, Any]) -> str:
-    out = [f"decode benchmark on {Path(report['checkpoint']).parent.name} ({report['recipe']}) — "
-           f"{report['prompts']} prompts × {report['max_new_tokens']} new tokens, batch 1, "
-           f"{report['threads']} thread(s) per row (trtspec-ort: 1 ORT thread, as build_decoder builds it), "
-           f"stop tokens off; every row checked token for token against HF greedy",
-           "verify ms/step is an ESTIMATE: a standalone decomposed TreeVerify on [1, T, V] logits with the "
-           "method's last drafted tree, 1 ORT thread, mean of 200 calls minus an empty call", "",
-           "| method | tokens/s | tokens/CPU-s | vs HF greedy | vs ORT GenAI greedy | vs ORT GenAI n-gram | τ | "
-           "draft ms/step | target ms/step | verify ms/step (est.) | cpu/wall | busy threads | matches HF |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in report["rows"]:
-        if "skipped" in r:
-            out.append(f"| {r['method']} | skipped ({r['skipped']}) |" + "  |" * 11)
-            continue
-        ok = "yes" if r["matches_hf"] else f"**NO** (prompt {r['first_mismatch_prompt']})"
-        out.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {_f(r['tokens_per_cpu_s'], '.1f')} | "
-                   f"{_f(r['vs_hf_greedy'], '.2f', '×')} | "
-                   f"{_f(r['vs_ortgenai_greedy'], '.2f', '×')} | {_f(r['vs_ortgenai_ngram'], '.2f', '×')} | "
-                   f"{_f(r['tau'], '.2f')} | {_f(r.get('draft_ms_per_step'), '.3f')} | "
-                   f"{_f(r.get('target_ms_per_step'), '.3f')} | {_f(r.get('verify_ms_per_step_est'), '.3f')} | "
-                   f"{r['cpu_per_wall']:.2f} | {_f(r['busy_threads'], 'd')} | {ok} |")  # fmt: skip
-    return "\n".join(out)
-
-
-def write(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
