@@ -73,16 +73,23 @@ def static_tree(choices: Sequence[Sequence[int]]) -> Tree:
     return tree_from_choices(choices)
 
 
-def _checked(answer: TopK, f: int) -> TopK:
-    """Check an expansion's shapes and log-probs: ([F, K] int64, [F, K] fp32)."""
-    topk_tokens, topk_logprobs = (np.asarray(a) for a in answer)
-    if topk_tokens.ndim != 2 or topk_tokens.shape[0] != f or topk_logprobs.shape != topk_tokens.shape:
-        raise ValueError(f"expand returned {tuple(topk_tokens.shape)} / {tuple(topk_logprobs.shape)} for {f} "
-                         "frontier nodes; expected two [F, K] arrays")  # fmt: skip
-    lp = topk_logprobs.astype(np.float32, copy=False)
+def checked_topk(topk_tokens: np.ndarray, topk_logprobs: np.ndarray, lead: tuple[int, ...]) -> TopK:
+    """An expansion's arrays checked: (lead + [K] int64, lead + [K] fp32 log-probs <= 0, not NaN); `lead` is
+    (F,) for one tree's frontier, (B, F) for a batch's."""
+    tok, lp = np.asarray(topk_tokens), np.asarray(topk_logprobs)
+    if tok.ndim != len(lead) + 1 or tok.shape[:-1] != lead or lp.shape != tok.shape:
+        want = ", ".join(["B", "F", "K"][-len(lead) - 1:])
+        raise ValueError(f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {' x '.join(map(str, lead))} "
+                         f"frontier nodes; expected two [{want}] arrays")  # fmt: skip
+    lp = lp.astype(np.float32, copy=False)
     if np.isnan(lp).any() or (lp > 0).any():
         raise ValueError("expand returned log-probs that are NaN or > 0")
-    return topk_tokens.astype(np.int64, copy=False), lp
+    return tok.astype(np.int64, copy=False), lp
+
+
+def _checked(answer: TopK, f: int) -> TopK:
+    """Check one tree's expansion: ([F, K] int64, [F, K] fp32)."""
+    return checked_topk(answer[0], answer[1], (f,))
 
 
 def drive(gen: TreeSteps, expand: Expand) -> GrownTree:

@@ -27,21 +27,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from builder.speculative.eagle_tree import _plan
+from builder.speculative.eagle_tree import _plan, checked_topk
 from builder.speculative.engine import Draft
 from builder.speculative.tree import Tree
-
-
-def _checked(topk_tokens: np.ndarray, topk_logprobs: np.ndarray, b: int, f: int) -> tuple[np.ndarray, np.ndarray]:
-    """An expansion's arrays: ([B, F, K] int64, [B, F, K] fp32 log-probs <= 0, not NaN)."""
-    tok, lp = np.asarray(topk_tokens), np.asarray(topk_logprobs)
-    if tok.ndim != 3 or tok.shape[:2] != (b, f) or lp.shape != tok.shape:
-        raise ValueError(f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {b} x {f} frontier nodes; "
-                         "expected two [B, F, K] arrays")  # fmt: skip
-    lp = lp.astype(np.float32, copy=False)
-    if np.isnan(lp).any() or (lp > 0).any():
-        raise ValueError("expand returned log-probs that are NaN or > 0")
-    return tok.astype(np.int64, copy=False), lp
 
 
 @lru_cache(maxsize=64)
@@ -79,7 +67,7 @@ class StaticTrees:
 
     def answer(self, topk_tokens: np.ndarray, topk_logprobs: np.ndarray) -> None:
         d = self.level
-        tok, _ = _checked(topk_tokens, topk_logprobs, len(self.tokens), len(self.plan.frontiers[d]))
+        tok, _ = checked_topk(topk_tokens, topk_logprobs, (len(self.tokens), len(self.plan.frontiers[d])))
         rows, ranks = self.plan.child_rows[d], self.plan.child_ranks[d]
         if len(ranks) and int(ranks.max()) >= tok.shape[2]:
             raise ValueError(f"the tree needs top-k rank {int(ranks.max())}, expand gave K={tok.shape[2]}")
@@ -118,7 +106,7 @@ class DynamicTrees:
 
     def answer(self, topk_tokens: np.ndarray, topk_logprobs: np.ndarray) -> None:
         b, f = self.f_tokens.shape
-        tok, lp = _checked(topk_tokens, topk_logprobs, b, f)
+        tok, lp = checked_topk(topk_tokens, topk_logprobs, (b, f))
         k = tok.shape[2]
         scores = (self.f_scores[:, :, None] + lp).reshape(b, f * k)  # [B, F*K] cumulative
         offset = sum(c[0].shape[1] for c in self.cands)
