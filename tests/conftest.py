@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,8 +17,11 @@ if not Path("/dev/nvidiactl").exists():
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Exports and other build outputs go to a per-run temporary cache, never into the working tree.
-os.environ.setdefault("TRTSPEC_CACHE_DIR", tempfile.mkdtemp(prefix="trtspec-test-cache-"))
+# Exports and other build outputs go to a per-run temporary cache, never into the working tree; removed
+# when the run ends (a cache given in the environment is left alone).
+if "TRTSPEC_CACHE_DIR" not in os.environ:
+    os.environ["TRTSPEC_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="trtspec-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, True)
 
 
 @pytest.fixture

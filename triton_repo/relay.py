@@ -180,12 +180,17 @@ class RelayServer:
             conn.hung_up()
 
     def close(self) -> None:
-        """Stop accepting and remove the socket (requests in flight keep their connections)."""
+        """Stop accepting and remove the socket, and the server's socket folder once no other stub's socket is
+        in it (requests in flight keep their connections)."""
         self._stop.set()
         try:
             self.sock.close()
         finally:
             self.path.unlink(missing_ok=True)
+            try:
+                self.path.parent.rmdir()
+            except OSError:
+                pass  # another stub's socket is still there (or the folder is gone)
 
 
 def relay_request(path: Path, inputs: dict[str, np.ndarray], parameters: dict[str, Any], request_id: str,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from builder.quantize.calibration import HELDOUT, calibration_ids, documents
 from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.quantize.reference import e4m3_round
 from builder.stages.decoders import load_tokenizer
+from tests.unit.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "tests" / "fixtures" / "tiny-llama3" / "base"
@@ -42,7 +42,7 @@ def fixture_fp8(kv: str = "fp8", exclude: tuple[str, ...] = tuple(EXCLUDE)):
             if q is not None and q.is_enabled:
                 fake[name.removeprefix("model.")] = q(mod.weight).detach().clone()
                 amax[name.removeprefix("model.")] = float(q.amax)
-    out = Path(tempfile.mkdtemp(prefix="trtspec-fp8-"))
+    out = scratch_dir("trtspec-fp8-")
     ptq.export(model, out)
     return out, fake, amax
 

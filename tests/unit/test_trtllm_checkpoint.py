@@ -16,7 +16,6 @@ import functools
 import json
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch
 from builder.errors import UserError
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint, read_checkpoint
 from builder.trtllm.checkpoint.mapping import Mapping, pad_vocab_size, pp_layer_ranges
+from tests.unit.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "tiny-llama3"
@@ -36,7 +36,7 @@ TRTLLM_1_2_RC2 = "b35ac1b64368513d215c57d2ed01d62d910df8da"  # NVIDIA/TensorRT-L
 
 @functools.lru_cache(maxsize=None)
 def workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="trtspec-trtllm-ckpt-"))
+    return scratch_dir("trtspec-trtllm-ckpt-")
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from builder.quantize.reference import e4m3_round
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint, read_checkpoint
 from tests.unit.numerics import assert_close_to_float64
 from tests.unit.test_quantize_ptq import EXCLUDE, fixture_fp8
+from tests.unit.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "tiny-llama3"
@@ -44,7 +44,7 @@ def fp8_dir(kv: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def converted(kv: str, tp: int, method: str = "none") -> tuple[Path, dict]:
-    out = Path(tempfile.mkdtemp(prefix="trtspec-trtllm-fp8-")) / f"{kv}-tp{tp}-{method}"
+    out = scratch_dir("trtspec-trtllm-fp8-") / f"{kv}-tp{tp}-{method}"
     extra = {"medusa": dict(draft_dir=FIX / "medusa", max_draft_len=12),
              "eagle": dict(draft_dir=FIX / "eagle", max_draft_len=12, num_eagle_layers=3, max_non_leaves_per_layer=3)}
     req = CheckpointRequest(FIX / "base", tp, 1, "float32", method, fp8_dir=fp8_dir(kv), kv_cache_fp8=KV[kv],
