@@ -67,7 +67,8 @@ def check(meta: dict[str, Any], device: int = 0, host: Any = None) -> str | None
     problem = mismatch(built_versions(meta), runtime_versions(backend))
     if problem or backend != "tensorrt":
         return problem
-    from builder.engines.tensorrt.lock import UserError, check_lock, host_facts
+    from builder.engines.tensorrt.lock import check_lock, host_facts
+    from builder.errors import UserError
 
     try:
         check_lock(meta, host_facts(device) if host is None else host)

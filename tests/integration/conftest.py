@@ -83,6 +83,21 @@ def grpc_inputs(values: dict[str, Any]):
     return out
 
 
+def read_response(result: Any, texts: list[str], last: dict[str, Any]) -> bool:
+    """One streamed response of the text models: its text delta appended to `texts`, its counters and
+    finish_reason into `last`; whether it is the final one."""
+    resp = result.get_response()
+    names = {o.name for o in resp.outputs}
+    if "text_output" in names:
+        texts.append(result.as_numpy("text_output").reshape(-1)[0].decode())
+    for n in ("output_tokens", "steps", "accepted_tokens", "drafted_tokens"):
+        if n in names:
+            last[n] = int(result.as_numpy(n).reshape(-1)[0])
+    if "finish_reason" in names:
+        last["finish_reason"] = result.as_numpy("finish_reason").reshape(-1)[0].decode()
+    return bool(resp.parameters["triton_final_response"].bool_param)
+
+
 @dataclass
 class Stream:
     """One gRPC stream's responses: text deltas, the last counters, or an error."""
@@ -112,16 +127,7 @@ def stream_request(server: TritonServer, model: str, values: dict[str, Any], tim
             if error is not None:
                 out.error = str(error)
                 break
-            resp = result.get_response()
-            names = {o.name for o in resp.outputs}
-            if "text_output" in names:
-                out.texts.append(result.as_numpy("text_output").reshape(-1)[0].decode())
-            for n in ("output_tokens", "steps", "accepted_tokens", "drafted_tokens"):
-                if n in names:
-                    out.last[n] = int(result.as_numpy(n).reshape(-1)[0])
-            if "finish_reason" in names:
-                out.last["finish_reason"] = result.as_numpy("finish_reason").reshape(-1)[0].decode()
-            if resp.parameters["triton_final_response"].bool_param:
+            if read_response(result, out.texts, out.last):
                 out.finals += 1
                 break
     finally:

@@ -33,7 +33,7 @@ import pytest
 
 from builder.bench.serve_metrics import scrape, total
 from builder.serve.server import TritonServer, free_ports
-from tests.integration.conftest import build_repo, grpc_inputs, oracle
+from tests.integration.conftest import build_repo, grpc_inputs, oracle, read_response
 
 RECIPE = "recipes/tiny-llama3-eagle2.yaml"
 MODEL = "tiny_llama3"  # the front model
@@ -85,16 +85,7 @@ class LiveStream:
         if error is not None:
             self.error, self.end_at = str(error), at
             return True
-        resp = result.get_response()
-        names = {o.name for o in resp.outputs}
-        if "text_output" in names:
-            self.texts.append(result.as_numpy("text_output").reshape(-1)[0].decode())
-        for n in ("output_tokens", "steps", "accepted_tokens", "drafted_tokens"):
-            if n in names:
-                self.last[n] = int(result.as_numpy(n).reshape(-1)[0])
-        if "finish_reason" in names:
-            self.last["finish_reason"] = result.as_numpy("finish_reason").reshape(-1)[0].decode()
-        if resp.parameters["triton_final_response"].bool_param:
+        if read_response(result, self.texts, self.last):
             self.final, self.end_at = True, at
             return True
         return False

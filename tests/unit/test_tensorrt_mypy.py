@@ -67,23 +67,23 @@ def test_mypy_rejects_tensorrt_api_misuse(work):
         assert message in out, out
 
 
-def test_mypy_rejects_a_broken_call_in_a_copy_of_the_runtime(work):
-    source = Path(typecheck.HERE / "runtime.py").read_text()
-    right = "ctx.set_device_memory(self.lane.arena_ptr, self.lane.arena_bytes)"
-    assert right in source
-    broken = work / "runtime_broken.py"
-    broken.write_text(source.replace(right, "ctx.set_device_memory(self.lane.arena_ptr)"))
-    result = typecheck.run([broken], work)
-    assert result.returncode == 1
-    assert 'Missing positional argument "size" in call to "set_device_memory"' in result.stdout
+BROKEN_COPIES = {  # module of the adapter -> (a call in it, the same call broken, what mypy must say)
+    "runtime.py": ("ctx.set_device_memory(self.lane.arena_ptr, self.lane.arena_bytes)",
+                "ctx.set_device_memory(self.lane.arena_ptr)",
+                'Missing positional argument "size" in call to "set_device_memory"'),
+    "build.py": ("config.set_timing_cache(cache, ignore_mismatch=False)",
+                "config.set_timing_cache(cache, mismatch=False)",
+                'Unexpected keyword argument "mismatch" for "set_timing_cache" of "IBuilderConfig"'),
+}  # fmt: skip
 
 
-def test_mypy_rejects_a_broken_call_in_a_copy_of_the_adapter(work):
-    source = Path(typecheck.HERE / "build.py").read_text()
-    right = "config.set_timing_cache(cache, ignore_mismatch=False)"
+@pytest.mark.parametrize("name", list(BROKEN_COPIES))
+def test_mypy_rejects_a_broken_call_in_a_copy_of(name, work):
+    right, wrong, message = BROKEN_COPIES[name]
+    source = Path(typecheck.HERE / name).read_text()
     assert right in source
-    broken = work / "build_broken.py"
-    broken.write_text(source.replace(right, "config.set_timing_cache(cache, mismatch=False)"))
+    broken = work / name.replace(".py", "_broken.py")
+    broken.write_text(source.replace(right, wrong))
     result = typecheck.run([broken], work)
     assert result.returncode == 1
-    assert 'Unexpected keyword argument "mismatch" for "set_timing_cache" of "IBuilderConfig"' in result.stdout
+    assert message in result.stdout

@@ -27,16 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-try:
-    from builder.errors import UserError
-except ImportError:  # a serving environment without the build package
-
-    class UserError(Exception):  # type: ignore[no-redef]
-        def __init__(self, message: str, *, location: str | None = None, field: str | None = None,
-                     allowed: str | None = None) -> None:  # fmt: skip
-            super().__init__(message)
-            self.message, self.location, self.field, self.allowed = message, location, field, allowed
-
+from builder.errors import UserError
 
 PLUGIN_ID = "trtspec::TreeVerify"
 PLUGIN_FILES = ("contract.py", "reference.py", "kernel.py", "trt_plugin.py")  # what the TensorRT face runs
