@@ -27,7 +27,7 @@ from typing import Any
 from builder.files import link_or_copy
 from triton_repo import tensors as T
 from triton_repo.config import Settings, all_configs, render
-from triton_repo.runtime import FOLDER, copy_runtime, link_runtime
+from triton_repo.runtime import FOLDER, copy_runtime
 
 BOOTSTRAP = Path(__file__).with_name("models") / "model.py"
 INFO = "trtspec-repo.json"
@@ -54,14 +54,13 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
     for name, cfg in configs.items():
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(render(cfg), encoding="utf-8")
-    first = None
-    for name in (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING, settings.model_name):
+    models = (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING, settings.model_name)
+    first = out / models[0] / "1" / FOLDER
+    runtime = copy_runtime(first)
+    for name in models:
         shutil.copy2(BOOTSTRAP, out / name / "1" / "model.py")
-        if first is None:
-            first = out / name / "1" / FOLDER
-            runtime = copy_runtime(first)
-        else:
-            link_runtime(first, out / name / "1" / FOLDER)
+        if name != models[0]:
+            _tree(first, out / name / "1" / FOLDER)  # hard links to the first copy where the filesystem allows
     _tree(engine_dir, out / T.SPEC_DECODER / "1" / "engine")
     tokenizer = engine_dir / meta["tokenizer"]
     for name in (T.PREPROCESSING, T.POSTPROCESSING):

@@ -37,7 +37,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import re
 import shutil
 from importlib import metadata
@@ -194,17 +193,6 @@ def copy_runtime(dst: Path, root: Path = SOURCE) -> dict[str, Any]:
     manifest = {"trtspec": trtspec_version(), "packages": list(PACKAGES), "files": files}
     (dst / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
-
-
-def link_runtime(src: Path, dst: Path) -> None:
-    """Another model's copy of the runtime at `src`: hard links where the filesystem allows, else copies."""
-    for f in sorted(p for p in src.rglob("*") if p.is_file()):
-        out = dst / f.relative_to(src)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(f, out)
-        except OSError:
-            shutil.copy2(f, out)
 
 
 def problems(folder: Path) -> list[str]:

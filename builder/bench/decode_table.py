@@ -107,8 +107,13 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _label(r: dict[str, Any]) -> str:
+    """A row's method with its tuned setting, if any."""
+    return r["method"] + (f" [{r['setting']}]" if r.get("setting") else "")
+
+
 def _row(r: dict[str, Any]) -> str:
-    method = r["method"] + (f" [{r['setting']}]" if r.get("setting") else "")
+    method = _label(r)
     if "skipped" in r:
         return f"| {r['fixture']} | {method} | skipped ({r['skipped']}) |" + "  |" * 11
     ok = "yes" if r["matches_hf"] else f"**NO** (prompt {r['first_mismatch_prompt']})"
@@ -132,7 +137,7 @@ def seed_table(report: dict[str, Any]) -> str:
                 "| method | ours vs ours plain (tokens/CPU-s) | ours vs ours plain (wall) | τ | vs ORT GenAI n-gram | "
                 "matches HF | seed articles' speedup |", "|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in rows:
-            method = r["method"] + (f" [{r['setting']}]" if r.get("setting") else "")
+            method = _label(r)
             out.append(f"| {method} | {_f(r['speedup_cpu'], '.2f', '×')} | {_f(r['speedup_wall'], '.2f', '×')} | "
                        f"{_f(r['tau'], '.2f')} | {_f(r['vs_ortgenai_ngram'], '.2f', '×')} | "
                        f"{'yes' if r['matches_hf'] else '**NO**'} | {r['seed']} |")  # fmt: skip

@@ -35,6 +35,11 @@ def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, q
     return repo, loaded.recipe.triton
 
 
+def _first(found: list[str]) -> str:
+    """The first three of `found`, and how many more."""
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+
+
 def _warn_stale(repo: Path) -> None:
     """Warn when the cached repository carries other code than this source tree would copy into it now."""
     from triton_repo.emit import INFO
@@ -43,8 +48,7 @@ def _warn_stale(repo: Path) -> None:
     info = json.loads((repo / INFO).read_text(encoding="utf-8"))
     found = stale(repo / info["ensemble"] / "1" / FOLDER)
     if found:
-        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-        click.echo(f"warning: the cached repository {repo} runs other code than this source tree ({shown}); "
+        click.echo(f"warning: the cached repository {repo} runs other code than this source tree ({_first(found)}); "
                    "serving it as it is — rebuild with `trtspec build RECIPE --force` to serve this tree's code",
                    err=True)  # fmt: skip
 
@@ -64,8 +68,7 @@ def _check_repo(repo: Path) -> dict:
     for name in info["models"]:
         found += problems(repo / name / "1" / FOLDER)
     if found:
-        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-        raise UserError(f"the repository's runtime is incomplete or was edited ({shown}): rebuild it "
+        raise UserError(f"the repository's runtime is incomplete or was edited ({_first(found)}): rebuild it "
                         "(trtspec build RECIPE --force)", field="REPO")  # fmt: skip
     return info
 
