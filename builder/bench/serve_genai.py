@@ -61,7 +61,8 @@ def parse_genai_json(path: Path) -> dict[str, Any]:
 def run_genai(endpoints: dict[str, str], model: str, prompts: Any, s: Any, out: Path, log: Callable[[str], None],
               repo: Path) -> list[dict[str, Any]]:  # fmt: skip
     """genai-perf at every level in both modes (alternating like the perf_analyzer sweep)."""
-    from builder.bench.serve_bench import MODES, BenchError, _run_tool, _tail, order
+    from builder.bench.perf_analyzer import _run_tool, _tail
+    from builder.bench.serve_settings import MODES, BenchError, order
     from builder.serve.perf import find_perf_analyzer, perf_env
 
     exe = find_genai_perf()

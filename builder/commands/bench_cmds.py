@@ -90,7 +90,8 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
     Writes (atomically) OUT/raw/ (perf_analyzer CSVs, profile exports, logs), bench.json, bench.csv,
     throughput/latency/ttft/itl/tau PNG plots and report.md with the ratios speculative / baseline.
     """
-    from builder.bench.serve_bench import BenchError, Settings, run_bench
+    from builder.bench.serve_bench import run_bench
+    from builder.bench.serve_settings import BenchError, Settings
     from builder.bench.serve_report import table_lines, write_outputs
     from builder.recipe.schema import Bench
     from builder.serve.perf import find_perf_analyzer

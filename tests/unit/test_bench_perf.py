@@ -139,7 +139,8 @@ def test_prompts_are_cut_to_about_input_len_tokens():
 
 
 def test_jsonl_prompt_source(tmp_path):
-    from builder.bench.serve_bench import BenchError, source_texts
+    from builder.bench.serve_bench import source_texts
+    from builder.bench.serve_settings import BenchError
 
     (tmp_path / "p.jsonl").write_text('{"text": "def f():"}\n\n{"text": "x = 1"}\n')
     assert source_texts("p.jsonl", tmp_path) == ["def f():", "x = 1"]
@@ -212,7 +213,7 @@ def test_genai_perf_json_and_command():
 
 
 def test_repeated_runs_combine_over_all_requests():
-    from builder.bench.serve_bench import combine
+    from builder.bench.perf_analyzer import combine
 
     exp = read_profile_export(EXPORT)["experiments"][0]
     recs = records(exp)

@@ -1,10 +1,11 @@
-"""Every failure path of the serving runtime, without a server: the batched engine, the decoding loop, the
-scheduler, the metrics exporter and the stub watcher.
+"""Every failure path of the serving runtime around the decoder, without a server: the scheduler, the metrics
+exporter, the stub watcher and the front model's relay to spec_decoder.
 
 Faults come from `triton_repo.faults.FaultyEngine` (the real engine until armed; then the next call fails as
-an engine failure would) or, for the ONNX Runtime engine itself, from a binding whose run raises once. After
-every fault the outputs must equal plain greedy decoding on a clean engine (the oracle), and no slot or
-KV row may be left behind. `pb_utils` exists only inside Triton's stub: the exporter test uses a fake of it.
+an engine failure would). After every fault the outputs must equal plain greedy decoding on a clean engine
+(the oracle), and no slot or KV row may be left behind. `pb_utils` exists only inside Triton's stub: the
+exporter test uses a fake of it. The engines' and the decoding loop's own failure paths are in
+`test_scheduler_faults_engines.py`; the shared fixtures and fakes in `scheduler_fakes.py`.
 """
 
 from __future__ import annotations
@@ -14,236 +15,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from builder.recipe.loader import load_recipe
-from builder.speculative.decoding import Decoder, DraftSchedule, EngineBroken, Request
-
-from builder.speculative.engine import Draft, SamplingBatch, check_paths, root_only
-from builder.stages.decoders import build_decoder
+from builder.speculative.decoding import Decoder, Request
+from tests.unit.scheduler_fakes import Sink, _give_back, _long, _scheduler, _wait
+from tests.unit.scheduler_fakes import reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine
-from triton_repo.jobs import Chunk, Job, Overloaded, Unavailable
+from triton_repo.jobs import Job, Overloaded, Unavailable
 from triton_repo.scheduler import Scheduler
-
-REPO = Path(__file__).resolve().parents[2]
-RECIPE = REPO / "recipes" / "tiny-llama3-eagle2.yaml"
-PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:", "for i in range(10):", "x = [1, 2, 3]\n"]
-LENGTHS = [18, 7, 25, 11, 30]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return build_decoder(load_recipe(str(RECIPE)), engine="torch", max_batch_size=3)
-
-
-@pytest.fixture(scope="module")
-def reqs(tiny):
-    tok = tiny.tokenizer
-    return [Request(tuple(tok.encode(p).ids), n, stop_ids=tuple(tiny.stop_ids)) for p, n in zip(PROMPTS, LENGTHS)]
-
-
-@pytest.fixture(scope="module")
-def want(tiny, reqs):
-    """Plain greedy decoding on the clean engine: the oracle."""
-    return [g.token_ids for g in Decoder(tiny.engine).run(reqs)]
-
-
-class Sink:
-    def __init__(self, cancel_after: int | None = None, fail_send: bool = False, fail_check: bool = False) -> None:
-        self.chunks: list[Chunk] = []
-        self.cancel_after, self.fail_send, self.fail_check = cancel_after, fail_send, fail_check
-        self.done = threading.Event()
-
-    def cancelled(self) -> bool:
-        if self.fail_check:
-            raise RuntimeError("is_cancelled failed")
-        return self.cancel_after is not None and len(self.chunks) >= self.cancel_after
-
-    def send(self, chunk: Chunk) -> None:
-        self.chunks.append(chunk)
-        if chunk.final or self.fail_send:  # a client that is gone is done: nothing more reaches it
-            self.done.set()
-        if self.fail_send:
-            raise ConnectionError("client gone")
-
-    @property
-    def final(self) -> Chunk:
-        finals = [c for c in self.chunks if c.final]
-        assert len(finals) == 1, self.chunks
-        return finals[0]
-
-    def ids(self) -> list[int]:
-        out: list[int] = []
-        for c in self.chunks:
-            out += c.ids[c.prefix_len :]
-        return out
-
-
-def _scheduler(tiny, engine=None, **kw) -> tuple[Scheduler, Decoder]:
-    decoder = Decoder(engine or tiny.engine, tiny.make_drafter(), DraftSchedule([[1, 12], [2, 6], [3, 1]]))
-    return Scheduler(decoder, **kw).start(), decoder
-
-
-def _wait(sinks, timeout: float = 120.0) -> None:
-    for s in sinks:
-        assert s.done.wait(timeout)
-
-
-def _give_back(tiny) -> None:
-    """After a broken engine (whose sequences the decoder never releases): free the shared engine's rows and
-    the EAGLE net's caches, so the next test starts clean."""
-    for sid in list(tiny.engine.rows.ids):
-        tiny.engine.release(sid)
-    net = tiny.make_drafter().net
-    for sid in list(net._cache):
-        net.release(sid)
-
-
-def _long(tiny, n: int = 200) -> Request:
-    return Request(tuple(tiny.tokenizer.encode("def long_one(x):").ids), n)  # no stop ids: runs n tokens
-
-
-# -- the batched engine -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ort(tmp_path_factory):
-    return build_decoder(load_recipe(str(RECIPE)), engine="onnxruntime", max_batch_size=3)
-
-
-class _RunFailsOnce:
-    """The engine's binding cache, except that the next binding's run raises (an ONNX Runtime failure)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.armed = inner, True
-
-    def get(self, key, build):
-        bound = self.inner.get(key, build)
-        outer = self
-
-        class Failing:
-            x, y = bound.x, bound.y
-
-            def run(self) -> None:
-                if outer.armed:
-                    outer.armed = False
-                    raise RuntimeError("onnxruntime: run failed")
-                bound.run()
-
-        return Failing()
-
-
-def test_a_failing_prefill_gives_its_rows_back(ort, want, reqs):
-    engine = ort.engine
-    first = Decoder(engine)
-    kept = first.add([reqs[0]])[0]
-    engine._bound, engine._last = _RunFailsOnce(engine._bound), ((), None)
-    with pytest.raises(RuntimeError, match="run failed"):
-        engine.start([list(reqs[1].prompt), list(reqs[2].prompt)], SamplingBatch.all_greedy(2, 1))
-    assert len(engine.rows) == 1 and engine.committed[1:].tolist() == [0, 0]  # rows added before the failure: gone
-    engine._bound = engine._bound.inner
-    got = Decoder.__new__(Decoder)  # the same decoder goes on: the kept sequence and two new ones
-    del got
-    for s in first.add([reqs[1], reqs[2]], 1):
-        pass
-    done = {}
-    while first.active:
-        for s in first.step():
-            done[s.index] = s.gen.token_ids
-    done[kept.index] = kept.gen.token_ids
-    assert [done[i] for i in range(3)] == want[:3]
-    assert len(engine.rows) == 0
-
-
-def test_the_engine_refuses_bad_paths_before_any_kv_moves(ort, want, reqs):
-    engine = ort.engine
-    dec = Decoder(engine)
-    seq = dec.add([reqs[3]])[0]
-    root = seq.gen.token_ids[-1]
-    good = root_only(root)
-    bad = Draft(np.array([root, 5, 6], np.int64), np.tril(np.ones((3, 3), bool)), np.array([0, 1, 2]),
-                np.array([[0, 2, -1]], np.int32))  # node 2 sits at depth 2, not 1
-    committed = engine.committed_len(seq.id)
-    with pytest.raises(ValueError, match="depth"):
-        engine.step([seq.id], [bad], SamplingBatch.all_greedy(1, 3))
-    assert engine.committed_len(seq.id) == committed
-    assert engine.step([seq.id], [good], SamplingBatch.all_greedy(1, 1)).emitted(0) == [want[3][1]]
-    engine.release(seq.id)
-
-
-CHAIN = np.tril(np.ones((3, 3), bool))  # root -> a -> b
-BAD_PATHS = {
-    "first node not the root": (CHAIN, [0, 1, 2], [[1, 2, -1]], "root"),
-    "index past the tree": (CHAIN, [0, 1, 2], [[0, 1, 3]], "node indices"),
-    "below -1": (CHAIN, [0, 1, 2], [[0, -2, -1]], "node indices"),
-    "node after padding": (CHAIN, [0, 1, 2], [[0, -1, 2]], "padding"),
-    "skips a level": (CHAIN, [0, 1, 2], [[0, 2, -1]], "depth"),
-    "not an ancestor": (np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool), [0, 1, 1], [[0, 1, -1], [0, 2, -1], [0, 1, 2]],
-                        "depth"),
-    "attends a node off the path": (np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], bool), [0, 1, 1], [[0, 2, -1]], "exactly"),
-    "misses an ancestor": (np.array([[1, 0, 0], [1, 1, 0], [0, 1, 1]], bool), [0, 1, 2], [[0, 1, 2]], "exactly"),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("case", list(BAD_PATHS))
-def test_check_paths_refuses(case):
-    mask, depth, paths, needle = BAD_PATHS[case]
-    d = Draft(np.array([1, 2, 3], np.int64), np.array(mask), np.array(depth, np.int64), np.array(paths, np.int32))
-    with pytest.raises(ValueError, match=needle):
-        check_paths(d)
-
-
-def test_check_paths_accepts_trees_lookahead_branches_and_dtypes():
-    tree = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], bool)  # root; a, b; a -> c
-    check_paths(Draft(np.arange(4, dtype=np.int64), tree, np.array([0, 1, 1, 2]), np.array([[0, 1, 3], [0, 2, -1]], np.int32)))
-    check_paths(root_only(7))
-    with pytest.raises(ValueError, match="int32"):
-        check_paths(Draft(np.arange(4, dtype=np.int64), tree, np.array([0, 1, 1, 2]), np.array([[0, 1, 3]], np.int64)))
-
-
-# -- the decoding loop ----------------------------------------------------------------------------------
-
-
-def test_a_drafter_failing_at_start_releases_the_engine_sequences(tiny, reqs, want):
-    class Refusing:
-        def __init__(self, inner) -> None:
-            self.inner = inner
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def start(self, *a):
-            raise RuntimeError("drafter refused the prompt")
-
-    dec = Decoder(tiny.engine, Refusing(tiny.make_drafter()))
-    with pytest.raises(RuntimeError, match="refused"):
-        dec.add(reqs[:2])
-    assert dec.rows_in_use == 0 and dec.active == []
-    assert Decoder(tiny.engine, tiny.make_drafter()).run(reqs[:2])[1].token_ids == want[1]
-
-
-def test_a_failing_step_ends_and_releases_every_active_sequence(tiny, reqs, want):
-    faulty = FaultyEngine(tiny.engine)
-    dec = Decoder(faulty, tiny.make_drafter())
-    seqs = dec.add(reqs[:3])
-    faulty.arm("step")
-    with pytest.raises(RuntimeError, match="decoding step failed"):
-        dec.step()
-    assert dec.active == [] and dec.rows_in_use == 0 and all(s.gen.finish_reason == "error" for s in seqs)
-    assert [g.token_ids for g in dec.run(reqs[:3])] == want[:3]  # the same decoder carries on, exact
-
-
-def test_a_failing_release_is_a_broken_engine(tiny, reqs):
-    faulty = FaultyEngine(tiny.engine)
-    dec = Decoder(faulty, tiny.make_drafter())
-    dec.add(reqs[:1])
-    faulty.arm("engine")
-    with pytest.raises(EngineBroken, match="releasing sequence"):
-        dec.step()
-    _give_back(tiny)  # (the wrapped engine itself is fine)
 
 
 # -- the scheduler --------------------------------------------------------------------------------------
@@ -571,28 +352,3 @@ def test_relay_streams_cancels_by_hanging_up_and_reports_a_dead_server(tmp_path)
     assert not (tmp_path / "s.sock").exists()
     with pytest.raises(OSError):
         list(relay_request(tmp_path / "s.sock", {"max_tokens": np.array([1], np.int32)}, {}, "r4"))
-
-
-def test_the_torch_reference_engine_gives_back_rows_and_caches_of_a_failing_prefill(tmp_path):
-    """The oracle engine keeps the same promise as the batched ones: a prefill that raises leaves nothing."""
-    from builder.engines.torch_engine import TorchEngine
-    from builder.model.loader import load_model
-    from tests.unit.speculative_models import make_hf_llama
-
-    engine = TorchEngine(load_model(make_hf_llama(tmp_path / "m")), max_seq_len=64, max_batch_size=2)
-    free, forward = len(engine._free), engine.model.forward
-    calls = {"n": 0}
-
-    def fail_second(*args, **kwargs):  # the second prompt of the batch fails mid-prefill
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("injected prefill failure")
-        return forward(*args, **kwargs)
-
-    engine.model.forward = fail_second
-    with pytest.raises(RuntimeError, match="injected"):
-        engine.start([[5, 6, 7], [8, 9]], SamplingBatch.all_greedy(2, 4))
-    engine.model.forward = forward
-    assert len(engine.rows) == 0 and len(engine._free) == free
-    ids, _ = engine.start([[5, 6, 7], [8, 9]], SamplingBatch.all_greedy(2, 4))  # both slots usable again
-    assert len(ids) == 2
