@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import subprocess
 import time
@@ -23,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from builder import procs
 from builder.bench.serve_metrics import RequestRecord, records, summarize
 from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, Settings
 
@@ -44,10 +44,7 @@ def _run_tool(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
             raise BenchError(f"{Path(cmd[0]).name} ran past {timeout:.0f} s; log {log_path}") from None
         finally:
             if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                procs.signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(10)
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from builder.serve import procs
+from builder import procs
 
 LOOPBACK = "127.0.0.1"
 

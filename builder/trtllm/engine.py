@@ -25,6 +25,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from builder import procs
 from builder.errors import UserError
 from builder.files import sha256_file
 from builder.recipe.gpus import GPUS
@@ -74,10 +75,7 @@ def probe(recipe: Recipe) -> str | None:
 
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        procs.signal_group(proc.pid, signal.SIGKILL)
         proc.wait(30)
 
 

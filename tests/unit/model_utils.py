@@ -100,6 +100,17 @@ def hf_logits(model: transformers.LlamaForCausalLM, ids: list[int]) -> torch.Ten
         return model(torch.tensor([ids])).logits[0]
 
 
+def hf_greedy_continuations(model: transformers.LlamaForCausalLM, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """HF `generate` greedy: the `n` tokens after each prompt (the oracle the engines are compared with)."""
+    outs = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([p])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
+            outs.append(out[0, len(p) :].tolist())
+    return outs
+
+
 def rope_table(
     inv_freq: torch.Tensor,  # [D/2]: HF's fp32 inverse frequencies, used as given
     position_ids: torch.Tensor,  # [B, T] int64

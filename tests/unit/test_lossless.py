@@ -29,7 +29,7 @@ from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
 from builder.speculative.tree import tree_from_choices
 from tests.unit.engine_cases import draft_from
-from tests.unit.model_utils import hf_float64
+from tests.unit.model_utils import hf_float64, hf_greedy_continuations
 from tests.unit.numerics import assert_near_tie
 from tests.unit.speculative_models import make_hf_llama, random_eagle, random_medusa
 
@@ -62,13 +62,7 @@ def hf_greedy(setup, hf_pair):
     model = hf_pair[0]
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
-    outs = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([p])
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
-            outs.append(out[0, len(p):].tolist())
-    return outs
+    return hf_greedy_continuations(model, prompts, NEW)
 
 
 def assert_lossless(hf_pair, prompt: list[int], ref: list[int], got: list[int], label: str) -> None:

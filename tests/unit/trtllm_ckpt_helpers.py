@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint
+from tests.unit.model_utils import hf_greedy_continuations
 from tests.unit.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,10 +93,4 @@ def prompts_and_refs(which: str) -> tuple[list[list[int]], list[list[int]]]:
     rng = np.random.default_rng(5)
     V = model.config.vocab_size
     prompts = [[int(t) for t in rng.integers(3, V, int(n))] for n in rng.integers(4, 20, PROMPTS)]
-    refs = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([p])
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False)
-            refs.append(out[0, len(p) :].tolist())
-    return prompts, refs
+    return prompts, hf_greedy_continuations(model, prompts, NEW)

@@ -1,5 +1,5 @@
-"""/proc helpers (Linux) for `builder.serve.server`: which processes descend from the server, in its group, still
-alive — no dependency beyond the standard library."""
+"""Process helpers (Linux, standard library only): which processes descend from a server, are in its group, are still
+alive (/proc), and signals that tolerate a process already gone (the server, the bench's tools, trtllm-build)."""
 
 from __future__ import annotations
 
