@@ -32,7 +32,12 @@ MATRIX = f"""\
 name: ci-test
 recipes: ["{REPO / CPU}", "{REPO / GPU}"]
 checks: {{prompts: 2, max_new_tokens: 32}}
+gates: {{speed_ratio_drop: 0.6}}
 """
+# The speed gate's threshold here is loose on purpose: 2 prompts × 32 tokens is a ~50 ms measurement, whose
+# speed ratio moved between 0.66 and 0.87 over five runs on a loaded 2-core machine (a 25 % gate flaked). This
+# module tests that a baseline run rebuilds nothing and its gates pass; the gate arithmetic itself (25 % etc.)
+# is tested on hand-worked numbers below (test_gate_rules_on_hand_worked_numbers), and the shipped tiny set measures 8 prompts × 48 tokens.
 
 
 @contextmanager
