@@ -2,7 +2,7 @@
 """ORT's profiler on one plain step of our target graph and of ONNX Runtime GenAI's (not a test).
 
     .venv/bin/python scripts/profile_step.py [FIXTURE | RECIPE] [--variants ort,standard] [--past-len 300]
-        [--runs 200] [--warmup 20] [--capacity 1024] [--no-genai] [--graph LABEL=PATH ...]
+        [--runs 200] [--warmup 20] [--capacity 1024] [--nodes 1] [--no-genai] [--graph LABEL=PATH ...]
         [--out out/profile_step-<fixture>.json]
 
 FIXTURE: tiny-llama3 (default) or regime-llama3; RECIPE: a recipe name or path (its checkpoint is used).
@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("fixture", nargs="?", default="tiny-llama3", help="fixture name, recipe name or recipe path")
     ap.add_argument("--variants", default="ort,standard", help="our graph variants to profile (comma-separated)")
     ap.add_argument("--past-len", type=int, default=300)
+    ap.add_argument("--nodes", type=int, default=1, help="profile a step of a chain of this many nodes (default 1: "
+                    "a plain step)")
     ap.add_argument("--capacity", type=int, default=1024, help="our cache slots (max_seq_len at export)")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
@@ -53,10 +55,10 @@ def main() -> None:
     report = profile_fixture(hf_dir, variants=tuple(v for v in args.variants.split(",") if v),
                              past_len=args.past_len, capacity=args.capacity, runs=args.runs, warmup=args.warmup,
                              with_genai=not args.no_genai,
-                             graphs=dict(g.split("=", 1) for g in args.graph))  # fmt: skip
+                             graphs=dict(g.split("=", 1) for g in args.graph), nodes=args.nodes)  # fmt: skip
     report["fixture"] = label
     print(table(report))
-    out = args.out or REPO / "out" / f"profile_step-{label}.json"
+    out = args.out or REPO / "out" / f"profile_step-{label}{'' if args.nodes == 1 else f'-T{args.nodes}'}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\nJSON: {out}")

@@ -39,34 +39,51 @@ def _target(rec: LoadedRecipe):
     return ref.local or ref.text
 
 
-def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
-    """Decode every prompt one at a time (batch 1); τ, acceptance per depth, tokens/s, ms per step."""
-    tokens = steps = accepted = 0
-    depth_hits: list[int] = []
-    draft_s = target_s = 0.0
-    t0 = time.perf_counter()
-    for ids in tqdm(prompts, desc=dec.label, leave=False, disable=None):
+class MethodTally:
+    """One method's decodes, one prompt at a time (batch 1), summed: τ, acceptance per depth, tokens/s, ms per
+    step. `decode` times itself, so prompts of several methods can be interleaved (builder/bench/decode.py)."""
+
+    def __init__(self, dec: Decoder) -> None:
+        self.dec = dec
+        self.prompts = self.tokens = self.steps = self.accepted = 0
+        self.depth_hits: list[int] = []
+        self.draft_s = self.target_s = self.seconds = 0.0
+
+    def decode(self, ids: list[int], max_new: int) -> None:
+        dec = self.dec
+        t0 = time.perf_counter()
         loop = Loop(dec.engine, dec.make_drafter())
         g = loop.run([Request(tuple(ids), max_new, stop_ids=tuple(dec.stop_ids))])[0]
-        draft_s, target_s = draft_s + loop.timing.draft, target_s + loop.timing.target
-        tokens += len(g.token_ids)
-        steps += g.steps + 1  # + the prefill pass, which emits the first token
-        accepted += sum(g.accepted_per_step)
+        self.seconds += time.perf_counter() - t0
+        self.draft_s, self.target_s = self.draft_s + loop.timing.draft, self.target_s + loop.timing.target
+        self.prompts += 1
+        self.tokens += len(g.token_ids)
+        self.steps += g.steps + 1  # + the prefill pass, which emits the first token
+        self.accepted += sum(g.accepted_per_step)
         for d, hits in enumerate(g.accepted_at_depth):
-            if d == len(depth_hits):
-                depth_hits.append(0)
-            depth_hits[d] += hits
-    seconds = time.perf_counter() - t0
-    decode_steps = steps - len(prompts)
-    return {
-        "method": dec.label, "engine": dec.engine.name, "prompts": len(prompts), "tokens": tokens,
-        "target_passes": steps,
-        "tau": round((accepted + decode_steps) / decode_steps, 4) if decode_steps else 0.0,
-        "accept_rate_by_depth": [round(h / decode_steps, 4) for h in depth_hits] if decode_steps else [],
-        "draft_ms_per_step": round(1e3 * draft_s / max(decode_steps, 1), 4),
-        "target_ms_per_step": round(1e3 * target_s / max(decode_steps, 1), 4),
-        "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 2),
-    }
+            if d == len(self.depth_hits):
+                self.depth_hits.append(0)
+            self.depth_hits[d] += hits
+
+    def row(self) -> dict[str, Any]:
+        decode_steps, seconds = self.steps - self.prompts, self.seconds
+        return {
+            "method": self.dec.label, "engine": self.dec.engine.name, "prompts": self.prompts, "tokens": self.tokens,
+            "target_passes": self.steps,
+            "tau": round((self.accepted + decode_steps) / decode_steps, 4) if decode_steps else 0.0,
+            "accept_rate_by_depth": [round(h / decode_steps, 4) for h in self.depth_hits] if decode_steps else [],
+            "draft_ms_per_step": round(1e3 * self.draft_s / max(decode_steps, 1), 4),
+            "target_ms_per_step": round(1e3 * self.target_s / max(decode_steps, 1), 4),
+            "seconds": round(seconds, 3), "tokens_per_s": round(self.tokens / seconds, 2) if seconds else 0.0,
+        }  # fmt: skip
+
+
+def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
+    """Decode every prompt one at a time (batch 1); τ, acceptance per depth, tokens/s, ms per step."""
+    tally = MethodTally(dec)
+    for ids in tqdm(prompts, desc=dec.label, leave=False, disable=None):
+        tally.decode(ids, max_new)
+    return tally.row()
 
 
 def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, engine: str = "torch") -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """Decode benchmark: HF, CPU peers (ONNX Runtime GenAI, llama.cpp) and our engines, every method.
 
 All rows run in one process on the same HumanEval prompts, batch 1, one prompt at a time, with the
-same max_new_tokens and stop tokens disabled, so every row emits exactly max_new tokens per prompt
-and ratios are comparable on a noisy machine. Each row first decodes one prompt untimed (warm-up:
-session creation, JIT, first-shape allocations); model conversion, export and loading are never timed.
+same max_new_tokens and stop tokens disabled, so every row emits exactly max_new tokens per prompt.
+The peer rows and ours are measured interleaved (`_interleave`): every row decodes prompt i before any
+decodes prompt i + 1, the rows' order rotating per prompt, so a machine whose speed drifts during the run
+(other tenants, frequency) weighs on every row alike and the ratios stay comparable on a noisy machine
+(HF runs first: it is the oracle, and no ratio goal rests on it). Each row first decodes one prompt untimed
+(warm-up: session creation, JIT, first-shape allocations); model conversion, export and loading are never timed.
 Every row's tokens are compared with HF greedy (the oracle, always computed): a row that differs is
 flagged (`matches_hf: false`, `first_mismatch_prompt`), never dropped. A peer that cannot run here
 (package, converter) is a `skipped` row with the reason.
@@ -34,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from builder.bench import peers
-from builder.bench.acceptance import decoders, run_method
+from builder.bench.acceptance import MethodTally, decoders, run_method
 from builder.bench.tuned import Tuned
 from builder.data.humaneval import heldout_prompts
 from builder.errors import UserError
@@ -51,9 +54,9 @@ Generate = Callable[[Sequence[int], int], peers.PeerOutput]
 # a memory-bound regime (builder/fixture/regime.py; made at setup).
 FIXTURES = {
     "tiny-llama3": ("tiny-llama3.yaml", "tiny-llama3-eagle2.yaml", "tiny-llama3-eagle1.yaml",
-                    "tiny-llama3-medusa.yaml"),
+                    "tiny-llama3-medusa.yaml", "tiny-llama3-ngram.yaml"),
     "regime-llama3": ("regime-llama3-lookahead.yaml", "regime-llama3-eagle2.yaml", "regime-llama3-eagle1.yaml",
-                      "regime-llama3-medusa.yaml"),
+                      "regime-llama3-medusa.yaml", "regime-llama3-ngram.yaml"),
 }  # fmt: skip
 DEFAULT_FIXTURE = "tiny-llama3"
 
@@ -90,18 +93,21 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
     hf, oracle = _hf_rows(base, prompts, max_new, lookup)
     out = hf if "hf" in rows else []
     n_ctx = max(len(p) for p in prompts) + max_new + 32
+    runs: list[_Run | dict[str, Any]] = []  # a dict: a row that cannot run (skipped, with the reason)
     if "ortgenai" in rows:
         for key, ngram in (("greedy", None), ("n-gram", (peers.NGRAM_SIZE, lookup))):
             make = lambda ngram=ngram: peers.ortgenai_peer(base, threads, ngram)  # noqa: E731
-            out.append(_peer_row(make, f"ortgenai {key}", prompts, max_new, oracle))
+            runs.append(_peer_run(make, f"ortgenai {key}"))
     if "llamacpp" in rows:
         for key, lk in (("greedy", None), ("prompt-lookup", (peers.LOOKUP_NGRAM, lookup))):
             make = lambda lk=lk: peers.llamacpp_peer(base, threads, lk, llama_cpp_src, n_ctx)  # noqa: E731
-            out.append(_peer_row(make, f"llama.cpp {key}", prompts, max_new, oracle))
+            runs.append(_peer_run(make, f"llama.cpp {key}"))
     vocab = int(json.loads((base / "config.json").read_text())["vocab_size"])
     if "ours" in rows:
-        out += [_our_row(d, prompts, max_new, oracle, vocab) for d in decoders(loaded, "onnxruntime")]
-        out += [_tuned_row(t, prompts, max_new, oracle, vocab) for t in tuned]  # one engine open at a time
+        runs += [_OurRun(d, vocab) for d in decoders(loaded, "onnxruntime")]
+        runs += [_tuned_run(t, vocab) for t in tuned]
+    _interleave([r for r in runs if isinstance(r, _Run)], prompts, max_new)
+    out += [r if isinstance(r, dict) else r.row(oracle) for r in runs]
     if "torch" in rows:
         out += [_our_row(d, prompts, max_new, oracle, vocab) for d in decoders(loaded, "torch")]
     return {
@@ -211,16 +217,98 @@ def _hf_rows(base: Path, prompts: list[list[int]], max_new: int, lookup: int) ->
     return rows, oracle
 
 
-def _peer_row(make: Callable[[], peers.Peer], key: str, prompts: list[list[int]], max_new: int,
-              oracle: list[list[int]]) -> dict[str, Any]:  # fmt: skip
-    """One peer row, or a skipped row with the reason (missing package or converter, failed conversion)."""
+class _Run:
+    """One row of the interleaved measurement (`_interleave`): each prompt's wall time, this process's CPU time and
+    per-thread CPU ticks, summed over prompts; `failed` once a decode raised (the row then says why)."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self.seconds, self.cpu = key, 0.0, 0.0
+        self.failed: str | None = None
+        self.ticks: dict[str, int] = {}
+
+    def warm(self, ids: list[int], max_new: int) -> None:
+        try:
+            self._decode(ids, max_new)
+        except Exception as e:  # noqa: BLE001 - as in `once`
+            self.failed = f"{type(e).__name__}: {e}"
+        self._reset()
+
+    def once(self, ids: list[int], max_new: int) -> None:
+        if self.failed is not None:
+            return
+        t0, c0, k0 = time.perf_counter(), _cpu(), _thread_ticks()
+        try:
+            self._decode(ids, max_new)
+        except Exception as e:  # noqa: BLE001 - one row never takes the benchmark down; it says why
+            self.failed = f"{type(e).__name__}: {e}"
+            return
+        self.seconds += time.perf_counter() - t0
+        self.cpu += _cpu() - c0
+        for t, n in _thread_ticks().items():
+            self.ticks[t] = self.ticks.get(t, 0) + n - k0.get(t, 0)
+
+    def cpu_columns(self, tokens: int) -> dict[str, Any]:
+        return {"tokens_per_cpu_s": round(tokens / self.cpu, 2) if self.cpu else None,
+                "cpu_per_wall": round(self.cpu / self.seconds, 3) if self.seconds else None,
+                "busy_threads": _busy_threads({}, self.ticks)}  # fmt: skip
+
+    def skipped(self) -> dict[str, Any]:
+        return {"key": self.key, "method": self.key, "skipped": f"failed while measured: {self.failed}"}
+
+    def row(self, oracle: list[list[int]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _decode(self, ids: list[int], max_new: int) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+
+def _interleave(runs: Sequence[_Run], prompts: list[list[int]], max_new: int) -> None:
+    """Warm every row up on the first prompt (untimed), then decode prompt by prompt, every row on each prompt
+    before the next, the rows' order rotating by one per prompt: a machine whose speed drifts (other processes,
+    frequency) weighs on every row alike, so the ratios hold where one row after another would not."""
+    for r in runs:
+        r.warm(prompts[0], max_new)
+    n = len(runs)
+    for i, ids in enumerate(tqdm(prompts, desc=f"{n} rows, interleaved", leave=False, disable=None)):
+        for r in [*runs[i % n :], *runs[: i % n]] if n else []:
+            r.once(ids, max_new)
+
+
+class _PeerRun(_Run):
+    def __init__(self, key: str, peer: peers.Peer) -> None:
+        super().__init__(key)
+        self.peer, self.passes = peer, 0
+        self.outs: list[list[int]] = []
+
+    def _decode(self, ids: list[int], max_new: int) -> None:
+        o = self.peer.generate(ids, max_new)
+        self.outs.append(o.tokens)
+        self.passes = -1 if (o.passes is None or self.passes < 0) else self.passes + o.passes
+
+    def _reset(self) -> None:
+        self.outs, self.passes = [], 0
+
+    def row(self, oracle: list[list[int]]) -> dict[str, Any]:
+        if self.failed is not None:
+            return self.skipped()
+        tokens, n = sum(len(o) for o in self.outs), len(self.outs)
+        tau = round((tokens - n) / self.passes, 4) if self.passes > 0 else None
+        row = {"key": self.key, "engine": self.peer.engine, "method": self.peer.label, "prompts": n, "tokens": tokens,
+               "tau": tau, "seconds": round(self.seconds, 3), "tokens_per_s": round(tokens / self.seconds, 2),
+               **self.cpu_columns(tokens), **self.peer.info}  # fmt: skip
+        return _check(row, self.outs, oracle)
+
+
+def _peer_run(make: Callable[[], peers.Peer], key: str) -> _Run | dict[str, Any]:
+    """One peer's run, or a skipped row with the reason (missing package or converter, failed conversion)."""
     try:
-        peer = make()
-        row, outs = _timed(peer.label, prompts, max_new, peer.generate)
+        return _PeerRun(key, make())
     except Exception as e:  # noqa: BLE001 - a peer never takes the benchmark down; its row says why
         reason = str(e) if isinstance(e, peers.PeerUnavailable) else f"{type(e).__name__}: {e}"
         return {"key": key, "method": key, "skipped": reason}
-    return _check({"key": key, "engine": peer.engine, **row, **peer.info}, outs, oracle)
 
 
 class _Tap:
@@ -271,8 +359,40 @@ def _our_row(dec: Decoder, prompts: list[list[int]], max_new: int, oracle: list[
     return row
 
 
-def _tuned_row(t: Tuned, prompts: list[list[int]], max_new: int, oracle: list[list[int]],
-               vocab: int) -> dict[str, Any]:  # fmt: skip
+class _OurRun(_Run):
+    """One of our methods through `acceptance.MethodTally` (batch 1), then its verification estimate."""
+
+    def __init__(self, dec: Decoder, vocab: int, suffix: str = "", info: dict[str, Any] | None = None) -> None:
+        name = "ort" if dec.engine.name == "onnxruntime" else dec.engine.name
+        super().__init__(f"trtspec-{name} {dec.label}{suffix}")
+        self.dec, self.vocab, self.tuned, self.info, self.max_new = dec, vocab, bool(suffix), info or {}, 0
+        self.tap = _Tap(dec.engine)
+        self.tally = MethodTally(dataclasses.replace(dec, engine=self.tap, stop_ids=[]))
+
+    def _decode(self, ids: list[int], max_new: int) -> None:
+        self.max_new = max_new
+        self.tally.decode(ids, max_new)
+
+    def _reset(self) -> None:
+        self.tap.outputs.clear()
+        self.tally = MethodTally(self.tally.dec)
+
+    def row(self, oracle: list[list[int]]) -> dict[str, Any]:
+        if self.failed is not None:
+            return {**self.skipped(), **self.info}
+        row = self.tally.row()
+        row.update(self.cpu_columns(row["tokens"]))
+        row["key"] = row["method"] = self.key
+        row["spec_method"], row["tuned"] = self.dec.method, self.tuned
+        threads = getattr(self.dec.engine, "threads", None)
+        row["threads"] = torch.get_num_threads() if threads is None else threads
+        _check(row, [t[: self.max_new] for t in self.tap.outputs], oracle)
+        if self.tap.last_draft is not None:
+            row.update(verify_estimate(self.tap.last_draft, self.vocab))
+        return {**row, **self.info}
+
+
+def _tuned_run(t: Tuned, vocab: int) -> _Run | dict[str, Any]:
     """Our engine built from a tuned overlay (cached like any recipe), or a skipped row with the reason."""
     info = {"tuned": True, "spec_method": t.spec_method, "setting": t.setting, "predicted_speedup": t.predicted,
             "overlay": str(t.overlay)}  # fmt: skip
@@ -283,7 +403,7 @@ def _tuned_row(t: Tuned, prompts: list[list[int]], max_new: int, oracle: list[li
         dec = build_decoder(t.recipe)
     except Exception as e:  # noqa: BLE001 - one overlay that cannot build never takes the benchmark down
         return {"key": key, "method": key, **info, "skipped": f"engine: {type(e).__name__}: {e}"}
-    return {**_our_row(dec, prompts, max_new, oracle, vocab, " (tuned)"), **info}
+    return _OurRun(dec, vocab, " (tuned)", info)
 
 
 # -- verification estimate ----------------------------------------------------------------------------

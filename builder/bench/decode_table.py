@@ -72,13 +72,15 @@ def combine(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def seed_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Our measured speedups per method (default and tuned trees) beside the seed articles', in the seeds'
-    order (EAGLE, Medusa, Lookahead), from one fixture's rows with ratios."""
-    ours = [r for r in rows if r.get("spec_method") in SEEDS and "tokens_per_s" in r]
-    ours.sort(key=lambda r: -SEEDS[r["spec_method"]])  # stable: row order within a method
+    order (EAGLE, Medusa, Lookahead), then n-gram speculation (not in the seed articles), from one fixture's rows
+    with ratios."""
+    ours = [r for r in rows if r.get("spec_method") in (*SEEDS, "ngram") and "tokens_per_s" in r]
+    ours.sort(key=lambda r: -SEEDS.get(r["spec_method"], 0.0))  # stable: row order within a method
     return [{"method": r["method"], "tuned": bool(r.get("tuned")), "setting": r.get("setting"),
              "speedup_cpu": r.get("cpu_vs_ours_plain"), "speedup_wall": r.get("vs_ours_plain"), "tau": r.get("tau"),
              "vs_ortgenai_ngram": r.get("vs_ortgenai_ngram"), "matches_hf": r.get("matches_hf"),
-             "seed": f"{SEED_NAMES[r['spec_method']]} {SEEDS[r['spec_method']]:.2f}×"} for r in ours]  # fmt: skip
+             "seed": (f"{SEED_NAMES[r['spec_method']]} {SEEDS[r['spec_method']]:.2f}×" if r["spec_method"] in SEEDS
+                      else "– (not measured there)")} for r in ours]  # fmt: skip
 
 
 # -- text -------------------------------------------------------------------------------------------

@@ -154,8 +154,9 @@ def cache_buffers(layers: int, kv_heads: int, capacity: int, head_dim: int, seed
     return [gen.standard_normal((1, kv_heads, capacity, head_dim), dtype=np.float32) for _ in range(2 * layers)]
 
 
-def ours(label: str, graph: Path, model: Any, past_len: int, capacity: int) -> Profiled:
-    """Our exported target graph (`target.ort.onnx`), greedy, one plain step."""
+def ours(label: str, graph: Path, model: Any, past_len: int, capacity: int, nodes: int = 1) -> Profiled:
+    """Our exported target graph (`target.ort.onnx`), greedy, one step of a `nodes`-node chain (1: a plain step;
+    a chain is what n-gram speculation drafts, and what ORT GenAI's n-gram step runs)."""
     from builder.export.bench import step_feeds
     from builder.export.contract import cache_names
 
@@ -165,7 +166,11 @@ def ours(label: str, graph: Path, model: Any, past_len: int, capacity: int) -> P
     for layer in range(cfg.num_hidden_layers):
         pk, pv, ok, ov = cache_names(layer)
         caches += [(pk, ok, bufs[2 * layer]), (pv, ov, bufs[2 * layer + 1])]
-    return Profiled(label, graph, step_feeds(model, 1, 1, past_len), caches)
+    feeds = step_feeds(model, 1, nodes, past_len)
+    feeds["tree_mask"] = np.tril(np.ones((1, nodes, nodes), bool))  # a chain: node i attends nodes 0..i
+    feeds["position_ids"] = (past_len + np.arange(nodes, dtype=np.int64))[None]
+    feeds["paths"] = np.arange(nodes, dtype=np.int32)[None, None]
+    return Profiled(label, graph, feeds, caches)
 
 
 def graph_capacity(graph: Path) -> int:
@@ -176,8 +181,8 @@ def graph_capacity(graph: Path) -> int:
     return int(dims.type.tensor_type.shape.dim[2].dim_value)
 
 
-def genai(folder: Path, past_len: int) -> Profiled:
-    """ORT GenAI's converted graph, one plain step as its runtime runs it (module docstring)."""
+def genai(folder: Path, past_len: int, nodes: int = 1) -> Profiled:
+    """ORT GenAI's converted graph, one step of `nodes` new tokens as its runtime runs it (module docstring)."""
     conf = json.loads((folder / "genai_config.json").read_text())
     dec, cap = conf["model"]["decoder"], int(conf["search"]["max_length"])
     if not conf["search"].get("past_present_share_buffer", False):
@@ -190,15 +195,17 @@ def genai(folder: Path, past_len: int) -> Profiled:
                    (names_in["past_value_names"] % layer, names_out["present_value_names"] % layer,
                     bufs[2 * layer + 1])]  # fmt: skip
     gen = np.random.default_rng(0)
-    feeds = {names_in["input_ids"]: gen.integers(0, conf["model"]["vocab_size"], (1, 1)).astype(np.int64),
-             names_in["attention_mask"]: np.ones((1, past_len + 1), np.int64)}  # fmt: skip
+    feeds = {names_in["input_ids"]: gen.integers(0, conf["model"]["vocab_size"], (1, nodes)).astype(np.int64),
+             names_in["attention_mask"]: np.ones((1, past_len + nodes), np.int64)}  # fmt: skip
     return Profiled("ORT GenAI", folder / dec["filename"], feeds, caches, as_engine=False)
 
 
 def profile_fixture(hf_dir: Path, *, variants: Sequence[str], past_len: int, capacity: int, runs: int, warmup: int,
-                    with_genai: bool = True, graphs: Mapping[str, Path] | None = None) -> dict[str, Any]:  # fmt: skip
+                    with_genai: bool = True, graphs: Mapping[str, Path] | None = None,
+                    nodes: int = 1) -> dict[str, Any]:  # fmt: skip
     """Export our greedy target graph per variant (temp folder), convert GenAI's (cached), profile all; `graphs`:
-    more of our greedy `target.ort.onnx` graphs of the same checkpoint by label (e.g. an older exporter's)."""
+    more of our greedy `target.ort.onnx` graphs of the same checkpoint by label (e.g. an older exporter's);
+    `nodes`: profile a step of a chain of that many nodes instead of a plain step."""
     from builder.bench import peers
     from builder.export.target import export_target
     from builder.model.loader import load_model
@@ -208,14 +215,16 @@ def profile_fixture(hf_dir: Path, *, variants: Sequence[str], past_len: int, cap
         sessions = []
         for variant in variants:
             res = export_target(model, Path(tmp) / variant, variant=variant, mode="greedy", max_seq_len=capacity)
-            sessions.append(ours(f"ours {variant}", res.ort, model, past_len, capacity))
+            sessions.append(ours(f"ours {variant}", res.ort, model, past_len, capacity, nodes))
+            if res.plain is not None:  # what method none (and n-gram chains) run: builder.export.verify.plain_twin
+                sessions.append(ours(f"ours {variant} plain", res.plain, model, past_len, capacity, nodes))
         for label, graph in (graphs or {}).items():
-            sessions.append(ours(label, Path(graph), model, past_len, graph_capacity(Path(graph))))
+            sessions.append(ours(label, Path(graph), model, past_len, graph_capacity(Path(graph)), nodes))
         if with_genai:
-            sessions.append(genai(peers.convert_ortgenai(hf_dir), past_len))
+            sessions.append(genai(peers.convert_ortgenai(hf_dir), past_len, nodes))
         profiles = profile_all(sessions, runs=runs, warmup=warmup)
     return {"benchmark": "profile_step", "checkpoint": str(hf_dir),
-            "settings": {"T": 1, "batch": 1, "past_len": past_len, "capacity": capacity, "runs": runs,
+            "settings": {"T": nodes, "batch": 1, "past_len": past_len, "capacity": capacity, "runs": runs,
                          "warmup": warmup, "threads": 1},
             "machine": {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
                         "cores": os.cpu_count(), "load_avg": os.getloadavg()},
@@ -244,7 +253,8 @@ def table(report: dict[str, Any], top: int = 12) -> str:
             ops[op] = max(ops.get(op, 0.0), t["us"])
     order = sorted(ops, key=lambda op: -ops[op])
     head = f"{'op type (µs per run, kernels)':<34}" + "".join(f"{p['label']:>20}" for p in profs)
-    lines = [f"one plain step: T=1, past_len {s['past_len']}, batch 1, 1 thread, median of {s['runs']} runs "
+    what = "one plain step: T=1" if s.get("T", 1) == 1 else f"one step of a {s['T']}-node chain"
+    lines = [f"{what}, past_len {s['past_len']}, batch 1, 1 thread, median of {s['runs']} runs "
              f"(load avg {report['machine']['load_avg'][0]:.2f})", "", head]  # fmt: skip
     for op in order[:top]:
         cells = []

@@ -11,7 +11,7 @@ import click
 from builder.commands.options import echo_warnings, load_checked, set_option
 from builder.errors import UserError
 
-METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead"])
+METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead", "ngram"])
 ENGINE_OPTION = click.option(
     "--engine", type=click.Choice(["auto", "onnxruntime", "tensorrt", "torch"]), default="auto", show_default=True,
     help="auto: the recipe's engine (onnxruntime for CPU recipes, tensorrt for GPU recipes: needs TensorRT on a GPU "

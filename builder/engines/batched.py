@@ -209,7 +209,13 @@ class BatchedTarget:
         self._fill_step(bound, rows, batch, past, whole)
         self._fill_sampling(bound.x, sampling, rows)
         bound.run()
+        self._verify_on_host(bound.y, rows, batch, whole, sampling.greedy)
         return self._commit(bound.y, rows, batch, whole)
+
+    def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
+                        greedy: bool) -> None:  # fmt: skip
+        """Where the graph leaves a step's verdict to the host (a plain-steps graph running chains): write it into
+        `y`. The graphs verify in-graph by default: nothing to do."""
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         """Rows of the given sequences (cached while the sequences and the row table stay the same)."""

@@ -10,7 +10,9 @@ Files in `out_dir` for a graph named `stem`:
                       subexpressions merged (the decomposition's ArgMax over the logits is `node_argmax`'s),
                       dead nodes pruned, FP8 weight DequantizeLinear spelled Cast · scale so ORT folds it
                       (`qdq.ort_foldable`) (what ORT loads; its I/O is the contract in float32)
-    {stem}.data       the weights (tensors over 1 KiB), shared by both models
+    {stem}.plain.ort.onnx  the greedy `ort` target's twin for plain steps only (`builder.export.verify.plain_twin`:
+                      no If, no attention bias; what ORT loads for method none)
+    {stem}.data       the weights (tensors over 1 KiB), shared by all models
     export.json       inputs, outputs, node counts, settings
 """
 
@@ -28,7 +30,7 @@ from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, pru
                                   staged_dir)  # fmt: skip
 from builder.export.lower import lower
 from builder.export.qdq import ort_foldable
-from builder.export.verify import lean_greedy
+from builder.export.verify import lean_greedy, plain_twin
 from plugins.tree_verify import onnx_op
 
 MANIFEST = "export.json"
@@ -40,9 +42,10 @@ class ExportResult:
     ort: Path  # the ONNX Runtime-ready model
     data: Path  # external weights shared by both
     manifest: Path  # export.json
-    node_counts: dict[str, NodeCounts]  # "canonical" and "ort"
+    node_counts: dict[str, NodeCounts]  # "canonical" and "ort" (and "plain")
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    plain: Path | None = None  # the plain-steps twin (greedy `ort` target graphs only)
 
 
 def data_name(stem: str) -> str:
@@ -64,9 +67,15 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
             os.replace(sink.path, tmp / names["data"])
         save(model, tmp / names["canonical"], names["data"])  # `model` now refers to the data file
         check(tmp / names["canonical"])
-        ort_model = ort_twin(model, lean=settings.get("variant") == "ort")
+        lean = settings.get("variant") == "ort"
+        ort_model = ort_twin(model, lean=lean)
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
+        if lean and stem == "target" and settings.get("mode") == "greedy":
+            names["plain"] = f"{stem}.plain.ort.onnx"
+            plain = plain_twin(ort_model)
+            save_sharing_data(plain, tmp / names["plain"])
+            counts["plain"] = node_counts(plain)
         inputs = tuple(i.name for i in model.graph.input)
         outputs = tuple(o.name for o in model.graph.output)
         manifest = {
@@ -78,7 +87,8 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return ExportResult(out_dir / names["canonical"], out_dir / names["ort"], out_dir / names["data"],
-                        out_dir / MANIFEST, counts, inputs, outputs)  # fmt: skip
+                        out_dir / MANIFEST, counts, inputs, outputs,
+                        out_dir / names["plain"] if "plain" in names else None)  # fmt: skip
 
 
 def ort_twin(model: onnx.ModelProto, lean: bool = False) -> onnx.ModelProto:

@@ -80,7 +80,7 @@ def tree_size(recipe: Recipe, tree_dir: Path) -> int:
     spec = recipe.speculative
     if spec.method == "none":
         return 0
-    if spec.method == "lookahead":
+    if spec.method in ("lookahead", "ngram"):
         return spec.draft_len
     if spec.method == "eagle" and spec.tree.type == "dynamic":
         return spec.tree.total_nodes
@@ -94,10 +94,13 @@ def tree_field(recipe: Recipe) -> tuple[str, ...]:
 
 
 def draft_levels(recipe: Recipe, tree_dir: Path) -> int:
-    """Tree levels drafted per step: the deepest choice (static trees), `depth` (EAGLE-2), N-1 (Lookahead)."""
+    """Tree levels drafted per step: the deepest choice (static trees), `depth` (EAGLE-2), N-1 (Lookahead),
+    max_draft (n-gram)."""
     spec = recipe.speculative
     if spec.method == "none":
         return 0
+    if spec.method == "ngram":
+        return spec.max_draft
     if spec.method == "lookahead":
         return max(spec.ngram - 1, 1)
     if spec.method == "eagle" and spec.tree.type == "dynamic":

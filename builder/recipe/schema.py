@@ -15,6 +15,7 @@ from builder.recipe.trtllm import TrtllmSection
 from builder.section import VERIFICATION_DOC, Section
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
+from builder.speculative.ngram.config import NgramConfig
 from builder.speculative.medusa.config import MedusaConfig
 
 DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
@@ -96,7 +97,7 @@ class NoSpeculation(Section):
 
 
 Speculative = Annotated[
-    Union[NoSpeculation, MedusaConfig, EagleConfig, LookaheadConfig], Field(discriminator="method")
+    Union[NoSpeculation, MedusaConfig, EagleConfig, LookaheadConfig, NgramConfig], Field(discriminator="method")
 ]
 
 

@@ -23,6 +23,9 @@ def check_speculative(c: Findings) -> None:
         return
     if spec.method == "eagle":
         _eagle_version(c)
+    if spec.method == "ngram" and spec.min_match > spec.max_match:
+        c.add(("speculative", "min_match"), f"min_match={spec.min_match} exceeds max_match={spec.max_match}",
+              allowed=f"1..{spec.max_match}")
     field = tree_field(c.recipe)
     choices_spec = tree_choices_spec(c.recipe)
     if choices_spec is not None:

@@ -67,6 +67,13 @@ def _method(c: Findings) -> None:
     r, spec = c.recipe, c.recipe.speculative
     if spec.method == "none":
         return
+    if spec.method == "ngram":
+        c.add(("speculative", "method"), f"{UPSTREAM}'s engine path has no n-gram (prompt-lookup) drafter in its Triton "
+              "backend (inflight_batcher_llm's decoding_mode: top_k, top_p, top_k_top_p, beam_search, medusa, "
+              "redrafter, lookahead, eagle; NGram drafting belongs to the PyTorch flow, not the engine path). "
+              "Use lookahead (zero weights too) with the trtllm backend, or ngram with trtspec's own engines",
+              allowed="none, medusa, eagle, lookahead")
+        return
     if spec.verification != "greedy":
         c.add(("speculative", "verification"), f"{UPSTREAM} verifies {spec.method} drafts greedily (top-1 target "
               "token, drafts accepted by exact match; medusaDecodingLayer.cpp, lookaheadDecodingLayer.cpp, "

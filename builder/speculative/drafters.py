@@ -2,6 +2,7 @@
 
     {"method": "none"}
     {"method": "lookahead", "window": W, "ngram": N, "verification_set": G}
+    {"method": "ngram", "max_draft": K, "max_match": M, "min_match": m, "candidates": C, "adaptive": bool}
     {"method": "medusa", "choices": [[0], [0, 0], …]}
     {"method": "eagle", "version": 1, "choices": […]}  |  {"method": "eagle", "version": 2, "dynamic": {depth, top_k, total_nodes}}
 
@@ -14,6 +15,7 @@ from typing import Any, Callable
 
 from builder.speculative.engine import Drafter, EagleNet
 from builder.speculative.lookahead.config import lookahead_draft_len
+from builder.speculative.ngram.config import ngram_nodes
 
 DrafterFactory = Callable[[], "Drafter | None"]
 
@@ -28,6 +30,12 @@ def drafter_factory(config: dict[str, Any], eagle_net: EagleNet | None = None) -
         w, n, g = config["window"], config["ngram"], config["verification_set"]
         LookaheadDrafter(w, n, g)  # validate now
         return lambda: LookaheadDrafter(w, n, g)
+    if method == "ngram":
+        from builder.speculative.ngram.drafter import NgramDrafter
+
+        settings = ngram_settings(config)
+        NgramDrafter(*settings)  # validate now
+        return lambda: NgramDrafter(*settings)
     if method == "medusa":
         from builder.speculative.medusa.drafter import MedusaDrafter
         from builder.speculative.tree import tree_from_choices
@@ -54,6 +62,8 @@ def drafter_shape(config: dict[str, Any]) -> dict[str, int]:
                 "top_k": 0, "tentative": 0}  # fmt: skip
     if m == "none":
         return {"max_nodes": 1, "top_k": 0, "tentative": 0}
+    if m == "ngram":
+        return {"max_nodes": ngram_nodes(config["max_draft"], config["candidates"]), "top_k": 0, "tentative": 0}
     if "dynamic" in config:
         d = config["dynamic"]
         return {"max_nodes": d["total_nodes"] + 1, "top_k": d["top_k"], "tentative": d["depth"] * d["top_k"]}
@@ -62,8 +72,26 @@ def drafter_shape(config: dict[str, Any]) -> dict[str, int]:
     return {"max_nodes": len(choices) + 1, "top_k": top_k, "tentative": len(choices) + 1}
 
 
+def chains_only(config: dict[str, Any]) -> bool:
+    """Whether every draft of this drafter is a chain (root-only included): method none, n-gram with one
+    candidate. An ONNX Runtime engine then runs its plain-steps graph (`builder.export.verify.plain_twin`)."""
+    return config["method"] == "none" or (config["method"] == "ngram" and config["candidates"] == 1)
+
+
 def label(config: dict[str, Any]) -> str:
     m = config["method"]
     if m == "lookahead":
         return f"lookahead(W={config['window']},N={config['ngram']},G={config['verification_set']})"
+    if m == "ngram":
+        k, big, small, c, adaptive = ngram_settings(config)
+        return f"ngram(K={k},M={big},m={small},C={c}{'' if adaptive else ',fixed'})"
     return f"eagle-{config['version']}" if m == "eagle" else m
+
+
+NGRAM_KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive")
+
+
+def ngram_settings(config: dict[str, Any]) -> tuple[int, int, int, int, bool]:
+    """(max_draft, max_match, min_match, candidates, adaptive) of an n-gram drafter config."""
+    k, big, small, c, adaptive = (config[key] for key in NGRAM_KEYS)
+    return k, big, small, c, adaptive

@@ -46,14 +46,17 @@ def run(ctx: StageContext, out: Path) -> None:
     info = json.loads((exp / EXPORT_INFO).read_text(encoding="utf-8"))
     source = json.loads((src / SOURCE).read_text(encoding="utf-8"))
     files = {}
-    for name, stem in (("greedy", "target-greedy"), ("rejection", "target-rejection"), ("eagle", "eagle")):
+    for name, stem, graph in (("greedy", "target-greedy", "target"), ("rejection", "target-rejection", "target"),
+                              ("eagle", "eagle", "eagle")):  # fmt: skip
         folder = exp / stem
         if not folder.is_dir():
             continue
         for f in folder.iterdir():
             if f.suffix in (".data",) or f.name.endswith(".ort.onnx"):
                 link_or_copy(f, out / stem / f.name)
-        files[name] = f"{stem}/{next(f.name for f in folder.iterdir() if f.name.endswith('.ort.onnx'))}"
+        files[name] = f"{stem}/{graph}.ort.onnx"
+        if (folder / f"{graph}.plain.ort.onnx").is_file():  # the plain-steps twin (builder.export.verify.plain_twin)
+            files[f"{name}_plain"] = f"{stem}/{graph}.plain.ort.onnx"
     tok = Path(source["tokenizer"]) / "tokenizer.json"
     shutil.copy2(tok, out / "tokenizer.json")
     a = source["architecture"]
@@ -63,7 +66,8 @@ def run(ctx: StageContext, out: Path) -> None:
         "max_batch_size": ctx.loaded.recipe.build.max_batch_size,
         "model": {"layers": a["num_hidden_layers"], "kv_heads": a["num_key_value_heads"], "head_dim": a["head_dim"],
                   "hidden": a["hidden_size"], "vocab": a["vocab_size"]},
-        "target": {"greedy": files["greedy"], "rejection": files.get("rejection")},
+        "target": {"greedy": files["greedy"], "rejection": files.get("rejection"),
+                   "greedy_plain": files.get("greedy_plain")},
         "medusa": info["medusa"],
         "eagle": None if info["eagle"] is None else {"graph": files["eagle"], **info["eagle"]},
         "drafter": info["drafter"], "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"],
@@ -223,7 +227,7 @@ def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: flo
     from builder.engines.ort.eagle import OrtEagleNet
     from builder.engines.ort.load import open_engine
 
-    opened = open_engine(folder, max_batch_size=max_batch, threads=threads)
+    opened = open_engine(folder, max_batch_size=max_batch, threads=threads, trees=True)
     meta, batches = opened.meta, batch_grid(max_batch)
     room = meta["capacity"] - meta["max_seq_len"]
     target = target_table(opened.engine, size_grid(room), batches, budget_s)

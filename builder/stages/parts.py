@@ -18,8 +18,11 @@ from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
 from builder.speculative.choices import load_choices
 from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
+from builder.speculative.drafters import NGRAM_KEYS
+from builder.speculative.ngram.config import DEFAULT_NGRAM
 
-METHODS = ("none", "medusa", "eagle", "lookahead")
+METHODS = ("none", "medusa", "eagle", "lookahead", "ngram")
+ZERO_WEIGHT = ("none", "lookahead", "ngram")  # methods any recipe's engine runs (`--method`): no draft weights
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -54,7 +57,7 @@ def stop_ids(directory: Path) -> list[int]:
 @dataclass
 class Parts:
     loaded: LoadedRecipe
-    method: str  # the method to run: the recipe's own, or none / lookahead
+    method: str  # the method to run: the recipe's own, or one of ZERO_WEIGHT
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -63,7 +66,7 @@ class Parts:
         if self.method in ("medusa", "eagle") and s.method != self.method:
             raise UserError(f"the recipe configures {s.method!r}, not {self.method!r}: use a recipe whose "
                             f"speculative.method is {self.method} (e.g. recipes/tiny-llama3-{self.method}.yaml)",
-                            field="--method", allowed=", ".join(sorted({"none", "lookahead", s.method})))
+                            field="--method", allowed=", ".join(sorted({*ZERO_WEIGHT, s.method})))
 
     @property
     def spec(self):
@@ -101,6 +104,10 @@ class Parts:
         s = self.spec
         return (s.window, s.ngram, s.verification_set) if s.method == "lookahead" else DEFAULT_LOOKAHEAD
 
+    def ngram(self) -> tuple[int, int, int, int, bool]:
+        s = self.spec
+        return s.settings if s.method == "ngram" else DEFAULT_NGRAM
+
     def medusa(self, model):
         from builder.speculative.medusa.heads import load_medusa
 
@@ -121,6 +128,8 @@ class Parts:
         if self.method == "lookahead":
             w, n, g = self.lookahead()
             return {"method": "lookahead", "window": w, "ngram": n, "verification_set": g}
+        if self.method == "ngram":
+            return {"method": "ngram", **dict(zip(NGRAM_KEYS, self.ngram()))}
         if self.method == "medusa":
             return {"method": "medusa", "choices": [list(c) for c in self.choices()]}
         if self.method == "eagle":

@@ -87,6 +87,10 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     if key == "none":
         report["note"] = "speculative.method none: no draft, nothing to tune"
         return report
+    if key == "ngram":  # its tree follows the text; E[τ]/c(T) would need the per-step T distribution, not one c(T)
+        report["note"] = ("speculative.method ngram: not tuned (each step's tree follows the text, so the cost model's "
+                          "one tree per setting does not describe it); compare settings with scripts/bench_decode.py")
+        return report
     curve, folder = cost_curve(loaded, opts)
     room = curve.max_nodes
     cal = Calibration(loaded, opts.prompts, opts.prompt_len, opts.max_new_tokens)

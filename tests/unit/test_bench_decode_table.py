@@ -111,3 +111,31 @@ def test_tuned_dir_reads_back_what_tune_wrote(run, tmp_path):
     assert back.skipped is None and (back.setting, back.predicted) == (row["setting"], row["predicted_speedup"])
     (missing,) = read_overlays([rec], tmp_path)
     assert missing.recipe is None and "no tuned overlay" in missing.skipped
+
+
+def test_rows_are_interleaved_prompt_by_prompt_in_rotating_order():
+    """`_interleave`'s schedule, recorded by rows that only log their calls: a warm-up per row on the first
+    prompt, then every row decodes prompt i before any row decodes prompt i + 1, starting one row later each
+    prompt; a row that raises is marked failed, reported as skipped, and never called again."""
+    from builder.bench.decode import _interleave, _Run
+
+    log: list[tuple[str, int]] = []
+
+    class Logged(_Run):
+        def _decode(self, ids, max_new):
+            log.append((self.key, ids[0]))
+            if self.key == "c" and ids[0] == 2:
+                raise RuntimeError("boom")
+
+        def _reset(self):
+            log.append((self.key, -1))
+
+    runs = [Logged(k) for k in "abc"]
+    _interleave(runs, [[0], [1], [2], [3]], 4)
+    warm = [("a", 0), ("a", -1), ("b", 0), ("b", -1), ("c", 0), ("c", -1)]
+    assert log[:6] == warm
+    assert log[6:] == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2),
+                       ("a", 3), ("b", 3)]  # fmt: skip
+    assert runs[2].failed == "RuntimeError: boom" and runs[0].failed is None
+    assert runs[2].skipped()["skipped"].endswith("RuntimeError: boom")
+    assert runs[0].seconds > 0 and runs[0].cpu >= 0

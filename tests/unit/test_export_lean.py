@@ -35,6 +35,7 @@ from builder.export.graph import BOOL, F32, I64, Graph, prune
 from builder.export.ort_variant import OrtVariant
 from builder.export.target import export_target
 from builder.export.verify import lean_greedy
+from builder.speculative.engine import SamplingBatch
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN, OP_VERSION, Mode
 from plugins.tree_verify.reference import tree_verify
@@ -321,3 +322,53 @@ def test_the_lean_graph_is_the_default_for_the_cpu_form_only(monkeypatch) -> Non
     assert pick_variant(None, 32, CPU) == "standard"
     with pytest.raises(ValueError, match="head_dim % 16"):
         pick_variant("ort", 24, CPU)
+
+
+# -- the plain-steps twin (verify.plain_twin) ----------------------------------------------------------
+
+
+def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) -> None:
+    """The plain-steps graph (no If, no attention bias; chains verified on the host) against the If graph it comes
+    from (in-graph verification): token for token, in the KV cache it writes and, with n-gram chains, in every
+    step's accepted count — alone and batched with prompts of different lengths (ragged chains); a draft tree that
+    is not a chain is refused, not mis-verified."""
+    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.speculative.decoding import Decoder, Request, generate
+    from builder.speculative.ngram.drafter import NgramDrafter
+    from tests.unit.engine_cases import draft_from
+
+    model = tiny_target(7, scaling=True, tied=False, head_dim=16)
+    res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
+    assert res.plain is not None and res.plain.is_file()
+    plain = onnx.load(str(res.plain), load_external_data=False)
+    assert not any(n.op_type == "If" for n in plain.graph.node)
+    gqa = [n for n in plain.graph.node if n.op_type == "GroupQueryAttention"]
+    assert gqa and all(len(n.input) <= 10 or n.input[10] == "" for n in gqa)
+    cfg = model.cfg
+    spec = TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
+                      cfg.vocab_size, 96, None, res.plain)  # fmt: skip
+    gen = np.random.default_rng(3)
+    prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 6)]
+    engines = {p: OrtEngine(spec, 80, 3, plain_only=p) for p in (False, True)}
+    assert engines[True].plain_only and not engines[False].plain_only
+    for p in prompts:
+        a, b = (generate(engines[k], p, 24) for k in (False, True))
+        assert a.token_ids == b.token_ids
+        live = len(p) + 23  # the prompt and every emitted token but the last sit in row 0's cache
+        assert np.array_equal(engines[False].kv.buf[:, :, 0, :, :live], engines[True].kv.buf[:, :, 0, :, :live])
+    runs = {k: Decoder(engines[k], None).run([Request(tuple(p), 20 - i) for i, p in enumerate(prompts)])
+            for k in (False, True)}  # fmt: skip
+    assert [g.token_ids for g in runs[False]] == [g.token_ids for g in runs[True]]
+    loops = [[3, 4, 5] * 5, [9, 9, 9, 9, 9, 8], [1, 2] * 7 + [3]]  # prompts that make the n-gram drafter draft
+    for p in loops:
+        a, b = (generate(engines[k], p, 30, NgramDrafter(6, 3, 1, 1)) for k in (False, True))
+        assert a.token_ids == b.token_ids and a.accepted_per_step == b.accepted_per_step
+    runs = {k: Decoder(engines[k], NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 30) for p in loops])
+            for k in (False, True)}  # fmt: skip
+    assert [(g.token_ids, g.accepted_per_step) for g in runs[False]] == [
+        (g.token_ids, g.accepted_per_step) for g in runs[True]]
+    assert sum(sum(g.accepted_per_step) for g in runs[True]) > 0  # the chains were really verified
+    e = engines[True]
+    ids, pre = e.start([prompts[0]], SamplingBatch.all_greedy(1, 1))
+    with pytest.raises(ValueError, match="plain steps and chains"):
+        e.step(ids, [draft_from([-1, 0, 0], [int(pre.tokens[0]), 5, 6])], SamplingBatch.all_greedy(1, 2))

@@ -23,7 +23,8 @@ ENGINE = "onnxruntime"  # the default CPU engine; tests/unit/test_lossless.py co
 REPO = Path(__file__).resolve().parents[2]
 NEW, PROMPTS = 64, 20
 RECIPES = {"medusa": "tiny-llama3-medusa.yaml", "eagle-1": "tiny-llama3-eagle1.yaml",
-           "eagle-2": "tiny-llama3-eagle2.yaml", "lookahead": "tiny-llama3-lookahead.yaml"}
+           "eagle-2": "tiny-llama3-eagle2.yaml", "lookahead": "tiny-llama3-lookahead.yaml",
+           "ngram": "tiny-llama3-ngram.yaml"}
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ def test_spec_that_would_change_the_function_is_refused(bad, field):
 
 def test_bench_and_run_know_both_fixtures_by_name():
     """scripts/bench_decode.py resolves fixture and recipe names: every fixture's set is CPU recipes on one
-    checkpoint covering Lookahead, EAGLE-2, EAGLE-1 and Medusa (plain decoding comes from the first)."""
+    checkpoint covering Lookahead, EAGLE-2, EAGLE-1, Medusa and n-gram (plain decoding comes from the first)."""
     from builder.bench.decode import FIXTURES, resolve_recipes
     from builder.recipe.loader import load_recipe
 
@@ -168,7 +168,7 @@ def test_bench_and_run_know_both_fixtures_by_name():
         assert len({r.recipe.model.checkpoint for r in loaded}) == 1
         spec = [r.recipe.speculative for r in loaded]
         assert [(s.method, getattr(s, "version", None)) for s in spec] == [
-            ("lookahead", None), ("eagle", 2), ("eagle", 1), ("medusa", None)]
+            ("lookahead", None), ("eagle", 2), ("eagle", 1), ("medusa", None), ("ngram", None)]
     assert resolve_recipes(["regime-llama3-none"], REPO / "recipes") == [REPO / "recipes" / "regime-llama3-none.yaml"]
     with pytest.raises(UserError) as err:
         resolve_recipes(["regime-llama4"], REPO / "recipes")

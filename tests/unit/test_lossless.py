@@ -27,6 +27,7 @@ from builder.speculative.eagle_tree import static_tree
 from builder.speculative.engine import Draft
 from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
+from builder.speculative.ngram.drafter import NgramDrafter
 from builder.speculative.tree import tree_from_choices
 from tests.unit.engine_cases import draft_from
 from tests.unit.model_utils import hf_float64, hf_greedy_continuations
@@ -89,14 +90,15 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
     if method == "medusa":
         tree = tree_from_choices(MC)
         medusa = dict(medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1)
-    nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1}.get(method, 64)
+    nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1,
+             "ngram": NgramDrafter(*NGRAM).max_nodes}.get(method, 64)  # fmt: skip
     if kind == "torch":
         engine: Any = TorchEngine(model, max_seq_len=MAX_SEQ, max_batch_size=batch, **(medusa or {}))
     else:
         engine = target_engine(model, cache, max_seq_len=MAX_SEQ, max_nodes=nodes, max_batch_size=batch, **(medusa or {}))
-    if method in ("none", "lookahead", "medusa"):
+    if method in ("none", "lookahead", "medusa", "ngram"):
         return engine, {"none": lambda: None, "lookahead": lambda: LookaheadDrafter(4, 4, 4),
-                        "medusa": lambda: MedusaDrafter(tree)}[method]  # fmt: skip
+                        "medusa": lambda: MedusaDrafter(tree), "ngram": lambda: NgramDrafter(*NGRAM)}[method]  # fmt: skip
     draft = random_eagle(model)
     shape = static_tree(MC) if method == "eagle1" else EAGLE2
     top_k, tentative = (int(shape.rank.max()) + 1, 64) if method == "eagle1" else (8, EAGLE2.depth * EAGLE2.top_k)
@@ -112,7 +114,8 @@ def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine
     return make_method("torch", model, method, batch, Path())
 
 
-METHODS = ["medusa", "eagle1", "eagle2", "lookahead"]
+METHODS = ["medusa", "eagle1", "eagle2", "lookahead", "ngram"]
+NGRAM = (8, 4, 1, 2)  # two candidates: its drafts are trees, not only chains
 ENGINES = ["torch", "onnxruntime"]
 
 

@@ -4,7 +4,8 @@ engine.json (written by `builder.stages.engine`):
 
     format, backend ("onnxruntime"), variant ("ort" | "standard"), label, capacity, max_seq_len,
     max_batch_size, model {layers, kv_heads, head_dim, hidden, vocab},
-    target {greedy, rejection}: ONNX files (relative), medusa {heads, top_k} | null,
+    target {greedy, rejection, greedy_plain}: ONNX files (relative; greedy_plain: the greedy graph for plain
+    steps only, opened for a drafter that drafts nothing), medusa {heads, top_k} | null,
     eagle {graph, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
     drafter: the recipe's drafter as data (`builder.speculative.drafters`), tokenizer, stop_ids, versions
 
@@ -20,7 +21,7 @@ from typing import Any
 from builder.engines.opened import Opened, drafter_for
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
-from builder.speculative.drafters import drafter_factory, label
+from builder.speculative.drafters import chains_only, drafter_factory, label
 
 ENGINE_JSON = "engine.json"
 FORMAT = 1
@@ -35,18 +36,23 @@ def read_meta(folder: Path) -> dict[str, Any]:
 
 
 def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
-                threads: int = 1) -> Opened:  # fmt: skip
-    """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead only, or
-    the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph."""
+                threads: int = 1, trees: bool | None = None) -> Opened:  # fmt: skip
+    """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead / ngram, or
+    the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph. `trees`: whether
+    greedy steps may hold trees other than chains (None: unless the drafter drafts chains only, `chains_only`;
+    False runs the folder's plain-steps graph where it has one, `builder.export.verify.plain_twin`)."""
     folder = Path(folder)
     meta = read_meta(folder)
     config = drafter_for(meta, drafter)
     m = meta["model"]
     t = meta["target"]
     medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
+    plain = folder / t["greedy_plain"] if t.get("greedy_plain") else None
     spec = TargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
-                      m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa)  # fmt: skip
-    engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads)
+                      m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, plain)  # fmt: skip
+    if trees is None:
+        trees = not chains_only(config)
+    engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads, plain_only=not trees)
     net = None
     if config["method"] == "eagle":
         e = meta["eagle"]

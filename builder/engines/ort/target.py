@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.engines.batched import BatchedTarget, LruBindings, Spec
+from builder.engines.batched import BatchedTarget, LruBindings, Spec, _arange
+from builder.speculative.batch import DraftBatch
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
 from builder.export.contract import TARGET, call_spec
@@ -40,19 +41,56 @@ class TargetSpec:
     vocab_size: int
     capacity: int  # CAP the graphs were exported for (max_seq_len + max draft nodes)
     medusa: tuple[int, int] | None = None  # (heads, top-k) when Medusa heads are fused in
+    plain: Path | None = None  # the greedy graph for plain steps only (builder.export.verify.plain_twin)
 
 
 class OrtEngine(BatchedTarget):
     name = "onnxruntime"
 
-    def __init__(self, spec: TargetSpec, max_seq_len: int, max_batch_size: int = 1, threads: int = 1) -> None:
+    def __init__(self, spec: TargetSpec, max_seq_len: int, max_batch_size: int = 1, threads: int = 1,
+                 plain_only: bool = False) -> None:  # fmt: skip
+        """`plain_only`: greedy steps hold chains only (root-only included: method none, n-gram with one candidate),
+        run by `spec.plain` where there is one, their verdict made on the host (`_verify_on_host`); any other tree
+        is then refused (the plain graph has neither tree attention nor tree verification)."""
         self.check_capacity(max_seq_len, spec.capacity)
         self.spec, self.threads = spec, threads
         kv = KVBuffers(spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim)
         super().__init__(kv, LruBindings(), vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
                          medusa=spec.medusa, max_seq_len=max_seq_len, max_batch_size=max_batch_size)  # fmt: skip
         self.kv: KVBuffers = kv
-        self._sessions = {"greedy": make_session(spec.greedy, threads)}
+        self.plain_only = plain_only and spec.plain is not None
+        self._sessions = {"greedy": make_session(spec.plain if self.plain_only else spec.greedy, threads)}
+
+
+    def step(self, seqs, drafts, sampling):  # noqa: ANN001, ANN201 - the Engine protocol's signature
+        if self.plain_only and sampling.greedy:
+            for d in drafts:  # a chain: its last node sits at depth T - 1 (the tree itself is checked in the step)
+                if d.num_nodes > 1 and int(d.depth[-1]) != d.num_nodes - 1:
+                    raise ValueError("this engine was opened for plain steps and chains (method none, n-gram with "
+                                     "one candidate): a draft tree needs open_engine(..., trees=True)")
+        return super().step(seqs, drafts, sampling)
+
+    def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
+                        greedy: bool) -> None:  # fmt: skip
+        """The plain-steps graph (`plain_only`, greedy) verifies a root-only step itself; a chain's verdict is made
+        here from its `node_argmax`: accepted = the leading drafts equal to the target's token before them (the
+        path is the one chain, so best_path 0 and nothing moves in the KV cache), output_tokens = the target's
+        tokens up to the bonus, −1 after (`step` refused any other tree: this graph has no tree attention)."""
+        if not (self.plain_only and greedy) or batch.t == 1:  # the rejection graph verifies in-graph
+            return
+        argmax = y["node_argmax"] if whole else y["node_argmax"][rows]  # [b, T]
+        hit = (batch.tokens[:, 1:] == argmax[:, :-1]) & ~batch.pad[:, 1:]  # [b, T-1] draft k+1 is the target's
+        n = np.where(hit.all(axis=1), batch.t - 1, np.argmin(hit, axis=1))  # [b] leading hits = accepted drafts
+        keep = _arange(batch.w)[None, :] <= n[:, None]  # [b, W]
+        tokens = np.where(keep, argmax[:, : batch.w], -1).astype(np.int32)
+        if whole:
+            y["accepted_len"][...] = n + 1
+            y["best_path"][...] = 0
+            y["output_tokens"][...] = tokens
+        else:
+            y["accepted_len"][rows] = n + 1
+            y["best_path"][rows] = 0
+            y["output_tokens"][rows] = tokens
 
     def _make_binding(self, mode: str, r0: int, r1: int, inputs: Spec, outputs: Spec) -> Bound:
         """A binding of the contract's tensors (`builder.export.contract.TARGET`) at the sizes of `inputs`;

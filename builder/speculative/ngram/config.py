@@ -1,0 +1,46 @@
+"""Recipe section for n-gram speculation (prompt lookup: no draft weights, no extra draft nodes when nothing matches).
+
+The drafter looks the sequence's newest `max_match` … `min_match` tokens up in its own text (prompt and output),
+longest first, and proposes the `max_draft` tokens that followed their most recent occurrences: up to
+`candidates` distinct continuations, verified as one tree. A step with no match is a plain step (T = 1). The
+same idea as ONNX Runtime GenAI's n-gram speculation, vLLM's `ngram` method and TensorRT-LLM's PyTorch-flow NGram
+drafter; TensorRT-LLM's engine path (the `trtllm` backend) has none in its Triton backend.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from builder.section import VERIFICATION_DOC, Section
+
+# max_draft, max_match, min_match, candidates, adaptive: the section's defaults, also `--method ngram` on a recipe of
+# another method (17 nodes at most, inside the room every engine is exported with: Lookahead's default, 24 nodes).
+# Chosen on the fixtures' HumanEval decodes (scripts/bench_decode.py, interleaved rows): one chain beat two
+# candidates, and 16 beat 6 and 10 (the adaptive length keeps prose short; copy loops then run long).
+DEFAULT_NGRAM = (16, 4, 2, 1, True)
+
+
+def ngram_nodes(max_draft: int, candidates: int) -> int:
+    """Tree nodes of the largest n-gram step, root included."""
+    return 1 + max_draft * candidates
+
+
+class NgramConfig(Section):
+    method: Literal["ngram"] = Field(description="N-gram (prompt-lookup) speculation: no draft weights.")
+    max_draft: int = Field(DEFAULT_NGRAM[0], gt=0, le=64, description="Tokens proposed per continuation (tree depth).")
+    max_match: int = Field(DEFAULT_NGRAM[1], gt=0, le=16, description="Longest suffix of the text looked up (tokens).")
+    min_match: int = Field(DEFAULT_NGRAM[2], gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step.")
+    candidates: int = Field(DEFAULT_NGRAM[3], gt=0, le=16, description="Distinct continuations verified per step (one tree).")
+    adaptive: bool = Field(DEFAULT_NGRAM[4], description="Draft length per sequence: from 4, +4 after a draft "
+                           "accepted in full, -1 after one that was not, within 2..max_draft; false: always max_draft.")
+    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
+
+    @property
+    def settings(self) -> tuple[int, int, int, int, bool]:
+        return (self.max_draft, self.max_match, self.min_match, self.candidates, self.adaptive)
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft * self.candidates

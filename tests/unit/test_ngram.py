@@ -1,0 +1,204 @@
+"""N-gram (prompt-lookup) speculation (builder.speculative.ngram), each part against an oracle:
+
+* the lookup against a brute-force scan of the text written from the rule (longest suffix with an earlier
+  occurrence, continuations newest first, an overlapping copy where one runs into the end);
+* the draft's tree against the engine's own draft checks (`check_draft`) and a brute-force trie (one node per
+  distinct prefix of the continuations, one path per maximal continuation);
+* node budgets, the adaptive length rule, and the text the drafter learns against the real decode's output;
+* the recipe section: cross-field error (exit 2, field and allowed values), the trtllm backend's refusal, `trtspec
+  generate --method ngram` on a recipe of another method, and `trtspec tune`'s note.
+Losslessness of decoding with it: tests/unit/test_lossless.py (random model, trees of 2 candidates, both engines,
+batched) and tests/unit/test_fixture_lossless.py (the shipped recipe on the trained fixture, τ > 1.2).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder.speculative.engine import PrefillResult, StepResult, check_draft
+from builder.speculative.ngram.drafter import ADAPT_DOWN, ADAPT_FLOOR, ADAPT_START, ADAPT_UP, SCAN, NgramDrafter, NgramState
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def brute_continuations(text: list[int], max_draft: int, max_match: int, min_match: int, candidates: int,
+                        limit: int) -> list[tuple[int, ...]]:  # fmt: skip
+    """The lookup rule by scanning: the longest suffix n (max_match..min_match) that occurred before, then the
+    `limit` tokens after each earlier occurrence (latest first, at most SCAN read), copied with overlap."""
+    size = len(text)
+    for n in range(min(max_match, size), min_match - 1, -1):
+        suffix = text[size - n :]
+        ends = [e for e in range(n, size) if text[e - n : e] == suffix]  # occurrences ending before the suffix's end
+        if not ends:
+            continue
+        found: list[tuple[int, ...]] = []
+        for e in sorted(ends, reverse=True)[:SCAN]:
+            ext = list(text)
+            cont = []
+            for i in range(limit):
+                ext.append(ext[e + i])  # reading what the copy itself wrote when e + i >= size
+                cont.append(ext[-1])
+            if tuple(cont) not in found:
+                found.append(tuple(cont))
+            if len(found) == candidates:
+                break
+        return found
+    return []
+
+
+def looped_text(gen: np.random.Generator, size: int, vocab: int) -> list[int]:
+    """Random tokens with copied stretches and short loops, as a greedy model's output has."""
+    text = [int(t) for t in gen.integers(0, vocab, 4)]
+    while len(text) < size:
+        r = gen.random()
+        if r < 0.4 and len(text) > 6:
+            start = int(gen.integers(0, len(text) - 3))
+            text += text[start : start + int(gen.integers(2, 9))]
+        elif r < 0.6:
+            period = int(gen.integers(1, 4))
+            text += (text[-period:] * 4)[: int(gen.integers(2, 10))]
+        else:
+            text.append(int(gen.integers(0, vocab)))
+    return text[:size]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_continuations_equal_the_brute_force_scan(seed: int) -> None:
+    gen = np.random.default_rng(seed)
+    for _ in range(40):
+        text = looped_text(gen, int(gen.integers(1, 60)), vocab=int(gen.integers(3, 12)))
+        big = int(gen.integers(1, 6))
+        small, k, c = int(gen.integers(1, big + 1)), int(gen.integers(1, 14)), int(gen.integers(1, 4))
+        state = NgramState(text, k, big, small, c, adaptive=False)
+        limit = int(gen.integers(1, k + 1))
+        assert state.continuations(limit) == brute_continuations(text, k, big, small, c, limit), (text, big, small)
+
+
+def trie(conts: list[tuple[int, ...]], cap: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(node prefixes in creation order, maximal prefixes) of the continuations' trie under a `cap`-node budget."""
+    nodes: list[tuple[int, ...]] = [()]
+    for c in conts:
+        for i in range(1, len(c) + 1):
+            if c[:i] not in nodes:
+                if len(nodes) >= cap:
+                    break
+                nodes.append(c[:i])
+    leaves = [p for p in nodes if not any(q[: len(p)] == p and len(q) > len(p) for q in nodes)]
+    return nodes, leaves
+
+
+@pytest.mark.parametrize("candidates", [1, 2, 3])
+def test_draft_tree_is_the_trie_of_the_continuations(candidates: int) -> None:
+    gen = np.random.default_rng(candidates)
+    for _ in range(60):
+        text = looped_text(gen, int(gen.integers(8, 80)), vocab=5)
+        state = NgramState(text[:-1], 12, 4, 1, candidates, adaptive=False)
+        budget = None if gen.random() < 0.5 else int(gen.integers(1, 20))
+        draft = state.propose(text[-1], budget)
+        check_draft(draft, 5)  # the engines' own rules: mask, depth, paths
+        room = 12 if budget is None else min(12, budget - 1)
+        conts = state.continuations(room) if room >= 1 else []
+        nodes, leaves = trie(conts, 12 * candidates + 1 if budget is None else budget)
+        if len(nodes) == 1:
+            assert draft.num_nodes == 1
+            continue
+        toks = draft.tokens.tolist()
+        assert toks[0] == text[-1] and draft.num_nodes == len(nodes)
+        got = [tuple(toks[i] for i in row[row >= 0][1:]) for row in draft.paths]
+        assert sorted(got) == sorted(leaves)
+
+
+def _result(emitted: list[int]) -> StepResult:
+    n = len(emitted)
+    z = np.zeros((1, n), np.int64)
+    return StepResult(np.array([n]), z, np.array([emitted], np.int64), np.zeros((1, n, 1), np.float32), z)
+
+
+def test_budget_caps_nodes_and_one_node_is_a_plain_step() -> None:
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9] * 3
+    d = NgramDrafter(8, 3, 2, 2, adaptive=False)
+    d.start([0], [text], PrefillResult(np.array([1]), []))
+    assert d.max_nodes == 17
+    assert d.propose([0], [1])[0].num_nodes == 9  # root + 8 copied tokens
+    for budget, want in ((1, 1), (4, 4), (None, 9)):
+        d.set_budget(budget)
+        assert d.propose([0], [1])[0].num_nodes == want
+
+
+def test_adaptive_length_rises_on_full_acceptance_and_falls_on_rejection() -> None:
+    s = NgramState([7, 8, 9] * 10, 10, 3, 2, 1)
+    assert s.length == ADAPT_START
+    draft = s.propose(7, None)
+    assert draft.width - 1 == ADAPT_START  # a loop: the draft has the full current length
+    s.update([8, 9, 7, 8, 9], draft.width - 1)  # all 4 accepted + bonus
+    assert s.length == min(10, ADAPT_START + ADAPT_UP)
+    s.update([8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9], 10)
+    assert s.length == 10  # capped at max_draft
+    for _ in range(20):
+        s.update([1], 5)  # rejected at once
+    assert s.length == ADAPT_FLOOR
+    s.update([1], 0)  # a root-only step leaves it alone
+    assert s.length == ADAPT_FLOOR and ADAPT_DOWN == 1
+    assert NgramState([1, 2], 3, 2, 1, 1).length == 3  # never above max_draft
+    assert NgramState([1, 2], 10, 2, 1, 1, adaptive=False).length == 10
+
+
+def test_the_text_learned_is_the_prompt_and_the_decoded_output() -> None:
+    """Through the real decoding loop (torch reference engine): the drafter's text = prompt + generated tokens."""
+    from builder.speculative.decoding import generate
+    from tests.unit.test_lossless import torch_method
+    from tests.unit.speculative_models import make_hf_llama
+    from builder.model.loader import load_model
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(make_hf_llama(Path(tmp) / "m"))
+    class Kept(NgramDrafter):
+        def release(self, seq: int) -> None:
+            self.kept = self._seqs[seq]  # the sequence's state as the loop lets it go
+            super().release(seq)
+
+    engine, _ = torch_method(model, "none")
+    drafter = Kept(6, 3, 1, 2)
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    g = generate(engine, prompt, 40, drafter)
+    assert g.token_ids == generate(engine, prompt, 40).token_ids  # lossless
+    assert sum(g.accepted_per_step) > 0  # it drafted, and drafts were accepted
+    state = drafter.kept
+    assert state.text[: len(prompt)] == prompt
+    learned = state.text[len(prompt) :]  # the last step may emit past max_new: the loop cuts, the drafter saw all
+    assert learned[: len(g.token_ids)] == g.token_ids[: len(learned)] and len(learned) >= len(g.token_ids) - 1
+
+
+def _trtspec(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_recipe_errors_name_the_field_and_exit_2(tmp_path: Path) -> None:
+    r = _trtspec("validate", "--set", "speculative.min_match=5", "recipes/tiny-llama3-ngram.yaml")
+    assert r.returncode == 2 and "speculative.min_match" in r.stderr and "allowed: 1..4" in r.stderr
+    assert "Traceback" not in r.stderr
+    rec = tmp_path / "r.yaml"
+    rec.write_text(f"extends: [{REPO}/recipes/llama3-8b-1xh100-fp8-trtllm-lookahead.yaml]\n"
+                   "speculative: {method: ngram, verification: greedy}\n")  # fmt: skip
+    r = _trtspec("validate", str(rec))
+    assert r.returncode == 2 and "speculative.method" in r.stderr and "allowed: none, medusa, eagle, lookahead" in r.stderr
+
+
+def test_method_ngram_runs_on_any_recipe_and_tune_says_why_it_does_not_tune(tmp_path: Path) -> None:
+    r = _trtspec("generate", "recipes/tiny-llama3-medusa.yaml", "--prompt-ids", "5,6,7,5,6,7,5,6", "--max-new-tokens",
+                 "24", "--method", "ngram", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ngram = json.loads(r.stdout)
+    r = _trtspec("generate", "recipes/tiny-llama3-medusa.yaml", "--prompt-ids", "5,6,7,5,6,7,5,6", "--max-new-tokens",
+                 "24", "--method", "none", "--json")  # fmt: skip
+    assert ngram["method"].startswith("ngram(") and ngram["token_ids"] == json.loads(r.stdout)["token_ids"]
+    r = _trtspec("tune", "recipes/tiny-llama3-ngram.yaml")
+    assert r.returncode == 0 and "not tuned" in r.stdout
