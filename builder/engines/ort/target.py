@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.engines.batched import BatchedTarget, LruBindings, Spec, _arange
+from builder.engines.batched import BatchedTarget, LruBindings, Spec
 from builder.speculative.batch import DraftBatch
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
@@ -81,7 +81,7 @@ class OrtEngine(BatchedTarget):
         argmax = y["node_argmax"] if whole else y["node_argmax"][rows]  # [b, T]
         hit = (batch.tokens[:, 1:] == argmax[:, :-1]) & ~batch.pad[:, 1:]  # [b, T-1] draft k+1 is the target's
         n = np.where(hit.all(axis=1), batch.t - 1, np.argmin(hit, axis=1))  # [b] leading hits = accepted drafts
-        keep = _arange(batch.w)[None, :] <= n[:, None]  # [b, W]
+        keep = np.arange(batch.w)[None, :] <= n[:, None]  # [b, W]
         tokens = np.where(keep, argmax[:, : batch.w], -1).astype(np.int32)
         if whole:
             y["accepted_len"][...] = n + 1

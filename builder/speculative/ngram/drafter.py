@@ -32,6 +32,7 @@ ADAPT_START, ADAPT_UP, ADAPT_DOWN, ADAPT_FLOOR = 4, 4, 1, 2  # adaptive draft le
 _MAX_SHAPES = 4096  # cached tree structures (each a few small read-only arrays)
 Shape = tuple[np.ndarray, np.ndarray, np.ndarray]  # mask [T, T] bool, depth [T] int64, paths [P, W] int32
 _SHAPES: dict[tuple[int, ...], Shape] = {}
+_CHAINS: dict[int, Shape] = {}  # chains by draft length (kept: the one-candidate drafts' shapes)
 
 
 def tree_shape(parents: tuple[int, ...]) -> Shape:
@@ -124,6 +125,12 @@ class NgramState:
         conts = self.continuations(room)
         if not conts:
             return root_only(root)
+        if len(conts) == 1:  # one chain (the default): its shape by length, no trie to build
+            chain = conts[0]
+            shape = _CHAINS.get(len(chain))
+            if shape is None:
+                shape = _CHAINS[len(chain)] = tree_shape(tuple(range(-1, len(chain))))
+            return Draft(np.array((root, *chain), dtype=np.int64), *shape)
         tokens, parents = [root], [-1]
         child: dict[tuple[int, int], int] = {}
         cap = self.max_draft * self.candidates + 1 if budget is None else budget
