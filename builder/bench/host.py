@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-METHODS = ("none", "lookahead", "medusa", "eagle-1", "eagle-2")
+METHODS = ("none", "lookahead", "medusa", "eagle-1", "eagle-2", "ngram")
 FIELDS = ("wall", "drafter", "engine", "target_session", "draft_session")
 
 
@@ -231,11 +231,15 @@ def bench_host(fixture: str, recipes_dir: Path, batches: Sequence[int] = (1, 16)
 
 
 def _method_sources(loaded: Sequence[Any]) -> dict[str, tuple[Any, str]]:
-    """method label -> (loaded recipe, method): none / lookahead from the first recipe, the rest from theirs."""
-    out: dict[str, tuple[Any, str]] = {"none": (loaded[0], "none"), "lookahead": (loaded[0], "lookahead")}
+    """method label -> (loaded recipe, method): none / lookahead / ngram from the first recipe (ngram: the
+    fixture's n-gram recipe where the set has one), the rest from theirs."""
+    out: dict[str, tuple[Any, str]] = {"none": (loaded[0], "none"), "lookahead": (loaded[0], "lookahead"),
+                                       "ngram": (loaded[0], "ngram")}  # fmt: skip
     for rec in loaded:
         spec = rec.recipe.speculative
-        if spec.method == "medusa":
+        if spec.method == "ngram":
+            out["ngram"] = (rec, "ngram")
+        elif spec.method == "medusa":
             out.setdefault("medusa", (rec, "medusa"))
         elif spec.method == "eagle":
             out.setdefault(f"eagle-{spec.version}", (rec, "eagle"))

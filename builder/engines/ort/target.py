@@ -78,6 +78,17 @@ class OrtEngine(BatchedTarget):
         tokens up to the bonus, −1 after (`step` refused any other tree: this graph has no tree attention)."""
         if not (self.plain_only and greedy) or batch.t == 1:  # the rejection graph verifies in-graph
             return
+        if batch.size == 1 and whole:  # one sequence (the common n-gram case): plain Python on <= T ints
+            drafted, target = batch.tokens[0].tolist(), y["node_argmax"][0].tolist()
+            n, last = 0, int(batch.nodes[0]) - 1
+            while n < last and drafted[n + 1] == target[n]:
+                n += 1
+            y["accepted_len"][0] = n + 1
+            y["best_path"][0] = 0
+            out = y["output_tokens"]
+            out[0, : n + 1] = target[: n + 1]
+            out[0, n + 1 :] = -1
+            return
         argmax = y["node_argmax"] if whole else y["node_argmax"][rows]  # [b, T]
         hit = (batch.tokens[:, 1:] == argmax[:, :-1]) & ~batch.pad[:, 1:]  # [b, T-1] draft k+1 is the target's
         n = np.where(hit.all(axis=1), batch.t - 1, np.argmin(hit, axis=1))  # [b] leading hits = accepted drafts
