@@ -9,10 +9,14 @@ call of that kind fails once, as a real engine failure would, below the decoding
     engine    the next `step` raises and so does every `release` after it: the engine's state is beyond
               repair (`EngineBroken` in the decoder: the loop ends, the model reports unready)
     loop      the next `step` raises a BaseException that no failure handling catches: the loop thread dies
+
+`delay_s` slows every step by that many seconds, so that a test's long requests outlive its actions however fast
+the engine is (a tiny EAGLE-2 engine finishes 1000 tokens of 4 sequences in about a second).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 KINDS = ("prefill", "step", "engine", "loop")
@@ -23,8 +27,9 @@ class InjectedLoopDeath(BaseException):
 
 
 class FaultyEngine:
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, delay_s: float = 0.0) -> None:
         self._engine = engine
+        self._delay_s = delay_s
         self._armed: set[str] = set()
         self._broken = False
 
@@ -56,6 +61,8 @@ class FaultyEngine:
             raise RuntimeError("injected fault: the engine failed mid-step")
         if self._fire("step"):
             raise RuntimeError("injected fault: decoding step failed")
+        if self._delay_s:
+            time.sleep(self._delay_s)
         return self._engine.step(seqs, drafts, sampling)
 
     def release(self, seq: int) -> None:

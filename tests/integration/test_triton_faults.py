@@ -1,8 +1,8 @@
 """spec_decoder's failure paths under a real tritonserver 2.51 (the tiny EAGLE-2 recipe).
 
-The repository is the built one with three spec_decoder parameters changed in a copy: fault_injection on
-(`triton_repo.faults`: a request parameter `trtspec_fault` makes the next engine call fail), a queue of 3
-and a 30 s default deadline. The server runs with --model-control-mode=explicit --load-model=* (TritonServer's default), which is
+The repository is the built one with four spec_decoder parameters changed in a copy: fault_injection on
+(`triton_repo.faults`: a request parameter `trtspec_fault` makes the next engine call fail), every step
+slowed by STEP_DELAY_MS (so long requests outlive the test's actions), a queue of 3 and a 30 s default deadline. The server runs with --model-control-mode=explicit --load-model=* (TritonServer's default), which is
 what lets a broken spec_decoder unload itself (readiness false) and the front model reload it. Checked:
 overload refused at once; deadlines (pending and active; the request's timeout_s); cancellation through
 the front model frees the slots (measured: cancel → slot freed, printed); a failing prefill or step fails
@@ -37,7 +37,8 @@ from tests.integration.conftest import build_repo, grpc_inputs, oracle, read_res
 
 RECIPE = "recipes/tiny-llama3-eagle2.yaml"
 MODEL = "tiny_llama3"  # the front model
-LONG = 1000  # max_tokens of a request that outlives the test's actions (max_seq_len 1024)
+LONG = 1000  # max_tokens of a request that outlives the test's actions (max_seq_len 1024) ...
+STEP_DELAY_MS = 15  # ... with every step slowed this much (a loaded machine's client once lagged the ~1 s it took)
 CHECK = ("def add(a, b):", 12)  # the request that shows the server is exact again
 
 
@@ -199,7 +200,7 @@ def expected():
 def server(tmp_path_factory, expected):
     work = tmp_path_factory.mktemp("faults")
     repo = patched_repo(build_repo(RECIPE), work / "repo", fault_injection="true", max_queue_size="3",
-                        request_timeout_s="30.0")  # fmt: skip
+                        request_timeout_s="30.0", fault_step_delay_ms=str(STEP_DELAY_MS))  # fmt: skip
     s = TritonServer(repo, ports=free_ports(), workdir=work / "server")
     s.start()
     try:

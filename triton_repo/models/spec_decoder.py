@@ -22,7 +22,8 @@ repository manager's state, core r24.10 src/server.cc `ModelIsReady`; unloading 
 Metrics: `triton_repo.metrics` (an exporter thread). Log: one line per request received and ended.
 
 Fault injection for tests (`fault_injection: "true"` in the model's parameters only): a request parameter
-`trtspec_fault` = step | prefill | engine | loop makes the next engine call fail that way (`triton_repo.faults`).
+`trtspec_fault` = step | prefill | engine | loop makes the next engine call fail that way, and the parameter
+`fault_step_delay_ms` slows every step by that much (`triton_repo.faults`).
 
 Not decoupled (`triton.decoupled: false`): exactly one response per request, so `stream` is refused;
 HTTP/gRPC unary infer then work (Triton refuses them for decoupled models).
@@ -157,7 +158,7 @@ class Model:
         if params.get("fault_injection") == "true":
             from triton_repo.faults import FaultyEngine
 
-            engine = self.faults = FaultyEngine(engine)
+            engine = self.faults = FaultyEngine(engine, float(params.get("fault_step_delay_ms", 0)) / 1e3)
         decoder = Decoder(engine, opened.make_drafter(), schedule)
         self.scheduler = Scheduler(decoder, int(params.get("queue_delay_us", 0)) / 1e6, pb_utils.Logger.log_info,
                                    max_queue=int(params.get("max_queue_size", 64)), on_broken=self._broken)  # fmt: skip
