@@ -134,7 +134,7 @@ def lean_greedy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The lean greedy target graph for plain steps only (every step one root-only node per row: method none).
+    """The lean greedy target graph for steps whose drafts are chains (root-only included: method none, n-gram).
 
     Every If of the lean graphs picks the root-only / chain case in its then-branch (`verify_if` here, the attention
     bias in `builder.export.ort_variant.OrtVariant._bias`); this copy inlines those branches and drops
@@ -148,33 +148,34 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
     with one candidate): the engine refuses any other tree then."""
     from builder.export.graph import prune
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    nodes: list[onnx.NodeProto] = []
-    for node in out.graph.node:  # the copy's: its nodes are edited below
-        if node.op_type != "If":
-            nodes.append(node)
-            continue
-        branch = next(a.g for a in node.attribute if a.name == "then_branch")
-        rename = {o.name: target for o, target in zip(branch.output, node.output)}
-        for inner in branch.node:
+    nodes: list[onnx.NodeProto] = []  # copies: the caller's model is not touched
+    for node in model.graph.node:
+        rename: dict[str, str] = {}
+        inner = [node]
+        if node.op_type == "If":
+            branch = next(a.g for a in node.attribute if a.name == "then_branch")
+            rename = {o.name: target for o, target in zip(branch.output, node.output)}
+            inner = list(branch.node)
+        for n in inner:
+            if "output_tokens" in (rename.get(o, o) for o in n.output):
+                continue  # replaced below
             copy = onnx.NodeProto()
-            copy.CopyFrom(inner)
+            copy.CopyFrom(n)
             for i, name in enumerate(copy.input):
                 copy.input[i] = rename.get(name, name)
             for i, name in enumerate(copy.output):
                 copy.output[i] = rename.get(name, name)
+            if copy.op_type == "GroupQueryAttention" and len(copy.input) > GQA_BIAS:
+                copy.input[GQA_BIAS] = ""  # attention_bias
             nodes.append(copy)
-        out.graph.initializer.extend(branch.initializer)
-    for node in nodes:
-        if node.op_type == "GroupQueryAttention" and len(node.input) > GQA_BIAS:
-            node.input[GQA_BIAS] = ""  # attention_bias
-    kept = [onnx.NodeProto() for _ in nodes if "output_tokens" not in _.output]
-    for k, n in zip(kept, [n for n in nodes if "output_tokens" not in n.output]):
-        k.CopyFrom(n)
-    kept.append(helper.make_node("Cast", ["node_argmax"], ["output_tokens"], name="plain/output_tokens", to=I32))
+    nodes.append(helper.make_node("Cast", ["node_argmax"], ["output_tokens"], name="plain/output_tokens", to=I32))
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in model.graph.node:
+        if node.op_type == "If":
+            out.graph.initializer.extend(next(a.g for a in node.attribute if a.name == "then_branch").initializer)
     del out.graph.node[:]
-    out.graph.node.extend(kept)
+    out.graph.node.extend(nodes)
     return prune(out)
 
 
