@@ -39,13 +39,14 @@ sampled row runs the rejection graph.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from builder.engines.rows import RowTable
-from builder.speculative.batch import DraftBatch
+from builder.speculative.batch import DraftBatch, StructureCache
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
 
 Shape = tuple[int, ...]
@@ -115,6 +116,16 @@ def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: i
     return inputs, outputs
 
 
+@dataclass(frozen=True)
+class _Filled:
+    """What a binding's structure inputs hold: `batch`'s structure for `rows`, and its nodes' depths."""
+
+    bound: Binding
+    batch: DraftBatch
+    rows: np.ndarray  # [b] the rows the structure was written for
+    offsets: np.ndarray  # [rows in use, T] node depth per row (0: padding, idle rows)
+
+
 class BatchedTarget:
     """The `Engine` protocol over a target step graph; subclasses supply the runtime (module docstring)."""
 
@@ -128,9 +139,10 @@ class BatchedTarget:
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.rows = RowTable(max_batch_size)
         self.committed: np.ndarray = np.zeros(max_batch_size, dtype=np.int64)  # per row
-        self._filled: tuple[Binding | None, DraftBatch | None, np.ndarray | None] = (None, None, None)  # see _fill_step
+        self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
+        self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
+        self._batch: DraftBatch | None = None  # the latest step's
         self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
-        self._offsets: np.ndarray = np.zeros((0, 0), np.int64)  # [rows, T] node depths of the filled structure
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
         self._in_order = True
@@ -194,15 +206,17 @@ class BatchedTarget:
 
     def step(self, seqs: Sequence[int], drafts: Sequence[Draft], sampling: SamplingBatch) -> StepResult:
         """One step (the `Engine` protocol); the result's arrays are reused by the next step (module docstring)."""
-        if len(seqs) != len(drafts) or len(set(seqs)) != len(seqs):
+        b = len(seqs)
+        if b != len(drafts) or (b > 1 and len(set(seqs)) != b):
             raise ValueError("step needs one draft per distinct sequence")
         rows = self._rows_of(seqs)  # [b] engine rows of the given sequences
         n_rows = len(self.rows)
-        batch = DraftBatch.of(drafts, self.vocab_size, self._filled[1])  # checked: tokens, masks, depths, paths
+        batch = DraftBatch.of(drafts, self.vocab_size, self._batch, self._structures)  # checked: tokens, masks, ...
+        self._batch = batch
         t, past = batch.t, self.committed[:n_rows]
         whole = len(rows) == n_rows and self._in_order  # rows == 0..n_rows-1: slices instead of gathers
         mine = past if whole else past[rows]
-        if int(mine.max()) + t > self.kv.capacity:
+        if (int(mine[0]) if b == 1 else int(mine.max())) + t > self.kv.capacity:
             i = int(np.argmax(mine))
             raise ValueError(f"sequence at {mine[i]} tokens has no room for {t} nodes (capacity {self.kv.capacity})")
         bound = self._binding(sampling, 0, n_rows, t, t, batch.p, batch.w)
@@ -228,11 +242,14 @@ class BatchedTarget:
 
     def _fill_step(self, bound: Binding, rows: np.ndarray, batch: DraftBatch, past: np.ndarray, whole: bool) -> None:
         """The binding's inputs for this step. The structure (mask, node counts, paths, depth offsets) is written
-        only when it differs from what this binding last held; tokens and positions every step."""
+        only when it differs from what this binding last held (remembered per binding, so chains whose length
+        changes every step, each length its own binding, rewrite nothing); tokens and positions every step."""
         x = bound.x
-        f_bound, f_batch, f_rows = self._filled
-        if not (f_bound is bound and f_batch is batch and batch.same_structure and f_rows is rows):
-            self._filled = (None, None, None)  # until the structure below is complete
+        f = self._filled.get(id(bound))
+        if f is not None and f.bound is bound and f.batch is batch and batch.same_structure and f.rows is rows:
+            offsets = f.offsets
+        else:
+            self._filled.pop(id(bound), None)  # until the structure below is complete
             x["tokens"][:] = 0
             x["tree_mask"][:] = np.eye(batch.t, dtype=bool)  # padding nodes and idle rows attend themselves only
             x["num_nodes"][:] = 0  # rows without a draft this step are idle
@@ -241,15 +258,17 @@ class BatchedTarget:
             x["tree_mask"][rows] = batch.mask
             x["num_nodes"][rows] = batch.nodes
             x["paths"][rows] = batch.paths
-            self._offsets = np.zeros((len(past), batch.t), np.int64)  # [rows, T] node depth (0: padding, idle)
-            self._offsets[rows] = batch.depth
-            self._filled = (bound, batch, rows)
+            offsets = np.zeros((len(past), batch.t), np.int64)  # [rows, T] node depth (0: padding, idle)
+            offsets[rows] = batch.depth
+            if len(self._filled) >= 64:
+                self._filled.clear()
+            self._filled[id(bound)] = _Filled(bound, batch, rows, offsets)
         if whole:
             x["tokens"][...] = batch.tokens
         else:
             x["tokens"][rows] = batch.tokens
         x["past_len"][...] = past
-        np.add(past[:, None], self._offsets, out=x["position_ids"])
+        np.add(past[:, None], offsets, out=x["position_ids"])
 
     @staticmethod
     def _fill_sampling(x: dict[str, np.ndarray], sampling: SamplingBatch, rows: np.ndarray) -> None:
@@ -274,7 +293,10 @@ class BatchedTarget:
                 self.kv.compact(int(rows[0]), int(self.committed[rows[0]]), out.chain[0, : int(acc[0])])
         elif moved.any():
             self._compact(rows[moved], self.committed[rows[moved]], out.chain[moved], out.accepted_len[moved])
-        self.committed[rows] += out.accepted_len
+        if whole:
+            self.committed[: len(rows)] += out.accepted_len
+        else:
+            self.committed[rows] += out.accepted_len
         return out
 
     def _compact(self, rows: np.ndarray, starts: np.ndarray, chains: np.ndarray, lengths: np.ndarray) -> None:

@@ -8,9 +8,11 @@ same rules as `builder.speculative.engine.check_draft` — vectorised over the b
 number of NumPy calls whatever its size (`check_trees` is tested against `check_draft` on the same cases).
 
 The structure (masks, depths, paths) usually repeats: static trees and Lookahead layouts share read-only
-arrays between drafts and steps. When every draft's arrays are the very objects of `previous` (same order,
-read-only), `previous` itself is returned with the new tokens (`DraftBatch.same_structure` tells the engine
-that its graph inputs already hold the rest). Drafts sharing one read-only tree are checked once per tree
+arrays between drafts and steps, and n-gram chains of each length are one read-only structure. When every
+draft's arrays are the very objects of `previous` (same order, read-only) — or of a batch in `cache`, the
+caller's batches of recent structures (keyed by those arrays' ids, so n-gram chains whose length changes every
+step still find theirs) — that batch itself is returned with the new tokens (`DraftBatch.same_structure` tells
+the engine that its graph inputs may already hold the rest). Drafts sharing one read-only tree are checked once per tree
 (`check_draft`'s cache); others (e.g. EAGLE-2's per-step trees) in one batched check per shape. A batch of one
 draft uses the draft's own arrays as [1, ...] views.
 """
@@ -26,6 +28,8 @@ import numpy as np
 from builder.speculative.engine import Draft, check_tree, check_trees
 
 TreeKey = tuple[int, int, int]  # ids of (mask, depth, paths)
+StructureCache = dict[tuple[TreeKey, ...], "DraftBatch"]  # recent reusable batches by their drafts' keys
+CACHED_STRUCTURES = 64  # a StructureCache holds at most this many batches (then starts again)
 
 
 @lru_cache(maxsize=64)
@@ -70,18 +74,28 @@ class DraftBatch:
         return int(self.paths.shape[2])
 
     @classmethod
-    def of(cls, drafts: Sequence[Draft], vocab_size: int, previous: "DraftBatch | None" = None) -> "DraftBatch":
-        """The batch of `drafts`, checked; `previous`'s structure when the drafts share it (module docstring)."""
+    def of(cls, drafts: Sequence[Draft], vocab_size: int, previous: "DraftBatch | None" = None,
+           cache: "StructureCache | None" = None) -> "DraftBatch":  # fmt: skip
+        """The batch of `drafts`, checked; `previous`'s structure, or one in `cache`, when the drafts share it
+        (module docstring). A new reusable structure is added to `cache`."""
         if not drafts:
             raise ValueError("a step needs at least one draft")
         keys = [(id(d.mask), id(d.depth), id(d.paths)) for d in drafts]
+        if cache is not None and (previous is None or keys != previous.keys):
+            previous = cache.get(tuple(keys))
         if previous is not None and previous.reusable and keys == previous.keys:  # (previous keeps those ids alive)
             batch = previous  # the same structure: only the tokens are new
             batch.tokens = _stack_tokens(drafts, previous.nodes, previous.t, previous.uniform)
             batch.same_structure = True
         else:
             batch = _structure(drafts, keys)
-        if int(batch.tokens.view(np.uint64).max()) >= vocab_size:  # one reduction: a negative id reads as huge
+            if cache is not None and batch.reusable:
+                if len(cache) >= CACHED_STRUCTURES:
+                    cache.clear()
+                cache[tuple(keys)] = batch
+        tokens = batch.tokens
+        if (int(tokens.view(np.uint64).max()) if tokens.size > 1 else int(tokens[0, 0]) % (1 << 64)) >= vocab_size:
+            # one reduction (a plain step: one scalar); a negative id reads as huge
             raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
         return batch
 

@@ -221,8 +221,9 @@ class Decoder:
             if s.drafting and s.committed > room:
                 self._stop_drafting(s)
         self._apply_budget()
-        order = [s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting]
-        k = sum(s.drafting for s in order)
+        k = sum(s.drafting for s in self.active)
+        order = self.active if k in (0, len(self.active)) else ([s for s in self.active if s.drafting] +
+                                                                 [s for s in self.active if not s.drafting])  # fmt: skip
         roots = [s.gen.token_ids[-1] for s in order]
         ids = [s.id for s in order]
         drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []
