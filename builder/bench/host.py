@@ -133,6 +133,8 @@ def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Seque
     _round(engine, make_drafter, prompts, max_new, None)  # warm-up: bindings, first shapes
     clock = _Clock()
     clock.wrap(engine, "step", "engine")
+    if getattr(type(engine), "step_plain", None) is not None:
+        clock.wrap(engine, "step_plain", "engine")  # the Decoder's batch-1 plain steps go there
     steps: list[dict[str, float]] = []
     taus = []
     try:

@@ -173,6 +173,14 @@ class _Tap:
         self.outputs.append([int(pre.tokens[0])])
         return ids, pre
 
+    def step_plain(self, seq: int, token: int) -> int | None:  # the engine's shortcut, tapped (None: it has none)
+        if getattr(type(self._engine), "step_plain", None) is None:
+            return None
+        tok: int | None = self._engine.step_plain(seq, token)
+        if tok is not None:
+            self.outputs[-1].append(tok)
+        return tok
+
     def step(self, seqs, drafts, sampling):  # noqa: ANN001, ANN201
         out = self._engine.step(seqs, drafts, sampling)
         self.outputs[-1].extend(out.emitted(0))

@@ -142,6 +142,7 @@ class BatchedTarget:
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
         self._batch: DraftBatch | None = None  # the latest step's
+        self._plain: Binding | None = None  # the greedy one-row T = 1 binding, once a plain step filled it (step_plain)
         self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
@@ -224,7 +225,34 @@ class BatchedTarget:
         self._fill_sampling(bound.x, sampling, rows)
         bound.run()
         self._verify_on_host(bound.y, rows, batch, whole, sampling.greedy)
-        return self._commit(bound.y, rows, batch, whole)
+        out = self._commit(bound.y, rows, batch, whole)
+        if t == 1 and n_rows == 1 and sampling.greedy:
+            self._plain = bound  # its structure inputs hold the one T = 1 structure for row 0 (`step_plain`)
+        return out
+
+    def step_plain(self, seq: int, token: int) -> int | None:
+        """One plain greedy step — `step` with `root_only(token)` — of `seq` while it is the engine's only sequence:
+        the next token. What `step` does with that call (the same binding and inputs, the verdict checked, the KV
+        committed) in scalars, as the commonest call of a batch-1 decode (`Decoder._step` takes it). None, with
+        nothing done, where it does not apply (another sequence held, no plain step run yet by `step`, no room):
+        the caller then calls `step`."""
+        bound = self._plain
+        if bound is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or not 0 <= token < self.vocab_size:
+            return None
+        past = int(self.committed[0])
+        if past + 1 > self.kv.capacity:
+            return None
+        x = bound.x
+        x["tokens"][0, 0] = token
+        x["past_len"][0] = past
+        x["position_ids"][0, 0] = past
+        bound.run()
+        y = bound.y
+        if int(y["accepted_len"][0]) != 1 or int(y["best_path"][0]) != 0:
+            raise RuntimeError(f"the engine accepted {int(y['accepted_len'][0])} nodes of path {int(y['best_path'][0])} "
+                               "of a root-only draft")  # fmt: skip
+        self.committed[0] = past + 1
+        return int(y["output_tokens"][0, 0])
 
     def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
                         greedy: bool) -> None:  # fmt: skip

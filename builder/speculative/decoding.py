@@ -136,6 +136,9 @@ class Decoder:
         self.totals = Totals()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
         self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
+        # the engine's shortcut for a plain greedy step of its only sequence, if its class has one (a wrapper that
+        # does not define it — fault injection, a tap — keeps every step on `step`)
+        self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
 
     @property
     def free_slots(self) -> int:
@@ -216,6 +219,13 @@ class Decoder:
 
     def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
         t0 = time.perf_counter()
+        if self._step_plain is not None and len(self.active) == 1:  # a batch-1 plain decode: the engine's shortcut
+            s = self.active[0]
+            if not s.drafting and s.req.sampling.greedy:
+                tok = self._step_plain(s.id, s.gen.token_ids[-1])
+                if tok is not None:
+                    self.timing.target += time.perf_counter() - t0
+                    return self._plain_stepped(s, tok, on_tokens)
         room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and s.committed > room:
@@ -259,6 +269,23 @@ class Decoder:
         totals.drafted += drafted_total
         totals.accepted += sum(accepted) - len(order)
         totals.sequence_steps += len(order)
+        return self._retire()
+
+    def _plain_stepped(self, s: _Seq, tok: int, on_tokens: OnTokens | None) -> list[_Seq]:
+        """The bookkeeping of `_step` for a plain step of one sequence that emitted `tok`."""
+        self.timing.steps += 1
+        g, totals = s.gen, self.totals
+        g.steps += 1
+        g.accepted_per_step.append(0)
+        s.committed += 1
+        totals.sequence_steps += 1
+        if s.plain and len(g.token_ids) + 1 < s.req.max_new_tokens:
+            g.token_ids.append(tok)
+            totals.emitted += 1
+            if on_tokens is not None:
+                on_tokens(s.index, [tok])
+        else:
+            self._emit(s, [tok], on_tokens)
         return self._retire()
 
     def cancel(self, index: int) -> Generation | None:
