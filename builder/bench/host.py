@@ -112,6 +112,8 @@ def _round(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Seque
     if clock is not None and drafter is not None:
         clock.wrap(drafter, "propose", "drafter")
         clock.wrap(drafter, "update", "drafter")
+        if getattr(type(drafter), "update_emitted", None) is not None:
+            clock.wrap(drafter, "update_emitted", "drafter")  # the loop's batch-1 shortcut learns there
     loop.add([Request(tuple(p), max_new) for p in prompts])
     full: list[dict[str, float]] = []
     while loop.active:
@@ -133,8 +135,8 @@ def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Seque
     _round(engine, make_drafter, prompts, max_new, None)  # warm-up: bindings, first shapes
     clock = _Clock()
     clock.wrap(engine, "step", "engine")
-    if getattr(type(engine), "step_plain", None) is not None:
-        clock.wrap(engine, "step_plain", "engine")  # the Decoder's batch-1 plain steps go there
+    if getattr(type(engine), "step_chain", None) is not None:
+        clock.wrap(engine, "step_chain", "engine")  # the Decoder's batch-1 steps of a chain go there
     steps: list[dict[str, float]] = []
     taus = []
     try:

@@ -173,13 +173,13 @@ class _Tap:
         self.outputs.append([int(pre.tokens[0])])
         return ids, pre
 
-    def step_plain(self, seq: int, token: int) -> int | None:  # the engine's shortcut, tapped (None: it has none)
-        if getattr(type(self._engine), "step_plain", None) is None:
+    def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:  # the engine's shortcut, tapped
+        if getattr(type(self._engine), "step_chain", None) is None:  # (None: it has none; the loop calls step)
             return None
-        tok: int | None = self._engine.step_plain(seq, token)
-        if tok is not None:
-            self.outputs[-1].append(tok)
-        return tok
+        emitted: list[int] | None = self._engine.step_chain(seq, tokens)
+        if emitted is not None:
+            self.outputs[-1].extend(emitted)
+        return emitted
 
     def step(self, seqs, drafts, sampling):  # noqa: ANN001, ANN201
         out = self._engine.step(seqs, drafts, sampling)

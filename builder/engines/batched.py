@@ -142,7 +142,7 @@ class BatchedTarget:
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
         self._batch: DraftBatch | None = None  # the latest step's
-        self._plain: Binding | None = None  # the greedy one-row T = 1 binding, once a plain step filled it (step_plain)
+        self._chains: dict[int, Binding] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
         self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
@@ -226,33 +226,42 @@ class BatchedTarget:
         bound.run()
         self._verify_on_host(bound.y, rows, batch, whole, sampling.greedy)
         out = self._commit(bound.y, rows, batch, whole)
-        if t == 1 and n_rows == 1 and sampling.greedy:
-            self._plain = bound  # its structure inputs hold the one T = 1 structure for row 0 (`step_plain`)
+        if n_rows == 1 and sampling.greedy and batch.p == 1 and batch.w == t:  # one chain (root-only included)
+            self._chains[t] = bound  # its structure inputs hold the one T-node chain structure for row 0 (step_chain)
         return out
 
-    def step_plain(self, seq: int, token: int) -> int | None:
-        """One plain greedy step — `step` with `root_only(token)` — of `seq` while it is the engine's only sequence:
-        the next token. What `step` does with that call (the same binding and inputs, the verdict checked, the KV
-        committed) in scalars, as the commonest call of a batch-1 decode (`Decoder._step` takes it). None, with
-        nothing done, where it does not apply (another sequence held, no plain step run yet by `step`, no room):
-        the caller then calls `step`."""
-        bound = self._plain
-        if bound is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or not 0 <= token < self.vocab_size:
+    def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
+        """One greedy step of `seq`, while it is the engine's only sequence, with a chain draft (node i at depth i;
+        `tokens` = root first; one token: a plain step): the tokens it emits (the accepted drafts, then the target's
+        next). What `step` does with that call — the same binding and inputs, the verdict checked, the KV committed
+        (a chain's accepted nodes are already in place) — in scalars: the commonest call of a batch-1 decode, whose
+        host work per step this cuts (`Decoder._step` takes it). None, with nothing done, where it does not apply
+        (another sequence held, no step of a T-node chain run by `step` yet, a token out of range, no room): the
+        caller then calls `step`, which says what is wrong."""
+        t = len(tokens)
+        bound = self._chains.get(t)
+        if (bound is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or min(tokens) < 0
+                or max(tokens) >= self.vocab_size):  # fmt: skip
             return None
         past = int(self.committed[0])
-        if past + 1 > self.kv.capacity:
+        if past + t > self.kv.capacity:
             return None
         x = bound.x
-        x["tokens"][0, 0] = token
+        x["tokens"][0] = tokens
         x["past_len"][0] = past
-        x["position_ids"][0, 0] = past
+        np.add(_arange(t), past, out=x["position_ids"][0])
         bound.run()
-        y = bound.y
-        if int(y["accepted_len"][0]) != 1 or int(y["best_path"][0]) != 0:
-            raise RuntimeError(f"the engine accepted {int(y['accepted_len'][0])} nodes of path {int(y['best_path'][0])} "
-                               "of a root-only draft")  # fmt: skip
-        self.committed[0] = past + 1
-        return int(y["output_tokens"][0, 0])
+        emitted = self._chain_verdict(bound.y, tokens)
+        self.committed[0] = past + len(emitted)
+        return emitted
+
+    def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
+        """`step_chain`'s emitted tokens from the graph's verdict (checked: path 0, 1..T nodes)."""
+        n, best = int(y["accepted_len"][0]), int(y["best_path"][0])
+        if best != 0 or not 1 <= n <= len(tokens):
+            raise RuntimeError(f"the engine accepted {n} nodes of path {best} of a {len(tokens)}-node chain")
+        emitted: list[int] = y["output_tokens"][0, :n].tolist()
+        return emitted
 
     def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
                         greedy: bool) -> None:  # fmt: skip

@@ -136,9 +136,10 @@ class Decoder:
         self.totals = Totals()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
         self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
-        # the engine's shortcut for a plain greedy step of its only sequence, if its class has one (a wrapper that
-        # does not define it — fault injection, a tap — keeps every step on `step`)
-        self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
+        # batch-1 shortcuts, taken where the engine's class (and, for drafting sequences, the drafter's) has them: a
+        # wrapper that does not define them (fault injection, a tap) keeps every step on `step` / `update`
+        self._step_chain = getattr(engine, "step_chain") if getattr(type(engine), "step_chain", None) else None
+        self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
 
     @property
     def free_slots(self) -> int:
@@ -219,13 +220,6 @@ class Decoder:
 
     def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
         t0 = time.perf_counter()
-        if self._step_plain is not None and len(self.active) == 1:  # a batch-1 plain decode: the engine's shortcut
-            s = self.active[0]
-            if not s.drafting and s.req.sampling.greedy:
-                tok = self._step_plain(s.id, s.gen.token_ids[-1])
-                if tok is not None:
-                    self.timing.target += time.perf_counter() - t0
-                    return self._plain_stepped(s, tok, on_tokens)
         room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and s.committed > room:
@@ -239,6 +233,10 @@ class Decoder:
         drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []
         drafts += [root_only(r) for r in roots[k:]]
         t1 = time.perf_counter()
+        if len(order) == 1 and self._step_chain is not None:  # batch 1: the engine's shortcut, if it takes this draft
+            done = self._chain_step(order[0], drafts[0], bool(k), t0, t1, on_tokens)
+            if done is not None:
+                return done
         out = self.engine.step(ids, drafts, self._sampling(order, [d.paths.shape[1] for d in drafts]))
         t2 = time.perf_counter()
         if k:
@@ -251,42 +249,55 @@ class Decoder:
         accepted, emitted = out.accepted_len.tolist(), out.tokens.tolist()  # read before the engine's next step
         drafted_total = 0
         for s, n, d, toks in zip(order, accepted, drafts, emitted):
-            drafted = d.tokens.shape[0] - 1
-            drafted_total += drafted
-            g = s.gen
-            g.steps += 1
-            g.drafted += drafted
-            g.accepted_per_step.append(n - 1)
-            s.committed += n
-            if s.plain and len(g.token_ids) + n < s.req.max_new_tokens:  # no stop rule, not the last tokens
-                g.token_ids += toks[:n]
-                self.totals.emitted += n
-                if on_tokens is not None:
-                    on_tokens(s.index, toks[:n])
-            else:
-                self._emit(s, toks[:n], on_tokens)
+            drafted_total += d.tokens.shape[0] - 1
+            self._account(s, n, d.tokens.shape[0] - 1, toks, on_tokens)
         totals = self.totals
         totals.drafted += drafted_total
         totals.accepted += sum(accepted) - len(order)
         totals.sequence_steps += len(order)
         return self._retire()
 
-    def _plain_stepped(self, s: _Seq, tok: int, on_tokens: OnTokens | None) -> list[_Seq]:
-        """The bookkeeping of `_step` for a plain step of one sequence that emitted `tok`."""
+    def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,
+                    on_tokens: OnTokens | None) -> list[_Seq] | None:  # fmt: skip
+        """`_step` for one greedy sequence whose draft is a chain (root-only included) through the engine's
+        `step_chain`; a drafting sequence only with a drafter that learns from the emitted tokens alone
+        (`update_emitted`). None, with nothing done, where the shortcut does not apply."""
+        t = d.tokens.shape[0]
+        if not s.req.sampling.greedy or d.paths.shape != (1, t) or (drafting and not self._update_emitted):
+            return None
+        assert self._step_chain is not None
+        toks = self._step_chain(s.id, d.tokens.tolist())
+        if toks is None:
+            return None
+        t2 = time.perf_counter()
+        if drafting:
+            self.drafter.update_emitted(s.id, toks, t - 1)  # type: ignore[union-attr]
+        t3 = time.perf_counter()
+        self.timing.draft += (t1 - t0) + (t3 - t2)
+        self.timing.target += t2 - t1
         self.timing.steps += 1
-        g, totals = s.gen, self.totals
-        g.steps += 1
-        g.accepted_per_step.append(0)
-        s.committed += 1
+        n = len(toks)
+        self._account(s, n, t - 1, toks, on_tokens)
+        totals = self.totals
+        totals.drafted += t - 1
+        totals.accepted += n - 1
         totals.sequence_steps += 1
-        if s.plain and len(g.token_ids) + 1 < s.req.max_new_tokens:
-            g.token_ids.append(tok)
-            totals.emitted += 1
-            if on_tokens is not None:
-                on_tokens(s.index, [tok])
-        else:
-            self._emit(s, [tok], on_tokens)
         return self._retire()
+
+    def _account(self, s: _Seq, n: int, drafted: int, toks: list[int], on_tokens: OnTokens | None) -> None:
+        """A sequence's step: `drafted` draft tokens, `n` emitted (toks[:n]: the accepted drafts, then the bonus)."""
+        g = s.gen
+        g.steps += 1
+        g.drafted += drafted
+        g.accepted_per_step.append(n - 1)
+        s.committed += n
+        if s.plain and len(g.token_ids) + n < s.req.max_new_tokens:  # no stop rule, not the last tokens
+            g.token_ids += toks[:n]
+            self.totals.emitted += n
+            if on_tokens is not None:
+                on_tokens(s.index, toks[:n])
+        else:
+            self._emit(s, toks[:n], on_tokens)
 
     def cancel(self, index: int) -> Generation | None:
         """Drop the active request with this index now (between steps): its slot and KV are freed.

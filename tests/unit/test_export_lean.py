@@ -372,3 +372,54 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     ids, pre = e.start([prompts[0]], SamplingBatch.all_greedy(1, 1))
     with pytest.raises(ValueError, match="plain steps and chains"):
         e.step(ids, [draft_from([-1, 0, 0], [int(pre.tokens[0]), 5, 6])], SamplingBatch.all_greedy(1, 2))
+
+
+def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
+    """The batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step` for the engine's only sequence
+    when its draft is a chain) against the general `step` path of the same engine class with the shortcut hidden:
+    token for token, every step's accepted count and the KV cache written — plain decoding and n-gram chains, stop
+    tokens included, on the tree graph (in-graph verdict) and the plain-steps graph (host verdict) — and it was
+    really taken; with two sequences held every step goes through `step`."""
+    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.speculative.decoding import Decoder, Request, generate
+    from builder.speculative.ngram.drafter import NgramDrafter
+
+    class General(OrtEngine):
+        step_chain = None  # the loop then takes `step` for every step
+
+    class Counted(OrtEngine):
+        taken = 0
+
+        def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
+            out = super().step_chain(seq, tokens)
+            self.taken += out is not None
+            return out
+
+    model = tiny_target(7, scaling=True, tied=False, head_dim=16)
+    res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
+    cfg = model.cfg
+    spec = TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
+                      cfg.vocab_size, 96, None, res.plain)  # fmt: skip
+    gen = np.random.default_rng(5)
+    prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 3)]
+    prompts += [[3, 4, 5] * 5, [9, 9, 9, 9, 9, 8], [1, 2] * 7 + [3]]  # prompts that make the n-gram drafter draft
+    for plain in (False, True):
+        fast, slow = Counted(spec, 80, 2, plain_only=plain), General(spec, 80, 2, plain_only=plain)
+        for p in prompts:
+            for drafter in (None, lambda: NgramDrafter(6, 3, 1, 1)):
+                a, b = (generate(e, p, 30, drafter and drafter()) for e in (fast, slow))
+                assert (a.token_ids, a.accepted_per_step) == (b.token_ids, b.accepted_per_step)
+                live = len(p) + len(a.token_ids) - 1
+                assert np.array_equal(fast.kv.buf[:, :, 0, :, :live], slow.kv.buf[:, :, 0, :, :live])
+            stop = generate(slow, p, 30).token_ids[7]  # a token the decode emits: it ends there
+            a, b = (generate(e, p, 30, NgramDrafter(6, 3, 1, 1), stop_ids=[stop]) for e in (fast, slow))
+            assert a.token_ids == b.token_ids and a.token_ids[-1] == stop and a.finish_reason == "stop"
+        assert fast.taken > 100, fast.taken
+        runs = {e: Decoder(e, NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 20 + 5 * i) for i, p in
+                                                             enumerate(prompts[-2:])]) for e in (fast, slow)}  # fmt: skip
+        assert [(g.token_ids, g.accepted_per_step) for g in runs[fast]] == [
+            (g.token_ids, g.accepted_per_step) for g in runs[slow]]
+        ids, pre = fast.start(prompts[:2], SamplingBatch.all_greedy(2, 1))
+        assert fast.step_chain(ids[0], [int(pre.tokens[0])]) is None  # two sequences held: `step` it is
+        for i in ids:
+            fast.release(i)

@@ -79,10 +79,8 @@ class OrtEngine(BatchedTarget):
         if not (self.plain_only and greedy) or batch.t == 1:  # the rejection graph verifies in-graph
             return
         if batch.size == 1 and whole:  # one sequence (the common n-gram case): plain Python on <= T ints
-            drafted, target = batch.tokens[0].tolist(), y["node_argmax"][0].tolist()
-            n, last = 0, int(batch.nodes[0]) - 1
-            while n < last and drafted[n + 1] == target[n]:
-                n += 1
+            target = y["node_argmax"][0].tolist()
+            n = _leading_hits(batch.tokens[0].tolist(), target, int(batch.nodes[0]))
             y["accepted_len"][0] = n + 1
             y["best_path"][0] = 0
             out = y["output_tokens"]
@@ -102,6 +100,13 @@ class OrtEngine(BatchedTarget):
             y["accepted_len"][rows] = n + 1
             y["best_path"][rows] = 0
             y["output_tokens"][rows] = tokens
+
+    def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
+        """`step_chain` on the plain-steps graph: a chain of T > 1 verified here, as `_verify_on_host` does."""
+        if not self.plain_only or len(tokens) == 1:  # the graph's own verdict
+            return super()._chain_verdict(y, tokens)
+        target: list[int] = y["node_argmax"][0].tolist()
+        return target[: _leading_hits(tokens, target, len(tokens)) + 1]
 
     def _make_binding(self, mode: str, r0: int, r1: int, inputs: Spec, outputs: Spec) -> Bound:
         """A binding of the contract's tensors (`builder.export.contract.TARGET`) at the sizes of `inputs`;
@@ -123,3 +128,11 @@ class OrtEngine(BatchedTarget):
                                  "greedy): sampling (temperature > 0) needs speculative.verification: rejection")
             self._sessions[mode] = make_session(self.spec.rejection, self.threads)
         return self._sessions[mode]
+
+
+def _leading_hits(drafted: list[int], target: list[int], nodes: int) -> int:
+    """Accepted drafts of a chain: the leading k with drafted[k + 1] == target[k] (the target's token after node k)."""
+    n, last = 0, nodes - 1
+    while n < last and drafted[n + 1] == target[n]:
+        n += 1
+    return n

@@ -185,5 +185,10 @@ class NgramDrafter:
         for row, (s, d) in enumerate(zip(seqs, drafts)):
             self._seqs[s].update(result.emitted(row), d.width - 1)
 
+    def update_emitted(self, seq: int, emitted: list[int], depth: int) -> None:
+        """`update` for one sequence from what it learns of a step — its emitted tokens and its draft's depth
+        (the decoding loop's batch-1 shortcut, `Decoder._chain_step`)."""
+        self._seqs[seq].update(emitted, depth)
+
     def release(self, seq: int) -> None:
         self._seqs.pop(seq, None)
