@@ -10,7 +10,8 @@ per step after prefill, minus what the curve says the step's graphs take, `graph
                  W=1 N=2 G=1                                    -> base_ms + draft_ms + per_unit_ms · 1
     current      the recipe's own setting, u units              -> base_ms + draft_ms + per_unit_ms · u
 
-(units: EAGLE tree levels, i.e. draft calls; Medusa and Lookahead draft nodes.) Each share is floored at 0;
+(units: EAGLE tree levels, i.e. draft calls; Medusa and Lookahead draft nodes; n-gram: the plain decode alone,
+its drafter's lookup per step being the same whatever the setting.) Each share is floored at 0;
 other settings are then charged by that line. Batch 1, one thread, one untimed warm-up prompt per decode.
 """
 
@@ -61,6 +62,8 @@ def measure_host(folder: Path, key: str, current: Mapping[str, Any], curve: Step
 
     wall, _ = run({"method": "none"})
     base = max(0.0, wall - curve.target_ms(1, 1))
+    if key == "ngram":  # its drafter's host work is a lookup per step whatever the setting: charged as base only
+        return Host(round(base, 5), 0.0, "measured", 0.0)
     small = small_setting(key, current)
     if key == "lookahead":
         wall_small, tau_small = run({"method": "lookahead", **small})

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from builder.speculative.drafters import NGRAM_KEYS
 from builder.speculative.eagle.config import DynamicTree, EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig, lookahead_draft_len
 from builder.speculative.medusa.config import MedusaConfig
@@ -57,6 +58,8 @@ def current_setting(loaded: Any) -> dict[str, Any]:
     spec = loaded.recipe.speculative
     if spec.method == "lookahead":
         return {"window": spec.window, "ngram": spec.ngram, "verification_set": spec.verification_set}
+    if spec.method == "ngram":
+        return dict(zip(NGRAM_KEYS, spec.settings))
     if spec.method == "eagle" and spec.tree.type == "dynamic":
         return {"depth": spec.tree.depth, "top_k": spec.tree.top_k, "total_nodes": spec.tree.total_nodes}
     return {"choices": [list(c) for c in Parts(loaded, spec.method).choices()]}

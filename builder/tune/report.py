@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_SETTING_KEYS = ("depth", "top_k", "total_nodes", "window", "ngram", "verification_set")
+_SETTING_KEYS = ("depth", "top_k", "total_nodes", "window", "ngram", "verification_set", "max_draft", "max_match",
+                 "min_match", "candidates")
 
 
 def describe(row: dict[str, Any]) -> str:

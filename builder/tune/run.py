@@ -80,16 +80,13 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     from builder.tune.calibrate import Calibration
     from builder.tune.host import measure_host
     from builder.tune.methods import TUNERS, current_setting
+    from builder.tune.ngram import tune_ngram
     from builder.tune.overlay import overlay_fields
 
     key = method_key(loaded)
     report: dict[str, Any] = {"recipe": str(loaded.path), "method": key}
     if key == "none":
         report["note"] = "speculative.method none: no draft, nothing to tune"
-        return report
-    if key == "ngram":  # its tree follows the text; E[τ]/c(T) would need the per-step T distribution, not one c(T)
-        report["note"] = ("speculative.method ngram: not tuned (each step's tree follows the text, so the cost model's "
-                          "one tree per setting does not describe it); compare settings with scripts/bench_decode.py")
         return report
     curve, folder = cost_curve(loaded, opts)
     room = curve.max_nodes
@@ -99,7 +96,7 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
         opts.say("measuring the host's share of a step (plain and the current setting, this engine)")
         host = measure_host(folder, key, current_setting(loaded), curve, (cal.prompts * 3)[:3], opts.max_new_tokens,
                             opts.threads)  # fmt: skip
-    tuned = TUNERS[key](cal, curve, room, host, opts.say)
+    tuned = (tune_ngram if key == "ngram" else TUNERS[key])(cal, curve, room, host, opts.say)
     plain = curve.target_ms(1, 1) + host.base_ms
     sched = schedule(tuned.options, curve.batches, tuned.pick.nodes)
     report.update({
