@@ -126,6 +126,16 @@ class _Filled:
     offsets: np.ndarray  # [rows in use, T] node depth per row (0: padding, idle rows)
 
 
+class _ChainIO:
+    """`step_chain`'s view of a one-row T-node chain binding: the inputs it writes per step, row 0's."""
+
+    def __init__(self, bound: Binding) -> None:
+        x = bound.x
+        self.bound = bound
+        self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
+        self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
+
+
 class BatchedTarget:
     """The `Engine` protocol over a target step graph; subclasses supply the runtime (module docstring)."""
 
@@ -142,7 +152,7 @@ class BatchedTarget:
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
         self._batch: DraftBatch | None = None  # the latest step's
-        self._chains: dict[int, Binding] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
+        self._chains: dict[int, _ChainIO] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
         self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
@@ -227,7 +237,8 @@ class BatchedTarget:
         self._verify_on_host(bound.y, rows, batch, whole, sampling.greedy)
         out = self._commit(bound.y, rows, batch, whole)
         if n_rows == 1 and sampling.greedy and batch.p == 1 and batch.w == t:  # one chain (root-only included)
-            self._chains[t] = bound  # its structure inputs hold the one T-node chain structure for row 0 (step_chain)
+            if t not in self._chains or self._chains[t].bound is not bound:  # its structure inputs hold the one
+                self._chains[t] = _ChainIO(bound)  # T-node chain structure for row 0 (step_chain)
         return out
 
     def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
@@ -239,19 +250,18 @@ class BatchedTarget:
         (another sequence held, no step of a T-node chain run by `step` yet, a token out of range, no room): the
         caller then calls `step`, which says what is wrong."""
         t = len(tokens)
-        bound = self._chains.get(t)
-        if (bound is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or min(tokens) < 0
+        io = self._chains.get(t)
+        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or min(tokens) < 0
                 or max(tokens) >= self.vocab_size):  # fmt: skip
             return None
         past = int(self.committed[0])
         if past + t > self.kv.capacity:
             return None
-        x = bound.x
-        x["tokens"][0] = tokens
-        x["past_len"][0] = past
-        np.add(_arange(t), past, out=x["position_ids"][0])
-        bound.run()
-        emitted = self._chain_verdict(bound.y, tokens)
+        io.tokens[:] = tokens
+        io.past[0] = past
+        np.add(io.depth, past, out=io.positions)
+        io.bound.run()
+        emitted = self._chain_verdict(io.bound.y, tokens)
         self.committed[0] = past + len(emitted)
         return emitted
 

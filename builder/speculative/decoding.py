@@ -220,6 +220,11 @@ class Decoder:
 
     def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
         t0 = time.perf_counter()
+        if self._step_chain is not None and len(self.active) == 1 and not self.active[0].drafting:  # batch-1 plain
+            s = self.active[0]  # no draft: no room, budget or ordering to see to
+            done = self._chain_step(s, root_only(s.gen.token_ids[-1]), False, t0, t0, on_tokens)
+            if done is not None:
+                return done
         room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and s.committed > room:
