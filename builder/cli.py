@@ -69,7 +69,7 @@ def _clip(line: str, limit: int = 1000) -> str:
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="trtspec")
 def cli() -> None:
-    """trtspec: Llama 3 + speculative decoding (Medusa, EAGLE, Lookahead) from one YAML recipe to
+    """trtspec: Llama 3 + speculative decoding (Medusa, EAGLE, Lookahead, n-gram) from one YAML recipe to
     FP8 engines and a Triton model repository.
 
     \b

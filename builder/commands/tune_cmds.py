@@ -26,7 +26,8 @@ from builder.commands.options import echo_warnings, load_checked, set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @set_option
 def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, as_json, overrides):
-    """Pick RECIPE's draft (tree, total_nodes, W/N/G) and draft schedule from measured acceptance and step cost.
+    """Pick RECIPE's draft (tree, total_nodes, W/N/G, n-gram lengths) and draft schedule from measured
+    acceptance and step cost.
 
     \b
     cpu targets: the cost is the engine stage's step(T) curve measured on this host, and the speedup is
