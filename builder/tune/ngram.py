@@ -11,8 +11,8 @@ A setting's score is then exact for these prompts: E[τ] = tokens / steps and c 
 number per setting, as `Scored` wants; the draft length varies per step, which is why the static tuners' one
 tree per setting does not describe n-gram). Candidates: max_draft over `DRAFTS` (and the room the engine has),
 suffix lengths over `MATCHES`, the recipe's own candidates and adaptive flag, and the recipe's setting. At batch
-size b each row is charged c(b, T) of its own T (rows of one step pad to the largest: optimistic for mixed
-batches); the draft schedule's budgets are the pick replayed with a node cap.
+size b the texts decode b at a time and each step is charged c(rows, its widest row's T), as a batch pads to its
+widest draft; the draft schedule's budgets are the pick replayed with a node cap.
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ class Replayed:
     tokens: int  # emitted after the prefill's token (τ = tokens / steps)
     nodes: tuple[int, ...]  # each step's tree size T (root included)
     accepted: tuple[int, ...]  # each step's accepted drafts (the decoding loop's accepted_per_step, concatenated)
+    lengths: tuple[int, ...] = ()  # steps per text (`nodes` and `accepted` are the texts' steps, one after another)
+
+    def per_text(self) -> list[tuple[int, ...]]:
+        """`nodes` split by text."""
+        out, at = [], 0
+        for n in self.lengths:
+            out.append(self.nodes[at : at + n])
+            at += n
+        return out
 
     @property
     def tau(self) -> float:
@@ -56,7 +65,9 @@ def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[s
     steps = tokens = 0
     nodes: list[int] = []
     accepted: list[int] = []
+    lengths: list[int] = []
     for seq, (prompt, out) in enumerate(texts):
+        first = steps
         drafter = NgramDrafter(*(setting[k] for k in NGRAM_KEYS))
         drafter.set_budget(budget)
         drafter.start([seq], [list(prompt)], PrefillResult(None, []))  # type: ignore[arg-type] - unused by n-gram
@@ -80,13 +91,27 @@ def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[s
             nodes.append(draft.num_nodes)
             accepted.append(best_n)
         drafter.release(seq)
-    return Replayed(steps, tokens, tuple(nodes), tuple(accepted))
+        lengths.append(steps - first)
+    return Replayed(steps, tokens, tuple(nodes), tuple(accepted), tuple(lengths))
 
 
 def score(r: Replayed, curve: StepCurve, batch: int, host: Host, setting: dict[str, Any]) -> Scored:
-    """The setting's E[τ] and mean c over its replayed steps (each charged c(batch, its own T) + host base)."""
-    cost = sum(curve.target_ms(batch, t) for t in r.nodes) / max(r.steps, 1) + host.ms(batch, 0)
-    return Scored(ngram_nodes(setting["max_draft"], setting["candidates"]), r.tau, cost, setting)
+    """The setting's E[τ] and mean c over its replayed steps. Batch 1: each step charged c(1, its T) + host base.
+    Batch b: the texts decode in groups of b, side by side from their first steps; a group's step k holds the rows
+    still decoding and costs c(rows, the largest T among them) + host base (a batch pads to its widest draft);
+    E[τ] = tokens per row and step, c = ms per batch step (so E[τ] / c is per row, as speculation off's)."""
+    nodes = ngram_nodes(setting["max_draft"], setting["candidates"])
+    if batch == 1:
+        cost = sum(curve.target_ms(1, t) for t in r.nodes) / max(r.steps, 1) + host.ms(1, 0)
+        return Scored(nodes, r.tau, cost, setting)
+    per, ms, batch_steps = r.per_text(), 0.0, 0
+    for g in range(0, len(per), batch):
+        group = per[g : g + batch]
+        for k in range(max((len(x) for x in group), default=0)):
+            live = [x[k] for x in group if k < len(x)]
+            ms += curve.target_ms(len(live), max(live)) + host.ms(len(live), 0)
+            batch_steps += 1
+    return Scored(nodes, r.tau, ms / max(batch_steps, 1), setting)
 
 
 def grid(current: dict[str, Any], room: int) -> list[dict[str, Any]]:

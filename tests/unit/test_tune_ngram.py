@@ -76,14 +76,20 @@ def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
 
 def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
     s = {"max_draft": 6, "max_match": 3, "min_match": 1, "candidates": 1, "adaptive": True}
-    p = [5, 6, 7, 5, 6, 7, 5, 6]
-    r = replay([(p, generate(engine, p, 50).token_ids)], s, 40)
+    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9, 8], [11, 40, 3, 17, 22, 5]]
+    r = replay([(p, generate(engine, p, 50).token_ids) for p in prompts], s, 40)
     curve = StepCurve("measured", {1: {1: 1.0, 4: 1.6, 7: 2.5}, 2: {1: 1.5, 7: 4.0}})
     host = Host(0.25, 0.0, "measured")
     got = score(r, curve, 1, host, s)
     brute = sum(curve.target_ms(1, t) + 0.25 for t in r.nodes) / r.steps
     assert got.cost_ms == pytest.approx(brute) and got.tau == pytest.approx(r.tokens / r.steps)
-    assert got.nodes == 7 and score(r, curve, 2, host, s).cost_ms > got.cost_ms
+    assert got.nodes == 7 and sum(r.lengths) == r.steps and len(r.lengths) == 3
+    # batch 2: texts 0 and 1 side by side (each step padded to the wider draft), then text 2 alone
+    a, b, c = r.per_text()
+    ms = [curve.target_ms(2 if k < min(len(a), len(b)) else 1, max(x[k] for x in (a, b) if k < len(x))) + 0.25
+          for k in range(max(len(a), len(b)))] + [curve.target_ms(1, t) + 0.25 for t in c]  # fmt: skip
+    two = score(r, curve, 2, host, s)
+    assert two.cost_ms == pytest.approx(sum(ms) / len(ms)) and two.tau == got.tau
     room = 9
     assert all(ngram_nodes(g["max_draft"], g["candidates"]) <= room for g in grid(s, room))
     assert grid(s, room)[0] == s and len({tuple(sorted(g.items())) for g in grid(s, room)}) == len(grid(s, room))
