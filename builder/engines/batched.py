@@ -25,7 +25,8 @@ gathering the drafts' arrays; `scripts/bench_host.py` measures it):
   mask, paths and node counts, already in place, are not written again;
 * the verdict is checked, the chains gathered and the results written for all rows at once; the KV of every
   chain not already in place moves in one `compact_rows` call;
-* results land in arrays kept per result shape: a `StepResult` is valid until this engine's next `step`.
+* results land in arrays kept per result shape (`builder.engines.results.ReusedResult`, with the verdict check
+  `checked_verdicts`): a `StepResult` is valid until this engine's next `step`.
 
 Bindings: a step's is keyed by its shape class (mode, rows in use, T, Tv, P, W) — never by a sequence or a
 start row — so steady-state decoding builds nothing. A prefill's is keyed by (mode, start row, rows, prompt
@@ -40,11 +41,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from builder.engines.results import ReusedResult, checked_verdicts
 from builder.engines.rows import RowTable
 from builder.speculative.batch import DraftBatch, StructureCache
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
@@ -151,9 +152,8 @@ class BatchedTarget:
         self.committed: np.ndarray = np.zeros(max_batch_size, dtype=np.int64)  # per row
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
-        self._batch: DraftBatch | None = None  # the latest step's
         self._chains: dict[int, _ChainIO] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
-        self._results: dict[tuple[int, int, int, bool], _Result] = {}  # (B, W, T, medusa) -> reused result arrays
+        self._results: dict[tuple[int, int, int, bool], ReusedResult] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
         self._in_order = True
@@ -222,8 +222,7 @@ class BatchedTarget:
             raise ValueError("step needs one draft per distinct sequence")
         rows = self._rows_of(seqs)  # [b] engine rows of the given sequences
         n_rows = len(self.rows)
-        batch = DraftBatch.of(drafts, self.vocab_size, self._batch, self._structures)  # checked: tokens, masks, ...
-        self._batch = batch
+        batch = DraftBatch.of(drafts, self.vocab_size, cache=self._structures)  # checked: tokens, masks, depths, paths
         t, past = batch.t, self.committed[:n_rows]
         whole = len(rows) == n_rows and self._in_order  # rows == 0..n_rows-1: slices instead of gathers
         mine = past if whole else past[rows]
@@ -332,7 +331,7 @@ class BatchedTarget:
 
     def _commit(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool) -> StepResult:
         acc, best = (y["accepted_len"], y["best_path"]) if whole else (y["accepted_len"][rows], y["best_path"][rows])
-        moved = _checked_verdicts(batch, acc, best)  # rows whose chain is not in place; raises before KV moves
+        moved = checked_verdicts(batch, acc, best)  # rows whose chain is not in place; raises before KV moves
         out = self._result(batch, "medusa_topk" in y)
         out.fill(y, rows, batch, best, acc, whole)
         if isinstance(moved, bool):  # one row (the scalar path)
@@ -355,14 +354,14 @@ class BatchedTarget:
         for i in range(len(rows)):  # a backend without the batched move: one call per moved row
             self.kv.compact(int(rows[i]), int(starts[i]), chains[i, : lengths[i]])
 
-    def _result(self, batch: DraftBatch, medusa: bool) -> "_Result":
+    def _result(self, batch: DraftBatch, medusa: bool) -> ReusedResult:
         """The result arrays for this shape, kept for the next step of the same shape (module docstring)."""
         key = (batch.size, batch.w, batch.t, medusa)
         out = self._results.get(key)
         if out is None:
             if len(self._results) >= 64:
                 self._results.clear()
-            out = self._results[key] = _Result(batch.size, batch.w, batch.t, self.hidden_size,
+            out = self._results[key] = ReusedResult(batch.size, batch.w, batch.t, self.hidden_size,
                                                self.medusa if medusa else None)  # fmt: skip
         return out
 
@@ -389,97 +388,3 @@ class BatchedTarget:
 
     def _make_binding(self, mode: str, r0: int, r1: int, inputs: Spec, outputs: Spec) -> Binding:
         raise NotImplementedError
-
-
-def _checked_verdicts(batch: DraftBatch, acc: np.ndarray, best: np.ndarray) -> np.ndarray | bool:
-    """Check every row's verdict (accepted length k, best path p) against its draft: p < its path count,
-    1 <= k <= its width, and path p holds k nodes. Returns which rows' chains move KV — a path's nodes increase
-    from the root (`check_paths`), so a chain is in place iff its last node is k - 1 — as a [b] bool array, or
-    a bool for a batch of one (scalars: cheaper). A fixed number of NumPy calls, no tables per tree."""
-    if batch.size == 1:
-        k, p = int(acc[0]), int(best[0])
-        if 0 <= p < int(batch.num_paths[0]) and 1 <= k <= int(batch.widths[0]):
-            last = int(batch.paths[0, p, k - 1])
-            if last >= 0:
-                return last != k - 1
-        i = 0
-    else:
-        p = np.minimum(np.maximum(best, 0), batch.p - 1)  # [b] clipped to index (np.clip: slower)
-        k = np.minimum(np.maximum(acc, 1), batch.w)  # [b]
-        last = batch.paths[_arange(batch.size), p, k - 1]  # [b] the chain's last node (-1: the path is shorter)
-        good = (best == p) & (acc == k) & (best < batch.num_paths) & (acc <= batch.widths) & (last >= 0)
-        if good.all():
-            moved: np.ndarray = last != k - 1
-            return moved
-        i = int(np.flatnonzero(~good)[0])
-    raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])}, outside the draft's "
-                       f"{int(batch.num_paths[i])} paths of width {int(batch.widths[i])}")  # fmt: skip
-
-
-@lru_cache(maxsize=256)
-def _arange(n: int) -> np.ndarray:
-    a = np.arange(n)
-    a.flags.writeable = False
-    return a
-
-
-class _Result(StepResult):
-    """A `StepResult` over arrays kept for the next step of the same shape. accepted_len and tokens are written
-    by `fill`; chain, hidden, node_argmax and medusa_topk are gathered from the step's outputs on first use (a
-    plain step reads none of them), into arrays of their own. Valid until the engine's next step."""
-
-    def __init__(self, b: int, w: int, t: int, hidden_size: int, medusa: tuple[int, int] | None) -> None:  # noqa
-        self.accepted_len = np.zeros(b, np.int64)  # [b]
-        self.tokens = np.full((b, w), -1, np.int64)  # [b, W]
-        self._chain: np.ndarray = np.full((b, w), -1, np.int64)  # [b, W]
-        self._hidden: np.ndarray = np.zeros((b, w, hidden_size), np.float32)  # [b, W, C]
-        self._argmax: np.ndarray = np.full((b, t), -1, np.int64)  # [b, T]
-        self._topk: np.ndarray | None = None if medusa is None else np.zeros((b, *medusa), np.int64)  # [b, H, K]
-        self._ready: set[str] = set()
-        self._y: Mapping[str, np.ndarray] = {}
-        self._rows: np.ndarray = np.zeros(0, np.int64)
-        self._best: np.ndarray = self._rows
-        self._batch: DraftBatch | None = None
-        self._whole = True
-
-    def fill(self, y: Mapping[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, best: np.ndarray,
-             acc: np.ndarray, whole: bool) -> None:  # fmt: skip
-        self._y, self._rows, self._batch, self._best, self._whole = y, rows, batch, best, whole
-        self._ready.clear()
-        self.accepted_len[...] = acc
-        self.tokens[...] = y["output_tokens"] if whole else y["output_tokens"][rows]  # -1 past the chain (contract)
-
-    def _take(self, name: str) -> np.ndarray:  # an output's rows of this step
-        return self._y[name] if self._whole else self._y[name][self._rows]
-
-    @property
-    def chain(self) -> np.ndarray:  # type: ignore[override]
-        if "chain" not in self._ready:
-            assert self._batch is not None
-            on = _arange(self._chain.shape[1]) < self.accepted_len[:, None]  # [b, W]
-            np.copyto(self._chain, np.where(on, self._batch.paths[_arange(len(self._best)), self._best], -1))
-            self._ready.add("chain")
-        return self._chain
-
-    @property
-    def hidden(self) -> np.ndarray:  # type: ignore[override]
-        if "hidden" not in self._ready:
-            h = self._y["hidden"]  # [rows, T, C]
-            self._hidden[...] = h[self._rows[:, None], np.maximum(self.chain, 0)]  # rows >= accepted_len: node 0's
-            self._ready.add("hidden")
-        return self._hidden
-
-    @property
-    def node_argmax(self) -> np.ndarray:  # type: ignore[override]
-        if "node_argmax" not in self._ready:
-            assert self._batch is not None
-            np.copyto(self._argmax, np.where(self._batch.pad, -1, self._take("node_argmax")))
-            self._ready.add("node_argmax")
-        return self._argmax
-
-    @property
-    def medusa_topk(self) -> np.ndarray | None:  # type: ignore[override]
-        if self._topk is not None and "medusa_topk" not in self._ready:
-            self._topk[...] = self._take("medusa_topk")
-            self._ready.add("medusa_topk")
-        return self._topk

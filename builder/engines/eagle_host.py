@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from builder.engines.batched import Binding, LruBindings
+from builder.engines.results import arange
 from builder.engines.rows import RowTable
 from builder.export.contract import CPU, EAGLE, Precision, call_spec
 from builder.speculative.engine import DraftOutput
@@ -92,7 +93,7 @@ class EagleHost:
         bound, r0, local = self._call(rows, m, m)
         x = bound.x
         past = self._idle(x, r0, len(rows))
-        np.add(past[:, None], _arange(m), out=x["position_ids"])
+        np.add(past[:, None], arange(m), out=x["position_ids"])
         x["write_offset"][:] = 0
         x["tree_mask"][:] = _tril(m)
         x["tokens"][local] = tokens
@@ -116,7 +117,7 @@ class EagleHost:
         x = bound.x
         self._idle(x, r0, len(rows))
         x["write_offset"][:] = write_offset
-        x["tree_mask"][:, _arange(f), write_offset + _arange(f)] = True  # idle rows: each node itself
+        x["tree_mask"][:, arange(f), write_offset + arange(f)] = True  # idle rows: each node itself
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["position_ids"][local] = position_ids
@@ -160,13 +161,6 @@ class EagleHost:
 
     def _build(self, b: int, f: int, u: int) -> Binding:
         raise NotImplementedError
-
-
-@lru_cache(maxsize=64)
-def _arange(n: int) -> np.ndarray:
-    a = np.arange(n)
-    a.flags.writeable = False
-    return a
 
 
 @lru_cache(maxsize=64)

@@ -94,8 +94,11 @@ class DraftBatch:
                     cache.clear()
                 cache[tuple(keys)] = batch
         tokens = batch.tokens
-        if (int(tokens.view(np.uint64).max()) if tokens.size > 1 else int(tokens[0, 0]) % (1 << 64)) >= vocab_size:
-            # one reduction (a plain step: one scalar); a negative id reads as huge
+        if tokens.size == 1:  # a plain step: one scalar
+            bad = not 0 <= int(tokens[0, 0]) < vocab_size
+        else:  # one reduction: a negative id reads as huge
+            bad = int(tokens.view(np.uint64).max()) >= vocab_size
+        if bad:
             raise ValueError(f"draft token ids must lie in [0, {vocab_size})")
         return batch
 

@@ -254,8 +254,9 @@ class Decoder:
         accepted, emitted = out.accepted_len.tolist(), out.tokens.tolist()  # read before the engine's next step
         drafted_total = 0
         for s, n, d, toks in zip(order, accepted, drafts, emitted):
-            drafted_total += d.tokens.shape[0] - 1
-            self._account(s, n, d.tokens.shape[0] - 1, toks, on_tokens)
+            drafted = d.tokens.shape[0] - 1
+            drafted_total += drafted
+            self._account(s, n, drafted, toks, on_tokens)
         totals = self.totals
         totals.drafted += drafted_total
         totals.accepted += sum(accepted) - len(order)

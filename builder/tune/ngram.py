@@ -149,14 +149,13 @@ def tune_ngram(cal: Calibration, curve: StepCurve, room: int, host: Host, say: A
     pick = best(table)
     cur = table[0] if settings and settings[0] == current else pick
     capped: dict[int, Replayed] = {n: replay(texts, pick.setting, cal.max_new, n) for n in BUDGETS if n < pick.nodes}
+    full = next(r for s, r in runs if s == pick.setting)
 
     def options(b: int) -> list[Scored]:
         capped_rows = [Scored(n, r.tau, score(r, curve, b, host, pick.setting).cost_ms, pick.setting)
                        for n, r in capped.items()]  # fmt: skip
-        full = next(r for s, r in runs if s == pick.setting)
         return [_off(curve, b, host), *capped_rows, score(full, curve, b, host, pick.setting)]
 
-    full = next(r for s, r in runs if s == pick.setting)
     hist: dict[int, int] = {}
     for t in full.nodes:
         hist[t] = hist.get(t, 0) + 1

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.engines.batched import LruBindings, _checked_verdicts
+from builder.engines.batched import LruBindings
+from builder.engines.results import checked_verdicts
 from builder.engines.ort.kv import KVBuffers
 from builder.speculative.batch import DraftBatch
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, tree_arrays
@@ -213,9 +214,9 @@ def test_verdict_checks_match_brute_force(n: int) -> None:
                  for d, p, k in zip(drafts, best, acc)]  # fmt: skip
         if not all(holds):
             with pytest.raises(RuntimeError, match="outside the draft's"):
-                _checked_verdicts(batch, acc, best)
+                checked_verdicts(batch, acc, best)
             continue
-        moved = np.atleast_1d(_checked_verdicts(batch, acc, best))
+        moved = np.atleast_1d(checked_verdicts(batch, acc, best))
         want = [(d.paths[p, :k] != np.arange(k)).any() for d, p, k in zip(drafts, best, acc)]
         assert moved.tolist() == want
         checked += 1

@@ -61,7 +61,6 @@ class OrtEngine(BatchedTarget):
         self.plain_only = plain_only and spec.plain is not None
         self._sessions = {"greedy": make_session(spec.plain if self.plain_only else spec.greedy, threads)}
 
-
     def step(self, seqs, drafts, sampling):  # noqa: ANN001, ANN201 - the Engine protocol's signature
         if self.plain_only and sampling.greedy:
             for d in drafts:  # a chain: its last node sits at depth T - 1 (the tree itself is checked in the step)
@@ -78,15 +77,6 @@ class OrtEngine(BatchedTarget):
         tokens up to the bonus, −1 after (`step` refused any other tree: this graph has no tree attention)."""
         if not (self.plain_only and greedy) or batch.t == 1:  # the rejection graph verifies in-graph
             return
-        if batch.size == 1 and whole:  # one sequence (the common n-gram case): plain Python on <= T ints
-            target = y["node_argmax"][0].tolist()
-            n = _leading_hits(batch.tokens[0].tolist(), target, int(batch.nodes[0]))
-            y["accepted_len"][0] = n + 1
-            y["best_path"][0] = 0
-            out = y["output_tokens"]
-            out[0, : n + 1] = target[: n + 1]
-            out[0, n + 1 :] = -1
-            return
         argmax = y["node_argmax"] if whole else y["node_argmax"][rows]  # [b, T]
         hit = (batch.tokens[:, 1:] == argmax[:, :-1]) & ~batch.pad[:, 1:]  # [b, T-1] draft k+1 is the target's
         n = np.where(hit.all(axis=1), batch.t - 1, np.argmin(hit, axis=1))  # [b] leading hits = accepted drafts
@@ -102,7 +92,8 @@ class OrtEngine(BatchedTarget):
             y["output_tokens"][rows] = tokens
 
     def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
-        """`step_chain` on the plain-steps graph: a chain of T > 1 verified here, as `_verify_on_host` does."""
+        """`step_chain` on the plain-steps graph: a chain of T > 1 verified here, as `_verify_on_host` does for a
+        batch (batch 1 in plain Python on <= T ints: the common n-gram case)."""
         if not self.plain_only or len(tokens) == 1:  # the graph's own verdict
             return super()._chain_verdict(y, tokens)
         target: list[int] = y["node_argmax"][0].tolist()
