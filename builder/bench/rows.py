@@ -181,6 +181,14 @@ class _Tap:
             self.outputs[-1].extend(emitted)
         return emitted
 
+    def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids=()) -> list[int] | None:  # noqa: ANN001
+        if getattr(type(self._engine), "decode_greedy", None) is None:  # (as step_chain)
+            return None
+        emitted: list[int] | None = self._engine.decode_greedy(seq, token, max_tokens, stop_ids)
+        if emitted is not None:
+            self.outputs[-1].extend(emitted)
+        return emitted
+
     def step(self, seqs, drafts, sampling):  # noqa: ANN001, ANN201
         out = self._engine.step(seqs, drafts, sampling)
         self.outputs[-1].extend(out.emitted(0))

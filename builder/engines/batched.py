@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Callable, Container, Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -262,6 +262,37 @@ class BatchedTarget:
         io.bound.run()
         emitted = self._chain_verdict(io.bound.y, tokens)
         self.committed[0] = past + len(emitted)
+        return emitted
+
+    def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids: Container[int] = ()) -> list[int] | None:
+        """Up to `max_tokens` plain greedy steps of `seq`, while it is the engine's only sequence, back to back:
+        each fed the token the one before emitted (the first: `token`), nothing but the feed between the session
+        calls; it ends after a token in `stop_ids` or when the KV cache is full. The tokens emitted (their KV
+        committed), what as many `step_chain(seq, [token])` calls would emit. None, with nothing done, where
+        `step_chain` would refuse (the caller then steps)."""
+        io = self._chains.get(1)
+        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or not 0 <= token < self.vocab_size
+                or max_tokens < 1):  # fmt: skip
+            return None
+        past = int(self.committed[0])
+        n = min(max_tokens, self.kv.capacity - past)
+        if n < 1:
+            return None
+        tokens, pasts, positions, run, y = io.tokens, io.past, io.positions, io.bound.run, io.bound.y
+        out, accepted, best, committed = y["output_tokens"], y["accepted_len"], y["best_path"], self.committed
+        emitted: list[int] = []
+        for _ in range(n):
+            tokens[0] = token
+            pasts[0] = positions[0] = past
+            run()
+            if accepted[0] != 1 or best[0] != 0:
+                raise RuntimeError(f"the engine accepted {int(accepted[0])} nodes of path {int(best[0])} of a plain step")
+            token = int(out[0, 0])
+            past += 1
+            committed[0] = past
+            emitted.append(token)
+            if token in stop_ids:
+                break
         return emitted
 
     def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:

@@ -17,7 +17,13 @@ depend on which other requests shared its steps. Words as in the glossary (`buil
 
 Failures never leak a slot: a failed drafter start releases the engine's new sequences; a step that raises
 ends (finish_reason "error") and releases every active sequence, then propagates. If releasing fails too,
-the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check_paths`: what KV compaction needs of a draft's paths.)
+the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check_paths`: what KV compaction
+needs of a draft's paths.)
+
+Batch 1 has shortcuts where the engine's class has them: a greedy step of a chain draft (a plain step included)
+through `step_chain` (scalars instead of the batch arrays), and — in `run`, for a lone greedy sequence that does
+not draft — its plain steps back to back through `decode_greedy`, nothing but the feed in Python between the
+session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every `STREAM_BURST` steps).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import numpy as np
 from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sampling, SamplingBatch, root_only
 
 OnTokens = Callable[[int, list[int]], None]  # (request index, newly emitted tokens)
+STREAM_BURST = 8  # `run`'s back-to-back plain steps between two `on_tokens` calls (module docstring)
 
 
 class EngineBroken(RuntimeError):
@@ -139,6 +146,7 @@ class Decoder:
         # batch-1 shortcuts, taken where the engine's class (and, for drafting sequences, the drafter's) has them: a
         # wrapper that does not define them (fault injection, a tap) keeps every step on `step` / `update`
         self._step_chain = getattr(engine, "step_chain") if getattr(type(engine), "step_chain", None) else None
+        self._decode_greedy = getattr(engine, "decode_greedy") if getattr(type(engine), "decode_greedy", None) else None
         self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
 
     @property
@@ -202,15 +210,17 @@ class Decoder:
             except Exception as exc:
                 raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
 
-    def step(self, on_tokens: OnTokens | None = None) -> list[_Seq]:
-        """One target step for every active sequence; returns the sequences that finished.
+    def step(self, on_tokens: OnTokens | None = None, *, burst: int = 1) -> list[_Seq]:
+        """One target step for every active sequence; returns the sequences that finished. `burst` > 1: where one
+        greedy sequence without a draft or stop sequences is active and the engine can (`decode_greedy`), up to
+        that many of its plain steps back to back instead (`run` asks for it when nothing could join meanwhile).
 
         If anything in the step raises, every active sequence ends (finish_reason "error", released)
         and the exception propagates; EngineBroken instead when the release fails too."""
         if not self.active:
             return []
         try:
-            return self._step(on_tokens)
+            return self._step(on_tokens, burst)
         except BaseException:
             failed, self.active = self.active, []
             for s in failed:
@@ -218,13 +228,17 @@ class Decoder:
             self._abandon(failed)
             raise
 
-    def _step(self, on_tokens: OnTokens | None) -> list[_Seq]:
+    def _step(self, on_tokens: OnTokens | None, burst: int) -> list[_Seq]:
         t0 = time.perf_counter()
         if self._step_chain is not None and len(self.active) == 1 and not self.active[0].drafting:  # batch-1 plain
             s = self.active[0]  # no draft: no room, budget or ordering to see to
-            done = self._chain_step(s, root_only(s.gen.token_ids[-1]), False, t0, t0, on_tokens)
-            if done is not None:
-                return done
+            if s.req.sampling.greedy:
+                done = self._burst(s, burst, t0, on_tokens) if burst > 1 else None
+                if done is None:
+                    toks = self._step_chain(s.id, [s.gen.token_ids[-1]])
+                    done = None if toks is None else self._chain_done(s, toks, 0, False, t0, t0, on_tokens)
+                if done is not None:
+                    return done
         room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and s.committed > room:
@@ -273,21 +287,45 @@ class Decoder:
             return None
         assert self._step_chain is not None
         toks = self._step_chain(s.id, d.tokens.tolist())
-        if toks is None:
-            return None
+        return None if toks is None else self._chain_done(s, toks, t - 1, drafting, t0, t1, on_tokens)
+
+    def _chain_done(self, s: _Seq, toks: list[int], drafted: int, drafting: bool, t0: float, t1: float,
+                    on_tokens: OnTokens | None) -> list[_Seq]:  # fmt: skip
+        """The rest of a `step_chain` step of `drafted` draft tokens that emitted `toks` (drafting: the drafter
+        learns them)."""
         t2 = time.perf_counter()
         if drafting:
-            self.drafter.update_emitted(s.id, toks, t - 1)  # type: ignore[union-attr]
+            self.drafter.update_emitted(s.id, toks, drafted)  # type: ignore[union-attr]
         t3 = time.perf_counter()
         self.timing.draft += (t1 - t0) + (t3 - t2)
         self.timing.target += t2 - t1
         self.timing.steps += 1
         n = len(toks)
-        self._account(s, n, t - 1, toks, on_tokens)
+        self._account(s, n, drafted, toks, on_tokens)
         totals = self.totals
-        totals.drafted += t - 1
+        totals.drafted += drafted
         totals.accepted += n - 1
         totals.sequence_steps += 1
+        return self._retire()
+
+    def _burst(self, s: _Seq, burst: int, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
+        """Up to `burst` plain greedy steps of the only active sequence through the engine's `decode_greedy` (none
+        with stop sequences: those are matched per step); None, with nothing done, where it does not apply."""
+        if self._decode_greedy is None or s.req.stop_sequences:
+            return None
+        g = s.gen
+        toks = self._decode_greedy(s.id, g.token_ids[-1], min(burst, s.req.max_new_tokens - len(g.token_ids)),
+                                   s.stops)  # fmt: skip
+        if toks is None:
+            return None
+        k = len(toks)
+        self.timing.target += time.perf_counter() - t0
+        self.timing.steps += k
+        g.steps += k
+        g.accepted_per_step += [0] * k
+        s.committed += k
+        self.totals.sequence_steps += k
+        self._emit(s, toks, on_tokens)  # (the engine stopped right after a stop id: nothing past it is committed)
         return self._retire()
 
     def _account(self, s: _Seq, n: int, drafted: int, toks: list[int], on_tokens: OnTokens | None) -> None:
@@ -317,17 +355,23 @@ class Decoder:
         self._retire()
         return s.gen
 
-    def run(self, requests: Sequence[Request], on_tokens: OnTokens | None = None) -> list[Generation]:
-        """Decode every request, admitting new ones as slots free up; results in request order."""
+    def run(self, requests: Sequence[Request], on_tokens: OnTokens | None = None, *, burst: bool = True) -> list[Generation]:
+        """Decode every request, admitting new ones as slots free up; results in request order.
+
+        burst: a step of a lone greedy plain sequence runs its steps back to back (`step`'s burst: to its end, or
+        `STREAM_BURST` steps at a time while `on_tokens` streams) — nothing can join it meanwhile, as every pending
+        request was admitted while slots were free. False: one step at a time (what a server's loop does; the
+        host-share measurement of `trtspec tune` decodes so)."""
         done: dict[int, Generation] = {}
         pending = list(enumerate(requests))
+        n = 1 if not burst else STREAM_BURST if on_tokens is not None else 1 << 30
         while pending or self.active:
             if pending and self.free_slots:
                 take, pending = pending[: self.free_slots], pending[self.free_slots :]
                 for s in self.add([r for _, r in take], take[0][0], on_tokens):
                     if s.gen.finish_reason:
                         done[s.index] = s.gen
-            for s in self.step(on_tokens):
+            for s in self.step(on_tokens, burst=1 if pending and self.free_slots else n):
                 done[s.index] = s.gen
         return [done[i] for i in range(len(requests))]
 

@@ -11,7 +11,8 @@ per step after prefill, minus what the curve says the step's graphs take, `graph
     current      the recipe's own setting, u units              -> base_ms + draft_ms + per_unit_ms · u
 
 (units: EAGLE tree levels, i.e. draft calls; Medusa and Lookahead draft nodes; n-gram: the plain decode alone,
-its drafter's lookup per step being the same whatever the setting.) Each share is floored at 0;
+its drafter's lookup per step being the same whatever the setting.) The decodes step one step at a time (no
+batch-1 burst of plain steps, `Decoder.run`): the share is what a drafting step pays. Each share is floored at 0;
 other settings are then charged by that line. Batch 1, one thread, one untimed warm-up prompt per decode.
 """
 
@@ -31,10 +32,10 @@ def _per_step(opened: Any, schedule: Any, prompts: Sequence[Sequence[int]], max_
     from builder.speculative.decoding import Decoder as Loop
     from builder.speculative.decoding import Request
 
-    Loop(opened.engine, opened.make_drafter(), schedule).run([Request(tuple(prompts[0]), max_new)])
+    Loop(opened.engine, opened.make_drafter(), schedule).run([Request(tuple(prompts[0]), max_new)], burst=False)
     loop = Loop(opened.engine, opened.make_drafter(), schedule)
     t0 = time.perf_counter()
-    gens = loop.run([Request(tuple(p), max_new) for p in prompts[1:]])
+    gens = loop.run([Request(tuple(p), max_new) for p in prompts[1:]], burst=False)  # a step's share, as drafts pay it
     wall = time.perf_counter() - t0 - loop.timing.prefill
     steps = sum(g.steps for g in gens)
     tokens = sum(g.steps + sum(g.accepted_per_step) for g in gens)
