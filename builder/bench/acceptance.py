@@ -39,6 +39,16 @@ def _target(rec: LoadedRecipe):
     return ref.local or ref.text
 
 
+def split_columns(seconds: float, first: float | None, prompts: int, tokens: int) -> dict[str, float | None]:
+    """A row's wall time split: mean ms from a prompt's call to its first new token (setup + prefill) and µs per
+    token after it (the decode), from summed `seconds` and summed seconds to the first token (`first`)."""
+    if first is None or not prompts:
+        return {"first_token_ms": None, "decode_us_per_token": None}
+    after = tokens - prompts
+    return {"first_token_ms": round(1e3 * first / prompts, 3),
+            "decode_us_per_token": round(1e6 * (seconds - first) / after, 1) if after > 0 else None}  # fmt: skip
+
+
 class MethodTally:
     """One method's decodes, one prompt at a time (batch 1), summed: τ, acceptance per depth, tokens/s, ms per
     step. `decode` times itself, so prompts of several methods can be interleaved (builder/bench/decode.py)."""
@@ -47,14 +57,16 @@ class MethodTally:
         self.dec = dec
         self.prompts = self.tokens = self.steps = self.accepted = 0
         self.depth_hits: list[int] = []
-        self.draft_s = self.target_s = self.seconds = 0.0
+        self.draft_s = self.target_s = self.seconds = self.first_s = 0.0
 
     def decode(self, ids: list[int], max_new: int) -> None:
         dec = self.dec
         t0 = time.perf_counter()
         loop = Loop(dec.engine, dec.make_drafter())
+        t1 = time.perf_counter()
         g = loop.run([Request(tuple(ids), max_new, stop_ids=tuple(dec.stop_ids))])[0]
         self.seconds += time.perf_counter() - t0
+        self.first_s += t1 - t0 + loop.timing.prefill  # to the first token: the loop made, the prefill run
         self.draft_s, self.target_s = self.draft_s + loop.timing.draft, self.target_s + loop.timing.target
         self.prompts += 1
         self.tokens += len(g.token_ids)
@@ -75,6 +87,7 @@ class MethodTally:
             "draft_ms_per_step": round(1e3 * self.draft_s / max(decode_steps, 1), 4),
             "target_ms_per_step": round(1e3 * self.target_s / max(decode_steps, 1), 4),
             "seconds": round(seconds, 3), "tokens_per_s": round(self.tokens / seconds, 2) if seconds else 0.0,
+            **split_columns(seconds, self.first_s, self.prompts, self.tokens),
         }  # fmt: skip
 
 

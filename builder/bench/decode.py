@@ -12,7 +12,9 @@ flagged (`matches_hf: false`, `first_mismatch_prompt`), never dropped. A peer th
 (package, converter) is a `skipped` row with the reason.
 
 Columns: tokens/s (wall), tokens per CPU-second of this process (less sensitive to other processes on
-a shared machine), the wall ratio to HF greedy and to the ORT GenAI rows; τ = tokens per target
+a shared machine), the wall ratio to HF greedy and to the ORT GenAI rows; the wall time split into the mean ms
+from a prompt's call to its first new token (setup + prefill) and µs per token after it (the decode loop; HF's
+generate does not say when its first token came); τ = tokens per target
 pass after prefill; draft / target ms per decode step from the Decoder's `Timing` (target includes
 verification, which runs inside the graph); verify ms/step is an estimate (`builder.bench.verify_cost`);
 cpu/wall = process CPU seconds per wall second (≤ 1 for a single-threaded row: below 1 when other

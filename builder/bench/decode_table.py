@@ -91,7 +91,7 @@ def _f(x: Any, fmt: str, suffix: str = "") -> str:
 
 
 _HEAD = ("| fixture | method | tokens/s | vs ours plain | vs ORT GenAI greedy | vs ORT GenAI n-gram | tokens/CPU-s | "
-         "CPU-s ratio vs ours plain | τ | draft / target ms per step | verify ms/step (est.) | cpu/wall | "
+         "CPU-s ratio vs ours plain | first token ms | µs/token after | τ | draft / target ms per step | verify ms/step (est.) | cpu/wall | "
          "busy threads | matches HF |")  # fmt: skip
 
 
@@ -117,12 +117,13 @@ def _label(r: dict[str, Any]) -> str:
 def _row(r: dict[str, Any]) -> str:
     method = _label(r)
     if "skipped" in r:
-        return f"| {r['fixture']} | {method} | skipped ({r['skipped']}) |" + "  |" * 11
+        return f"| {r['fixture']} | {method} | skipped ({r['skipped']}) |" + "  |" * 13
     ok = "yes" if r["matches_hf"] else f"**NO** (prompt {r['first_mismatch_prompt']})"
     ms = f"{_f(r.get('draft_ms_per_step'), '.3f')} / {_f(r.get('target_ms_per_step'), '.3f')}"
     return (f"| {r['fixture']} | {method} | {r['tokens_per_s']:.1f} | {_f(r.get('vs_ours_plain'), '.2f', '×')} | "
             f"{_f(r.get('vs_ortgenai_greedy'), '.2f', '×')} | {_f(r.get('vs_ortgenai_ngram'), '.2f', '×')} | "
             f"{_f(r.get('tokens_per_cpu_s'), '.1f')} | {_f(r.get('cpu_vs_ours_plain'), '.2f', '×')} | "
+            f"{_f(r.get('first_token_ms'), '.2f')} | {_f(r.get('decode_us_per_token'), '.1f')} | "
             f"{_f(r['tau'], '.2f')} | {ms if 'draft_ms_per_step' in r else '–'} | "
             f"{_f(r.get('verify_ms_per_step_est'), '.3f')} | {_f(r.get('cpu_per_wall'), '.2f')} | "
             f"{_f(r.get('busy_threads'), 'd')} | {ok} |")  # fmt: skip

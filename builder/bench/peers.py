@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -50,6 +51,7 @@ class PeerUnavailable(RuntimeError):
 class PeerOutput:
     tokens: list[int]  # the new tokens only
     passes: int | None = None  # target forward passes after prefill; None: the tool does not say
+    first_s: float | None = None  # seconds from the call to the first new token (setup + prefill); None: not seen
 
 
 @dataclass
@@ -190,17 +192,20 @@ def ortgenai_peer(hf_dir: Path, threads: int, ngram: tuple[int, int] | None = No
     model = og.Model(config)
 
     def generate(ids: Sequence[int], max_new: int) -> PeerOutput:
+        t0 = time.perf_counter()
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=len(ids) + max_new, do_sample=False)
         gen = og.Generator(model, params)
-        gen.append_tokens(list(ids))
+        gen.append_tokens(list(ids))  # the prefill
+        gen.generate_next_token()  # the first token (its logits are the prefill's)
+        first = time.perf_counter() - t0
         while not gen.is_done():
             gen.generate_next_token()
         tokens = [int(t) for t in gen.get_sequence(0)[len(ids):]]
         if ngram is None:
-            return PeerOutput(tokens, max(len(tokens) - 1, 0))
+            return PeerOutput(tokens, max(len(tokens) - 1, 0), first)
         s = gen.get_speculative_stats()  # a fallback step is one plain pass; the first token is the prefill's
-        return PeerOutput(tokens, int(s["target_forward_passes"] + s["standard_fallback_steps"]) - 1)
+        return PeerOutput(tokens, int(s["target_forward_passes"] + s["standard_fallback_steps"]) - 1, first)
 
     label = "ortgenai greedy" if ngram is None else f"ortgenai n-gram(n={ngram[0]},k={ngram[1]})"
     info = {"model_dir": str(folder), "threads": threads, "config_overlay": overlay,
@@ -230,12 +235,14 @@ def llamacpp_peer(hf_dir: Path, threads: int, lookup: tuple[int, int] | None = N
 
     def generate(ids: Sequence[int], max_new: int) -> PeerOutput:
         llm.reset()  # no prompt-prefix reuse across prompts: every row prefills every prompt in full
-        passes[0], out = 0, []
+        t0 = time.perf_counter()
+        passes[0], out, first = 0, [], None
         for tok in llm.generate(list(ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
             out.append(int(tok))  # generate() never stops on eos: we stop at max_new
+            first = time.perf_counter() - t0 if first is None else first
             if len(out) == max_new:
                 break
-        return PeerOutput(out, passes[0] - 1)
+        return PeerOutput(out, passes[0] - 1, first)
 
     label = "llama.cpp greedy" if lookup is None else f"llama.cpp prompt-lookup(n={lookup[0]},k={lookup[1]})"
     info = {"gguf": str(gguf), "threads": threads, "n_batch": n_ctx, "version": _version("llama_cpp")}

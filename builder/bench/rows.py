@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from builder.bench import peers
-from builder.bench.acceptance import MethodTally
+from builder.bench.acceptance import MethodTally, split_columns
 from builder.bench.tuned import Tuned
 from builder.bench.verify_cost import verify_estimate
 from builder.speculative.engine import Draft
@@ -126,15 +126,17 @@ class _PeerRun(_Run):
     def __init__(self, key: str, peer: peers.Peer) -> None:
         super().__init__(key)
         self.peer, self.passes = peer, 0
+        self.first: float | None = 0.0  # summed seconds to the first token (None: the peer does not say)
         self.outs: list[list[int]] = []
 
     def _decode(self, ids: list[int], max_new: int) -> None:
         o = self.peer.generate(ids, max_new)
         self.outs.append(o.tokens)
         self.passes = -1 if (o.passes is None or self.passes < 0) else self.passes + o.passes
+        self.first = None if (o.first_s is None or self.first is None) else self.first + o.first_s
 
     def _reset(self) -> None:
-        self.outs, self.passes = [], 0
+        self.outs, self.passes, self.first = [], 0, 0.0
 
     def row(self, oracle: list[list[int]]) -> dict[str, Any]:
         if self.failed is not None:
@@ -143,7 +145,8 @@ class _PeerRun(_Run):
         tau = round((tokens - n) / self.passes, 4) if self.passes > 0 else None
         row = {"key": self.key, "engine": self.peer.engine, "method": self.peer.label, "prompts": n, "tokens": tokens,
                "tau": tau, "seconds": round(self.seconds, 3), "tokens_per_s": round(tokens / self.seconds, 2),
-               **self.cpu_columns(tokens), **self.peer.info}  # fmt: skip
+               **split_columns(self.seconds, self.first, n, tokens), **self.cpu_columns(tokens),
+               **self.peer.info}  # fmt: skip
         return _check(row, self.outs, oracle)
 
 

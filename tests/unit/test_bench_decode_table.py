@@ -139,3 +139,13 @@ def test_rows_are_interleaved_prompt_by_prompt_in_rotating_order():
     assert runs[2].failed == "RuntimeError: boom" and runs[0].failed is None
     assert runs[2].skipped()["skipped"].endswith("RuntimeError: boom")
     assert runs[0].seconds > 0 and runs[0].cpu >= 0
+
+
+def test_wall_split_into_first_token_and_decode() -> None:
+    """`split_columns` by hand: 3 prompts, 30 tokens (27 after the first ones), 1.5 s of which 0.3 s to first tokens;
+    a peer that does not say when its first token came gets no split."""
+    from builder.bench.acceptance import split_columns
+
+    assert split_columns(1.5, 0.3, 3, 30) == {"first_token_ms": 100.0, "decode_us_per_token": round(1.2e6 / 27, 1)}
+    assert split_columns(1.5, None, 3, 30) == {"first_token_ms": None, "decode_us_per_token": None}
+    assert split_columns(0.3, 0.3, 3, 3)["decode_us_per_token"] is None  # one token per prompt: no decode

@@ -66,8 +66,8 @@ def test_batched_under_a_schedule_equals_plain_decoding(dec):
     seen_budgets: set[int | None] = set()
     step = loop.step
 
-    def spy(on_tokens=None):
-        out = step(on_tokens)
+    def spy(on_tokens=None, **kw):
+        out = step(on_tokens, **kw)
         seen_budgets.add(loop.budget)
         return out
 
