@@ -115,13 +115,24 @@ class EagleHost:
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
         bound, r0, local = self._call(rows, f, u)
         x = bound.x
-        self._idle(x, r0, len(rows))
+        b = len(rows)
+        self._idle(x, r0, b)
         x["write_offset"][:] = write_offset
-        x["tree_mask"][:, arange(f), write_offset + arange(f)] = True  # idle rows: each node itself
+        if b == len(x["past_len"]) and b == 1:  # one row, the call's only one: plain copies, no gathers
+            x["tokens"][:] = tokens
+            x["hidden_in"][:] = hidden
+            x["position_ids"][:] = position_ids
+            x["tree_mask"][:] = tree_mask[:, :, :u]
+            x["num_new"][:] = f
+            bound.run()
+            y = bound.y
+            return DraftOutput(y["hidden_out"].copy(), y["topk_tokens"].copy(), y["topk_logprobs"].copy())
+        if b < len(x["past_len"]):
+            x["tree_mask"][:, arange(f), write_offset + arange(f)] = True  # idle rows: each node itself
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["position_ids"][local] = position_ids
-        x["tree_mask"][local] = tree_mask[: len(rows), :, :u]
+        x["tree_mask"][local] = tree_mask[:b, :, :u]
         x["num_new"][local] = f
         bound.run()
         y = bound.y

@@ -82,7 +82,7 @@ def checked_topk(topk_tokens: np.ndarray, topk_logprobs: np.ndarray, lead: tuple
         raise ValueError(f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {' x '.join(map(str, lead))} "
                          f"frontier nodes; expected two [{want}] arrays")  # fmt: skip
     lp = lp.astype(np.float32, copy=False)
-    if np.isnan(lp).any() or (lp > 0).any():
+    if not (lp <= 0).all():  # (NaN <= 0 is False too)
         raise ValueError("expand returned log-probs that are NaN or > 0")
     return tok.astype(np.int64, copy=False), lp
 

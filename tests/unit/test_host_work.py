@@ -221,3 +221,98 @@ def test_verdict_checks_match_brute_force(n: int) -> None:
         assert moved.tolist() == want
         checked += 1
     assert checked >= 5
+
+
+class _RecordingNet:
+    """A stand-in EagleNet (the drafter is under test, not the net): deterministic top-k from the node's token and
+    position, hidden = the token broadcast; records every expand's (tokens, hidden, positions, offset, mask)."""
+
+    top_k, hidden_size = 4, 3
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, ...]] = []
+        self.lens: dict[int, int] = {}
+
+    def start(self, seqs):  # noqa: ANN001, ANN201
+        self.lens.update({s: 0 for s in seqs})
+
+    def release(self, seq):  # noqa: ANN001, ANN201
+        self.lens.pop(seq)
+
+    def committed_len(self, seq):  # noqa: ANN001, ANN201
+        return self.lens[seq]
+
+    def committed_lens(self, seqs):  # noqa: ANN001, ANN201
+        return np.array([self.lens[s] for s in seqs], np.int64)
+
+    def _out(self, tokens: np.ndarray, pos: np.ndarray):  # noqa: ANN202
+        from builder.speculative.engine import DraftOutput
+
+        k = np.arange(self.top_k)
+        tok = (tokens[..., None] * 7 + pos[..., None] * 3 + k * 11) % VOCAB
+        lp = -np.broadcast_to(0.5 * k + (tokens[..., None] % 3) * 0.1, tok.shape).astype(np.float32)
+        hid = np.broadcast_to(tokens[..., None], (*tokens.shape, self.hidden_size)).astype(np.float32)
+        return DraftOutput(hid, tok.astype(np.int64), lp)
+
+    def extend(self, seqs, tokens, hidden, num_new):  # noqa: ANN001, ANN201
+        for s, n in zip(seqs, num_new):
+            self.lens[s] += int(n)
+        last = tokens[np.arange(len(seqs)), np.asarray(num_new) - 1][:, None]
+        return self._out(last, self.committed_lens(seqs)[:, None] - 1)
+
+    def expand(self, seqs, tokens, hidden, position_ids, write_offset, tree_mask):  # noqa: ANN001, ANN201
+        self.calls.append((tokens.copy(), np.array(hidden), np.array(position_ids), write_offset,
+                           np.array(tree_mask)))  # fmt: skip
+        return self._out(tokens, position_ids)
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int) -> None:
+    """EAGLE-1's per-(tree, B) level masks (`EagleDrafter._static_masks`) against brute force — slot u (the frontier
+    nodes of depth ≥ 1, level by level) is attended by frontier node f iff u is f or one of its ancestors — and the
+    whole propose (every expand's inputs, the drafts) against the same drafter with the cache off (each level's
+    mask and parents' outputs gathered per row, as for EAGLE-2), over two steps and a budget change."""
+    from builder.speculative.eagle.drafter import EagleDrafter
+    from builder.speculative.engine import PrefillResult
+
+    tree = static_tree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0]])
+    runs = {}
+    for cached in (True, False):
+        net, calls, drafts = _RecordingNet(), [], []
+        for budget in (None, 6, None):  # the full tree, a truncated one, the full tree again (its masks cached)
+            rng = np.random.default_rng(b)
+            d = EagleDrafter(net, tree)
+            if not cached:
+                d._static_masks = lambda *_: None  # type: ignore[method-assign]
+            seqs = list(range(len(drafts) * b, (len(drafts) + 1) * b))
+            prompts = [[int(t) for t in rng.integers(0, VOCAB, 5)] for _ in seqs]
+            d.start(seqs, prompts, PrefillResult(np.array([p[-1] for p in prompts]),
+                                                 [np.ones((5, 3), np.float32)] * b, None))  # fmt: skip
+            d.set_budget(budget)
+            drafts.append([(x.tokens.tolist(), x.paths.tolist()) for x in d.propose(seqs, [p[-1] for p in prompts])])
+        runs[cached] = (net.calls, drafts)
+    (calls, drafts_a), (ref_calls, drafts_b) = runs[True], runs[False]
+    levels = tree.max_depth - 1  # expand calls of the full tree (its root level is the extend's); 6 nodes: 1
+    assert drafts_a == drafts_b and len(calls) == len(ref_calls) == 2 * levels + 1
+    assert all(np.array_equal(a[4], c[4]) for a, c in zip(calls[:levels], calls[levels + 1 :]))  # the cached masks
+    for got, want in zip(calls, ref_calls):
+        assert all(np.array_equal(x, y) for x, y in zip(got, want)), (got, want)
+    parent = {int(i): int(p) for i, p in enumerate(tree.parents)}
+    frontier = [i for i in range(1, tree.num_nodes) if i in parent.values()]  # expanded nodes of depth >= 1
+    frontier.sort(key=lambda i: (int(tree.depth[i]), i))
+
+    def ancestors_or_self(i: int) -> set[int]:
+        out = set()
+        while i > 0:
+            out.add(i)
+            i = parent[i]
+        return out
+
+    used = 0
+    for call in calls[:tree.max_depth - 1]:  # the first step's levels
+        mask = call[4]
+        f = mask.shape[1]
+        nodes, slots = frontier[used : used + f], frontier[: used + f]
+        want = np.array([[u in ancestors_or_self(n) for u in slots] for n in nodes])
+        assert all(np.array_equal(mask[r], want) for r in range(b))
+        used += f

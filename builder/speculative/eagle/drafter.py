@@ -77,6 +77,7 @@ class EagleDrafter:
         self._pairs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> (tokens [m], hidden [m, C]) waiting
         self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
         self._started: set[int] = set()
+        self._masks: dict[tuple[int, int], tuple[Tree, list[np.ndarray]]] = {}  # (id(tree), B) -> static level masks
 
     def set_budget(self, nodes: int | None) -> None:
         """Use at most `nodes` tree nodes per step, root included (1: off; None: the configured tree)."""
@@ -167,18 +168,41 @@ class EagleDrafter:
         anc = np.zeros((len(seqs), 1, 0), bool)  # [B, F, U] tentative slots each previous-frontier node attends
         root_pos = self.net.committed_lens(seqs) - 1  # [B] the roots' positions
         used, level, bi = 0, 1, np.arange(len(seqs))[:, None]  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
+        masks = self._static_masks(t, len(seqs)) if isinstance(grow, StaticTrees) else None
         while not grow.done:
             tokens, parents = grow.frontier()  # [B, F] each
             f = tokens.shape[1]
-            hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
-            mask = np.zeros((len(seqs), f, used + f), bool)  # [B, F, U]
-            mask[:, :, :used] = anc[bi, parents]
-            mask[:, np.arange(f), used + np.arange(f)] = True  # every node attends itself
+            if masks is not None:  # a static tree: every row's frontier, parents and mask are the tree's
+                hidden, mask = outs[:, parents[0]], masks[level - 1]
+            else:
+                hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
+                mask = _level_mask(anc, parents, used, bi)
             positions = np.broadcast_to((root_pos + level)[:, None], (len(seqs), f))
             out = self.net.expand(seqs, tokens, hidden, positions, used, mask)
             grow.answer(out.topk_tokens, out.topk_logprobs)
             outs, anc, used, level = out.hidden, mask, used + f, level + 1
         return grow.drafts()
+
+    def _static_masks(self, tree: Tree, b: int) -> list[np.ndarray]:
+        """Each level's [B, F, U] tree mask of a static tree at batch size B (the rows' trees are alike), built
+        once per (tree, B) by the same rule as a dynamic level's (read-only)."""
+        key = (id(tree), b)
+        cached = self._masks.get(key)
+        if cached is not None and cached[0] is tree:
+            return cached[1]
+        grow, bi = StaticTrees(tree, np.zeros(b, np.int64)), np.arange(b)[:, None]
+        anc, used, masks = np.zeros((b, 1, 0), bool), 0, []
+        for d in range(1, tree.max_depth):  # (level 0, the root's, is the extend's answer)
+            grow.level = d
+            parents = grow.frontier()[1]
+            mask = _level_mask(anc, parents, used, bi)
+            mask.flags.writeable = False
+            masks.append(mask)
+            anc, used = mask, used + parents.shape[1]
+        if len(self._masks) >= 8:  # a few shapes at most (budgets, batch sizes)
+            self._masks.pop(next(iter(self._masks)))
+        self._masks[key] = (tree, masks)
+        return masks
 
     def _root_level(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each sequence's root-level answer: its waiting pairs run in one extend (or the one `start` computed)."""
@@ -214,3 +238,14 @@ class EagleDrafter:
         out: DraftOutput = self.net.extend(seqs, tokens, hidden, m)
         for i, s in enumerate(seqs):
             self._ready[s] = (out.hidden[i, 0].copy(), out.topk_tokens[i, 0].copy(), out.topk_logprobs[i, 0].copy())
+
+
+def _level_mask(anc: np.ndarray, parents: np.ndarray, used: int, bi: np.ndarray) -> np.ndarray:
+    """A level's [B, F, U = used + F] tree mask: each frontier node attends what its parent attended (`anc`, the
+    previous level's mask, [B, F_prev, used]) and itself."""
+    b, f = parents.shape
+    mask = np.zeros((b, f, used + f), bool)
+    mask[:, :, :used] = anc[bi, parents]
+    mask[:, np.arange(f), used + np.arange(f)] = True  # every node attends itself
+    return mask
+
