@@ -332,7 +332,7 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     from (in-graph verification): token for token, in the KV cache it writes and, with n-gram chains, in every
     step's accepted count — alone and batched with prompts of different lengths (ragged chains); a draft tree that
     is not a chain is refused, not mis-verified."""
-    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.engines.ort.target import OrtEngine
     from builder.speculative.decoding import Decoder, Request, generate
     from builder.speculative.ngram.drafter import NgramDrafter
     from tests.unit.engine_cases import draft_from
@@ -374,13 +374,24 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
         e.step(ids, [draft_from([-1, 0, 0], [int(pre.tokens[0]), 5, 6])], SamplingBatch.all_greedy(1, 2))
 
 
+def _greedy_spec(seed: int, tmp_path: Path):  # noqa: ANN202
+    """A tiny target's greedy graphs (tree and plain-steps, capacity 96) as an ORT engine spec, and its config."""
+    from builder.engines.ort.target import TargetSpec
+
+    model = tiny_target(seed, scaling=True, tied=False, head_dim=16)
+    res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
+    cfg = model.cfg
+    return TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
+                      cfg.vocab_size, 96, None, res.plain), cfg  # fmt: skip
+
+
 def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
     """The batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step` for the engine's only sequence
     when its draft is a chain) against the general `step` path of the same engine class with the shortcut hidden:
     token for token, every step's accepted count and the KV cache written — plain decoding and n-gram chains, stop
     tokens included, on the tree graph (in-graph verdict) and the plain-steps graph (host verdict) — and it was
     really taken; with two sequences held every step goes through `step`."""
-    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.engines.ort.target import OrtEngine
     from builder.speculative.decoding import Decoder, Request, generate
     from builder.speculative.ngram.drafter import NgramDrafter
 
@@ -395,11 +406,7 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
             self.taken += out is not None
             return out
 
-    model = tiny_target(7, scaling=True, tied=False, head_dim=16)
-    res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
-    cfg = model.cfg
-    spec = TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
-                      cfg.vocab_size, 96, None, res.plain)  # fmt: skip
+    spec, cfg = _greedy_spec(7, tmp_path)
     gen = np.random.default_rng(5)
     prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 3)]
     prompts += [[3, 4, 5] * 5, [9, 9, 9, 9, 9, 8], [1, 2] * 7 + [3]]  # prompts that make the n-gram drafter draft
@@ -431,7 +438,7 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
     KV cache, stop tokens, the tokens streamed to `on_tokens` (in chunks of at most `STREAM_BURST`), a batch of two
     whose survivor finishes alone, and a decode that runs out of KV room (the same error after the same tokens);
     and the burst really ran (most tokens came from it)."""
-    from builder.engines.ort.target import OrtEngine, TargetSpec
+    from builder.engines.ort.target import OrtEngine
     from builder.speculative.decoding import STREAM_BURST, Decoder, Request
 
     class General(OrtEngine):
@@ -446,11 +453,7 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
             self.burst_tokens += 0 if out is None else len(out)
             return out
 
-    model = tiny_target(11, scaling=True, tied=False, head_dim=16)
-    res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
-    cfg = model.cfg
-    spec = TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
-                      cfg.vocab_size, 96, None, res.plain)  # fmt: skip
+    spec, cfg = _greedy_spec(11, tmp_path)
     gen = np.random.default_rng(3)
     prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 40, 4)]
     for plain in (False, True):
