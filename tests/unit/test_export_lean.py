@@ -332,7 +332,7 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     from (in-graph verification): token for token, in the KV cache it writes and, with n-gram chains, in every
     step's accepted count — alone and batched with prompts of different lengths (ragged chains); a draft tree that
     is not a chain is refused, not mis-verified."""
-    from builder.engines.ort.target import OrtEngine
+    from builder.engines.ort.target import OrtEngine, TargetSpec
     from builder.speculative.decoding import Decoder, Request, generate
     from builder.speculative.ngram.drafter import NgramDrafter
     from tests.unit.engine_cases import draft_from
