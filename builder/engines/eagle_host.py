@@ -96,6 +96,15 @@ class EagleHost:
         np.add(past[:, None], arange(m), out=x["position_ids"])
         x["write_offset"][:] = 0
         x["tree_mask"][:] = _tril(m)
+        if len(rows) == 1 == len(past):  # one row, the call's only one: plain copies, no gathers
+            x["tokens"][:] = tokens
+            x["hidden_in"][:] = hidden
+            x["num_new"][:] = num_new
+            bound.run()
+            y, i = bound.y, int(num_new[0]) - 1
+            self.committed[rows] += num_new
+            return DraftOutput(y["hidden_out"][:, i : i + 1].copy(), y["topk_tokens"][:, i : i + 1].copy(),
+                               y["topk_logprobs"][:, i : i + 1].copy())  # fmt: skip
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["num_new"][local] = num_new
@@ -111,7 +120,8 @@ class EagleHost:
         rows = self._rows_of(seqs)
         f = tokens.shape[1]
         u = write_offset + f
-        if (self.committed[rows] + u > self.capacity).any():
+        if (int(self.committed[rows[0]]) + u > self.capacity if len(rows) == 1
+                else (self.committed[rows] + u > self.capacity).any()):  # fmt: skip
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
         bound, r0, local = self._call(rows, f, u)
         x = bound.x
@@ -142,7 +152,13 @@ class EagleHost:
         """The binding for a call on `rows` (F new rows, U tentative slots), its first row r0, and `rows` - r0.
         A call runs the contiguous rows r0..r1 holding the given sequences when the backend binds such ranges
         (`ranged`: a new sequence's prompt pairs run alone, not over the whole batch), else rows 0..B-1."""
-        r0, r1 = (int(rows.min()), int(rows.max()) + 1) if self.ranged else (0, len(self.rows))
+        if not self.ranged:
+            r0, r1 = 0, len(self.rows)
+        elif len(rows) == 1:
+            r0 = int(rows[0])
+            r1 = r0 + 1
+        else:
+            r0, r1 = int(rows.min()), int(rows.max()) + 1
         kind = "prefill" if f > self.step_rows else "step"  # prompt pairs: a pool of their own (`LruBindings`)
         bound = self._bound.get((kind, r0, r1, f, u), lambda: self._build_rows(r0, r1, f, u))
         return bound, r0, rows - r0 if r0 else rows

@@ -84,8 +84,13 @@ class ReusedResult(StepResult):
     def chain(self) -> np.ndarray:  # type: ignore[override]
         if "chain" not in self._ready:
             assert self._batch is not None
-            on = arange(self._chain.shape[1]) < self.accepted_len[:, None]  # [b, W]
-            np.copyto(self._chain, np.where(on, self._batch.paths[arange(len(self._best)), self._best], -1))
+            if len(self._best) == 1:  # one row: slices instead of a gather and a select
+                n = int(self.accepted_len[0])
+                self._chain[0, :n] = self._batch.paths[0, int(self._best[0]), :n]
+                self._chain[0, n:] = -1
+            else:
+                on = arange(self._chain.shape[1]) < self.accepted_len[:, None]  # [b, W]
+                np.copyto(self._chain, np.where(on, self._batch.paths[arange(len(self._best)), self._best], -1))
             self._ready.add("chain")
         return self._chain
 

@@ -111,6 +111,7 @@ class _StaticPlan:
     children: tuple[np.ndarray, ...]  # per depth: nodes of depth d+1
     child_rows: tuple[np.ndarray, ...]  # per depth: their parent's row in frontier d
     child_ranks: tuple[np.ndarray, ...]  # per depth: their rank
+    max_ranks: tuple[int, ...]  # per depth: the largest of those ranks (-1: no children)
 
 
 @lru_cache(maxsize=16)
@@ -133,7 +134,7 @@ def _plan(tree: Tree) -> _StaticPlan:
         cr.append(row_of[parents[kids]])
         rk.append(tree.rank[kids])
         prev_row = row_of.copy()
-    return _StaticPlan(*(tuple(x) for x in (fr, fp, ch, cr, rk)))
+    return _StaticPlan(*(tuple(x) for x in (fr, fp, ch, cr, rk)), tuple(int(r.max()) if len(r) else -1 for r in rk))
 
 
 def static_tree_steps(tree: Tree, root_token: int) -> TreeSteps:

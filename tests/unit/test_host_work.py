@@ -316,3 +316,25 @@ def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int)
         want = np.array([[u in ancestors_or_self(n) for u in slots] for n in nodes])
         assert all(np.array_equal(mask[r], want) for r in range(b))
         used += f
+
+
+@pytest.mark.parametrize("b", [1, 4])
+def test_step_result_chain_is_each_rows_best_path_prefix(b: int) -> None:
+    """`ReusedResult.chain` (one row: slices; more: a gather and a select) against its definition row by row: the
+    first accepted_len nodes of the row's best path, -1 after; and hidden follows the chain (node 0's past it)."""
+    from builder.engines.results import ReusedResult
+
+    rng, kept = np.random.default_rng(b), {}
+    for _ in range(60):
+        drafts = [Draft(np.zeros(n, np.int64), t.mask, t.depth, t.paths) for n in rng.integers(1, 9, b)
+                  for t in [tree_from_parents(_random_parents(rng, int(n)))]]  # fmt: skip
+        batch = DraftBatch.of(drafts, VOCAB)
+        best = np.array([int(rng.integers(0, d.paths.shape[0])) for d in drafts], np.int64)
+        acc = np.array([int(1 + rng.integers(0, int((d.paths[p] >= 0).sum()))) for d, p in zip(drafts, best)])
+        y = {"output_tokens": np.zeros((b, batch.w), np.int64), "hidden": rng.standard_normal((b, batch.t, 3), np.float32)}
+        res = kept.setdefault((batch.w, batch.t), ReusedResult(b, batch.w, batch.t, 3, None))  # reused, as engines do
+        res.fill(y, np.arange(b), batch, best, acc, True)
+        for r in range(b):
+            want = [int(x) for x in drafts[r].paths[best[r], : acc[r]]] + [-1] * (batch.w - int(acc[r]))
+            assert res.chain[r].tolist() == want
+            assert np.array_equal(res.hidden[r], y["hidden"][r, [max(x, 0) for x in want]])

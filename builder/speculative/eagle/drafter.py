@@ -177,7 +177,7 @@ class EagleDrafter:
             else:
                 hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
                 mask = _level_mask(anc, parents, used, bi)
-            positions = np.broadcast_to((root_pos + level)[:, None], (len(seqs), f))
+            positions = np.repeat((root_pos + level)[:, None], f, axis=1)  # [B, F]
             out = self.net.expand(seqs, tokens, hidden, positions, used, mask)
             grow.answer(out.topk_tokens, out.topk_logprobs)
             outs, anc, used, level = out.hidden, mask, used + f, level + 1

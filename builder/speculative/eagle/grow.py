@@ -63,14 +63,14 @@ class StaticTrees:
     def frontier(self) -> tuple[np.ndarray, np.ndarray]:
         nodes = self.plan.frontiers[self.level]  # [F] the same nodes in every tree
         parents = self.plan.frontier_parents[self.level]  # [F]
-        return self.tokens[:, nodes], np.broadcast_to(parents, (len(self.tokens), len(parents)))
+        return self.tokens[:, nodes], np.repeat(parents[None], len(self.tokens), axis=0)
 
     def answer(self, topk_tokens: np.ndarray, topk_logprobs: np.ndarray) -> None:
         d = self.level
         tok, _ = checked_topk(topk_tokens, topk_logprobs, (len(self.tokens), len(self.plan.frontiers[d])))
         rows, ranks = self.plan.child_rows[d], self.plan.child_ranks[d]
-        if len(ranks) and int(ranks.max()) >= tok.shape[2]:
-            raise ValueError(f"the tree needs top-k rank {int(ranks.max())}, expand gave K={tok.shape[2]}")
+        if self.plan.max_ranks[d] >= tok.shape[2]:
+            raise ValueError(f"the tree needs top-k rank {self.plan.max_ranks[d]}, expand gave K={tok.shape[2]}")
         self.tokens[:, self.plan.children[d]] = tok[:, rows, ranks]
         self.level += 1
 
