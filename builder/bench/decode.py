@@ -8,7 +8,9 @@ decodes prompt i + 1, the rows' order rotating per prompt, so a machine whose sp
 (HF runs first: it is the oracle, and no ratio goal rests on it). Each row first decodes one prompt untimed
 (warm-up: session creation, JIT, first-shape allocations); model conversion, export and loading are never timed.
 Every row's tokens are compared with HF greedy (the oracle, always computed): a row that differs is
-flagged (`matches_hf: false`, `first_mismatch_prompt`), never dropped. A peer that cannot run here
+flagged (`matches_hf: false`, `first_mismatch_prompt`), never dropped. ORT GenAI runs three ways: greedy and n-gram
+with a `Generator` per prompt (as its own benchmark script does), and greedy with one `Generator` rewound for every
+prompt ("greedy reused": GenAI without its per-request setup, its best case). A peer that cannot run here
 (package, converter) is a `skipped` row with the reason.
 
 Columns: tokens/s (wall), tokens per CPU-second of this process (less sensitive to other processes on
@@ -94,8 +96,9 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
     n_ctx = max(len(p) for p in prompts) + max_new + 32
     runs: list[_Run | dict[str, Any]] = []  # a dict: a row that cannot run (skipped, with the reason)
     if "ortgenai" in rows:
-        for key, ngram in (("greedy", None), ("n-gram", (peers.NGRAM_SIZE, lookup))):
-            make = lambda ngram=ngram: peers.ortgenai_peer(base, threads, ngram)  # noqa: E731
+        for key, ngram, reuse in (("greedy", None, False), ("n-gram", (peers.NGRAM_SIZE, lookup), False),
+                                  ("greedy reused", None, True)):  # fmt: skip
+            make = lambda ngram=ngram, reuse=reuse: peers.ortgenai_peer(base, threads, ngram, reuse)  # noqa: E731
             runs.append(_peer_run(make, f"ortgenai {key}"))
     if "llamacpp" in rows:
         for key, lk in (("greedy", None), ("prompt-lookup", (peers.LOOKUP_NGRAM, lookup))):

@@ -40,16 +40,19 @@ def cases() -> list[tuple[list[int], list[int]]]:
     return out
 
 
-@pytest.mark.parametrize("ngram", [None, (3, 10)], ids=["greedy", "ngram"])
-def test_ortgenai_matches_hf_greedy(cases, ngram) -> None:
+@pytest.mark.parametrize("ngram, reuse", [(None, False), ((3, 10), False), (None, True)],
+                         ids=["greedy", "ngram", "greedy-reused-generator"])  # fmt: skip
+def test_ortgenai_matches_hf_greedy(cases, ngram, reuse) -> None:
+    """Each prompt decoded twice (a reused generator must forget the previous prompt), first token timed."""
     pytest.importorskip("onnxruntime_genai")
     from builder.bench import peers
 
-    peer = peers.ortgenai_peer(BASE, threads=1, ngram=ngram)
-    for ids, want in cases:
+    peer = peers.ortgenai_peer(BASE, threads=1, ngram=ngram, reuse=reuse)
+    for ids, want in cases * 2:
         got = peer.generate(ids, MAX_NEW)
         assert got.tokens == want
         assert got.passes is not None and 0 < got.passes <= MAX_NEW - 1
+        assert got.first_s is not None and got.first_s > 0
 
 
 def test_llamacpp_greedy_matches_hf_greedy(cases) -> None:
