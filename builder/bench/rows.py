@@ -176,18 +176,16 @@ class _Tap:
         self.outputs.append([int(pre.tokens[0])])
         return ids, pre
 
-    def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:  # the engine's shortcut, tapped
-        if getattr(type(self._engine), "step_chain", None) is None:  # (None: it has none; the loop calls step)
-            return None
-        emitted: list[int] | None = self._engine.step_chain(seq, tokens)
-        if emitted is not None:
-            self.outputs[-1].extend(emitted)
-        return emitted
+    def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:  # the engine's shortcuts, tapped
+        return self._shortcut("step_chain", seq, tokens)
 
     def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids=()) -> list[int] | None:  # noqa: ANN001
-        if getattr(type(self._engine), "decode_greedy", None) is None:  # (as step_chain)
+        return self._shortcut("decode_greedy", seq, token, max_tokens, stop_ids)
+
+    def _shortcut(self, name: str, *args: Any) -> list[int] | None:
+        if getattr(type(self._engine), name, None) is None:  # (None: it has none; the loop calls step)
             return None
-        emitted: list[int] | None = self._engine.decode_greedy(seq, token, max_tokens, stop_ids)
+        emitted: list[int] | None = getattr(self._engine, name)(*args)
         if emitted is not None:
             self.outputs[-1].extend(emitted)
         return emitted

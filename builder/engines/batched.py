@@ -249,13 +249,10 @@ class BatchedTarget:
         (another sequence held, no step of a T-node chain run by `step` yet, a token out of range, no room): the
         caller then calls `step`, which says what is wrong."""
         t = len(tokens)
-        io = self._chains.get(t)
-        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or min(tokens) < 0
-                or max(tokens) >= self.vocab_size):  # fmt: skip
+        io = self._lone_chain(seq, t, min(tokens), max(tokens))
+        if io is None:
             return None
         past = int(self.committed[0])
-        if past + t > self.kv.capacity:
-            return None
         io.tokens[:] = tokens
         io.past[0] = past
         np.add(io.depth, past, out=io.positions)
@@ -270,14 +267,11 @@ class BatchedTarget:
         calls; it ends after a token in `stop_ids` or when the KV cache is full. The tokens emitted (their KV
         committed), what as many `step_chain(seq, [token])` calls would emit. None, with nothing done, where
         `step_chain` would refuse (the caller then steps)."""
-        io = self._chains.get(1)
-        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or not 0 <= token < self.vocab_size
-                or max_tokens < 1):  # fmt: skip
+        io = self._lone_chain(seq, 1, token, token)
+        if io is None or max_tokens < 1:
             return None
         past = int(self.committed[0])
         n = min(max_tokens, self.kv.capacity - past)
-        if n < 1:
-            return None
         tokens, pasts, positions, run, y = io.tokens, io.past, io.positions, io.bound.run, io.bound.y
         out, accepted, best, committed = y["output_tokens"], y["accepted_len"], y["best_path"], self.committed
         emitted: list[int] = []
@@ -294,6 +288,16 @@ class BatchedTarget:
             if token in stop_ids:
                 break
         return emitted
+
+    def _lone_chain(self, seq: int, t: int, lo: int, hi: int) -> _ChainIO | None:
+        """The T-node chain binding `step_chain` and `decode_greedy` use, or None where they do not apply: `seq` not
+        the engine's only sequence, no such step run by `step` yet, tokens (lowest lo, highest hi) outside the vocabulary, no
+        room in the KV cache for T more nodes."""
+        io = self._chains.get(t)
+        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or lo < 0 or hi >= self.vocab_size
+                or int(self.committed[0]) + t > self.kv.capacity):  # fmt: skip
+            return None
+        return io
 
     def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
         """`step_chain`'s emitted tokens from the graph's verdict (checked: path 0, 1..T nodes)."""
