@@ -44,6 +44,8 @@ def hf_config(**overrides: Any) -> transformers.LlamaConfig:
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     kwargs.update(overrides)
+    if isinstance(kwargs.get("rope_scaling"), dict):  # transformers writes into it (rope_theta): never a shared dict
+        kwargs["rope_scaling"] = dict(kwargs["rope_scaling"])
     return transformers.LlamaConfig(**kwargs)
 
 
