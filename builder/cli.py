@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                            "τ and acceptance per depth for every method on held-out prompts."),
     "ci": ("builder.commands.ci_cmds", "ci", "CI over a recipe set: build, check (lossless, τ, speed, FP8), gate, publish."),
     "pull": ("builder.commands.ci_cmds", "pull", "Restore a recipe's published stages into the build cache (hashes checked)."),
+    "cache": ("builder.commands.cache_cmds", "cache", "The build cache: list its entries, prune the unused ones."),
     "tune": ("builder.commands.tune_cmds", "tune", "Pick the tree / draft sizes / draft schedule maximising E[τ]/c(T); predicted vs measured."),
 }
 

@@ -51,6 +51,7 @@ def pull(index_uri: str, recipe: str, cache_dir: str | Path, say: Say = lambda _
         have = Manifest.read(folder)
         if have is not None and have.stage == name and have.key == key and not have.problems(folder, hashes=True):
             rows.append({"stage": name, "key": key, "status": "present", "output": str(folder)})
+            store.touch(name, key)
             continue
         say(f"pull {name}/{key} ({len(files)} files)")
         with store.lock(name, key), store.staging(name, key) as tmp:
@@ -59,6 +60,7 @@ def pull(index_uri: str, recipe: str, cache_dir: str | Path, say: Say = lambda _
             for f in files:
                 _fetch_file(t, f, tmp / f["path"], f"{name}/{key}/{f['path']}", index_uri)
             (tmp / MANIFEST).write_bytes(raw)
+        store.touch(name, key)
         rows.append({"stage": name, "key": key, "status": "restored", "files": len(files),
                      "bytes": sum(int(f["bytes"]) for f in files), "output": str(folder)})  # fmt: skip
     return {"index": index_uri, "entry": entry_id, "cache_dir": str(cache_dir), "stages": rows,

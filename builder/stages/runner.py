@@ -1,7 +1,9 @@
 """Run a recipe's stages in order: cache hits are reused, the rest run locked, staged and timed.
 
 `build(loaded, cache_dir)` returns one `StageRun` per stage it reached. A stage that needs a GPU host
-(`NeedsGpu`) ends the build: what was built stays cached and the same command resumes there. Stage
+(`NeedsGpu`) ends the build: what was built stays cached and the same command resumes there. Every entry a
+build reaches is stamped used and held by the process until it exits (`Store.hold`: `trtspec cache prune`
+leaves it alone). Stage
 modules are imported only when a stage actually runs, so a fully cached build imports no torch and
 finishes in well under a second.
 """
@@ -61,12 +63,15 @@ def build(loaded: LoadedRecipe, cache_dir: str | Path, *, until: str | None = No
     store = Store(cache_dir)
     result = BuildResult()
     upstream: dict[str, Path] = {}
+    now = time.time()  # one use stamp for the build's entries: prune removes a chain downstream first
     for stage in stages_for(loaded, until):
+        store.hold(stage.name, stage.key)  # in use by this process from here on (before the hit check)
         try:
             run = _one(store, loaded, stage, upstream, force, report)
         except NeedsGpu as exc:
             result.stopped = exc
             return result
+        store.touch(stage.name, stage.key, now)
         result.runs.append(run)
         upstream[stage.name] = run.folder
     return result

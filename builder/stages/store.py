@@ -4,6 +4,12 @@ A stage writes into `<root>/<stage>/.tmp-<key>-<pid>` and the folder is renamed 
 its manifest is written (rename is atomic on one filesystem). A build killed at any moment leaves at
 most a temp folder, which the next build removes once its owner is gone. `lock` serialises builds of
 one stage key across processes (flock: released by the kernel when a process dies).
+
+Use, for `trtspec cache prune` (`builder.stages.prune`): `touch` stamps an entry's last use
+(`<root>/.used/<stage>-<key>`, its mtime; entries themselves stay as built), and `hold` marks an entry in use
+by this process until it exits (a shared flock on `<root>/.locks/<stage>-<key>.use`): a build holds every
+entry it reaches, so a server, a generate run or a build reading an upstream folder keeps its entries.
+`claim` is prune's side: both locks of an entry, exclusive, or nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +23,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from builder.stages.manifest import MANIFEST, Manifest
+
+USED = ".used"
+LOCKS = ".locks"
+MAX_HOLDS = 512  # a process using more entries (a test session) keeps the newest marked
+_HELD: dict[str, object] = {}  # use-lock path -> its open file (the shared flock lives as long as it does)
 
 
 class Store:
@@ -37,9 +48,7 @@ class Store:
     @contextlib.contextmanager
     def lock(self, stage: str, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         """Exclusive across processes for one stage key; calls on_wait once if it has to wait."""
-        locks = self.root / ".locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{stage}-{key}.lock", "w") as fh:
+        with open(self._lock_path(stage, key, "lock"), "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -50,6 +59,54 @@ class Store:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _lock_path(self, stage: str, key: str, kind: str) -> Path:
+        locks = self.root / LOCKS
+        locks.mkdir(parents=True, exist_ok=True)
+        return locks / f"{stage}-{key}.{kind}"
+
+    def touch(self, stage: str, key: str, when: float | None = None) -> None:
+        """Stamp a use of (stage, key) at `when` (seconds since the epoch; now when None)."""
+        stamp = self.root / USED / f"{stage}-{key}"
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+        if when is not None:
+            os.utime(stamp, (when, when))
+
+    def last_used(self, stage: str, key: str) -> float | None:
+        try:
+            return (self.root / USED / f"{stage}-{key}").stat().st_mtime
+        except OSError:
+            return None
+
+    def hold(self, stage: str, key: str) -> None:
+        """Mark (stage, key) in use until this process exits; waits only while a prune removes that entry."""
+        path = self._lock_path(stage, key, "use")
+        name = str(path.resolve())
+        if name in _HELD:
+            return
+        fh = open(path, "a")
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        if len(_HELD) >= MAX_HOLDS:
+            _HELD.pop(next(iter(_HELD))).close()  # type: ignore[attr-defined]
+        _HELD[name] = fh
+
+    @contextlib.contextmanager
+    def claim(self, stage: str, key: str) -> Iterator[bool]:
+        """Both locks of (stage, key), exclusive, without waiting: True inside when no build or user holds it."""
+        with open(self._lock_path(stage, key, "lock"), "w") as build, open(self._lock_path(stage, key, "use"), "a") as use:
+            got: list = []
+            try:
+                for fh in (build, use):
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    got.append(fh)
+            except BlockingIOError:
+                pass
+            try:
+                yield len(got) == 2
+            finally:
+                for fh in got:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def staging(self, stage: str, key: str) -> Iterator[Path]:

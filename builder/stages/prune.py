@@ -1,0 +1,181 @@
+"""What the build cache holds and what to remove from it (`trtspec cache list | prune`).
+
+An entry is one stage output, `<root>/<stage>/<key>/` (`builder.stages.store`). Its last use is the stamp a
+build or pull leaves (`Store.touch`), else its manifest's creation time; entries without a readable manifest
+are damaged (a build would replace them) and pruned whatever the criteria. Sizes count each file once per
+entry, and the cache's total counts each inode once: stages hard-link what they pass on (an export's graphs
+inside its engine folder), so removing an entry frees only the files no other entry shares — `plan` charges
+an entry exactly those.
+
+Order: least recently used first; among entries of one build (one stamp), downstream stages first (the repo
+before the engine before the export …), so a size cap keeps what rebuilds slowest longest. An entry a running
+build, server or generate run holds (`Store.hold`), or whose build lock is taken, is skipped and reported, and
+removal is a rename into a temp folder then a delete: an interrupted prune leaves a `.tmp-*` folder, which
+the next build or prune sweeps, never a half-deleted entry under its key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Iterable
+
+from builder.errors import UserError
+from builder.stages.manifest import Manifest
+from builder.stages.store import USED, Store
+
+ORDER = ("load", "quantize", "export", "checkpoint", "engine", "repo")  # upstream -> downstream
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SPANS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    stage: str
+    key: str
+    folder: Path
+    bytes: int  # its files, each once
+    files: dict[tuple[int, int], int]  # (device, inode) -> bytes, of its files
+    used: float  # last use, seconds since the epoch
+    created: str  # the manifest's, "" when damaged
+    damaged: bool
+
+
+def scan(root: str | Path) -> list[Entry]:
+    """Every entry under `root` (stage folders with a key folder; temp, lock and stamp folders skipped)."""
+    store, out = Store(root), list[Entry]()
+    base = Path(root)
+    if not base.is_dir():
+        return out
+    for stage_dir in sorted(p for p in base.iterdir() if p.is_dir() and p.name in ORDER):
+        for folder in sorted(p for p in stage_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            stage, key = stage_dir.name, folder.name
+            m = Manifest.read(folder)
+            damaged = m is None or m.stage != stage or m.key != key or bool(m.problems(folder))
+            files, size = _files(folder)
+            used = store.last_used(stage, key)
+            if used is None:
+                used = _created(m) if m is not None and not damaged else folder.stat().st_mtime
+            out.append(Entry(stage, key, folder, size, files, used, "" if m is None else m.created, damaged))
+    return out
+
+
+def _files(folder: Path) -> tuple[dict[tuple[int, int], int], int]:
+    files: dict[tuple[int, int], int] = {}
+    for dirpath, _dirs, names in os.walk(folder):
+        for n in names:
+            st = os.lstat(os.path.join(dirpath, n))
+            if not os.path.islink(os.path.join(dirpath, n)):
+                files[(st.st_dev, st.st_ino)] = st.st_size
+    return files, sum(files.values())
+
+
+def _created(m: Manifest) -> float:
+    try:
+        return datetime.fromisoformat(m.created).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def unique_bytes(entries: Iterable[Entry]) -> int:
+    """Bytes on disk of these entries together: each inode once."""
+    sizes: dict[tuple[int, int], int] = {}
+    for e in entries:
+        sizes.update(e.files)
+    return sum(sizes.values())
+
+
+def plan(entries: list[Entry], *, older_than: float | None = None, max_bytes: int | None = None,
+         stages: Iterable[str] | None = None, now: float | None = None) -> list[Entry]:  # fmt: skip
+    """The entries to remove, in removal order: damaged ones, those unused for more than `older_than` seconds,
+    then least recently used ones until the cache's unique bytes are at most `max_bytes` (`stages`: only
+    entries of these stages are candidates; the others still count towards the size)."""
+    now = time.time() if now is None else now
+    allowed = set(ORDER) if stages is None else set(stages)
+    order = sorted((e for e in entries if e.stage in allowed), key=_lru_key)
+    chosen = [e for e in order if e.damaged or (older_than is not None and now - e.used > older_than)]
+    if max_bytes is not None:
+        users: dict[tuple[int, int], int] = {}
+        for e in entries:
+            for f in e.files:
+                users[f] = users.get(f, 0) + 1
+        total = unique_bytes(entries)
+
+        def drop(e: Entry) -> int:  # bytes freed by removing e now
+            freed = 0
+            for f, size in e.files.items():
+                users[f] -= 1
+                freed += size if users[f] == 0 else 0
+            return freed
+
+        for e in chosen:
+            total -= drop(e)
+        for e in order:
+            if total <= max_bytes:
+                break
+            if e not in chosen:
+                chosen.append(e)
+                total -= drop(e)
+    return chosen
+
+
+def _lru_key(e: Entry) -> tuple[float, int]:
+    return (e.used, -ORDER.index(e.stage))
+
+
+def remove(root: str | Path, entries: list[Entry], say: Callable[[str], None] = lambda _m: None) -> dict[str, list]:
+    """Remove `entries` (a `plan`); {"removed": [...], "busy": [...]} of "stage/key" names."""
+    store, done, busy = Store(root), [], []
+    for e in entries:
+        name = f"{e.stage}/{e.key}"
+        with store.claim(e.stage, e.key) as free:
+            if not free:
+                busy.append(name)
+                say(f"skip {name}: in use (a build, server or generate run holds it)")
+                continue
+            if e.folder.exists():
+                tmp = e.folder.parent / f".tmp-{e.key}-{os.getpid()}-{time.monotonic_ns()}"
+                os.replace(e.folder, tmp)  # off its key at once; the delete may take a while
+                shutil.rmtree(tmp, ignore_errors=True)
+            (Path(root) / USED / f"{e.stage}-{e.key}").unlink(missing_ok=True)
+        done.append(name)
+        say(f"removed {name} ({human(e.bytes)})")
+    for stage in ORDER:
+        if (Path(root) / stage).is_dir():
+            store.sweep(stage)
+    return {"removed": done, "busy": busy}
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def parse_size(text: str, field: str = "--max-size") -> int:
+    """'500M', '20G', '1.5T', '1024' (bytes; binary units) -> bytes; UserError otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?B)?\s*", text)
+    if m is None:
+        raise UserError(f"cannot read size {text!r}", field=field, allowed="a number with an optional K, M, G or T "
+                        "suffix (binary units), e.g. 500M, 20G")  # fmt: skip
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_age(text: str, field: str = "--older-than") -> float:
+    """'30m', '12h', '14d', '2w' -> seconds; UserError otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*", text)
+    if m is None:
+        raise UserError(f"cannot read age {text!r}", field=field,
+                        allowed="a number with a unit m, h, d or w, e.g. 12h, 14d")  # fmt: skip
+    return float(m.group(1)) * _SPANS[m.group(2)]
+
+
+__all__ = ["Entry", "ORDER", "human", "parse_age", "parse_size", "plan", "remove", "scan",
+           "unique_bytes"]
