@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
@@ -92,15 +93,19 @@ def test_every_trtspec_command_exists_with_its_options(flow):
     from importlib import import_module
 
     calls = trtspec_calls(flow)
-    assert {c[0] for c in calls} >= {"ci", "deploy", "bench"}
+    assert {c[0] for c in calls} >= {"ci", "deploy", "bench", "cache"}
     for call in calls:
         sub = call[0]
         assert sub in COMMANDS, f"trtspec {sub}: no such command"
         result = run(sub, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
         module, attr, _ = COMMANDS[sub]
-        known = {o for p in getattr(import_module(module), attr).params for o in p.opts}
-        flags = {w.split("=")[0] for w in call[1:] if w.startswith("--")}
+        cmd, rest = getattr(import_module(module), attr), call[1:]
+        if isinstance(cmd, click.Group):  # `trtspec cache prune …`: the subcommand's options
+            assert rest and rest[0] in cmd.commands, f"trtspec {sub}: no subcommand {rest[:1]}"
+            cmd, rest = cmd.commands[rest[0]], rest[1:]
+        known = {o for p in cmd.params for o in p.opts}
+        flags = {w.split("=")[0] for w in rest if w.startswith("--")}
         if "args" in " ".join(call):  # the ci call passes "${args[@]}": check the array's flags
             flags |= {w for c in commands(flow) if c[:1] == ["args"] for w in c if w.startswith("--")}
         assert flags <= known, f"trtspec {sub}: unknown options {sorted(flags - known)}"
