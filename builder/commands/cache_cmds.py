@@ -40,7 +40,8 @@ def list_(cache_dir: str, as_json: bool) -> None:
     now = time.time()
     for e in entries:
         state = "damaged" if e.damaged else ""
-        click.echo(f"{e.stage:10s} {e.key:22s} {human(e.bytes):>10s}  used {_age(now - e.used):>9s} ago  {state}")
+        click.echo(f"{e.stage:10s} {e.key:22s} {human(e.bytes):>10s}  used {_age(now - e.used):>7s} ago  "
+                   f"{state or e.what}")  # fmt: skip
     click.echo(f"{len(entries)} entries, {human(total)} on disk (shared files counted once) in {cache_dir}")
 
 
@@ -97,7 +98,7 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
 
 
 def _row(e) -> dict:  # noqa: ANN001 - a builder.stages.prune.Entry
-    return {"stage": e.stage, "key": e.key, "bytes": e.bytes, "damaged": e.damaged, "created": e.created,
+    return {"stage": e.stage, "key": e.key, "what": e.what, "bytes": e.bytes, "damaged": e.damaged, "created": e.created,
             "last_used": datetime.fromtimestamp(e.used, timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
 
 

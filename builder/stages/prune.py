@@ -44,6 +44,7 @@ class Entry:
     used: float  # last use, seconds since the epoch
     created: str  # the manifest's, "" when damaged
     damaged: bool
+    what: str = ""  # a few words on what it holds, from its manifest (`describe`)
 
 
 def scan(root: str | Path) -> list[Entry]:
@@ -61,8 +62,30 @@ def scan(root: str | Path) -> list[Entry]:
             used = store.last_used(stage, key)
             if used is None:
                 used = _created(m) if m is not None and not damaged else folder.stat().st_mtime
-            out.append(Entry(stage, key, folder, size, files, used, "" if m is None else m.created, damaged))
+            out.append(Entry(stage, key, folder, size, files, used, "" if m is None else m.created, damaged,
+                             "" if m is None else describe(m)))
     return out
+
+
+def describe(m: Manifest) -> str:
+    """What an entry holds, in a few words: the checkpoint it loaded, the method it exported, the engine's
+    label and backend, the served model's name."""
+    inputs, info = m.inputs or {}, m.info or {}
+
+    def get(d: object, *path: str) -> object:
+        for p in path:
+            d = d.get(p) if isinstance(d, dict) else None
+        return d
+
+    parts = {
+        "load": [get(inputs, "model", "checkpoint")],
+        "quantize": [get(inputs, "quantization", "mode"), get(inputs, "quantization", "kv_cache")],
+        "export": [get(inputs, "speculative", "method"), get(info, "variant")],
+        "checkpoint": [get(inputs, "speculative", "method")],
+        "engine": [get(info, "label"), get(inputs, "target", "backend") or get(inputs, "target", "device")],
+        "repo": [get(inputs, "triton", "model_name")],
+    }.get(m.stage, [])
+    return " ".join(str(p) for p in parts if p not in (None, ""))
 
 
 def _files(folder: Path) -> tuple[dict[tuple[int, int], int], int]:

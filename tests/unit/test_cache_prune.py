@@ -148,6 +148,8 @@ def test_a_build_stamps_and_holds_what_it_reaches(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "in use" in out.stderr and "1 in use, kept" in out.stdout
     assert store.hit("load", run.key) is not None
+    (entry,) = scan(cache)
+    assert entry.what.endswith("tests/fixtures/tiny-llama3/base")  # the recipe's checkpoint, as `list` shows it
 
 
 def test_cli_errors_and_listing(tmp_path: Path) -> None:
