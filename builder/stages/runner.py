@@ -1,11 +1,10 @@
 """Run a recipe's stages in order: cache hits are reused, the rest run locked, staged and timed.
 
 `build(loaded, cache_dir)` returns one `StageRun` per stage it reached. A stage that needs a GPU host
-(`NeedsGpu`) ends the build: what was built stays cached and the same command resumes there. Every entry a
-build reaches is stamped used and held by the process until it exits (`Store.hold`: `trtspec cache prune`
-leaves it alone). Stage
+(`NeedsGpu`) ends the build: what was built stays cached and the same command resumes there. Stage
 modules are imported only when a stage actually runs, so a fully cached build imports no torch and
-finishes in well under a second.
+finishes in well under a second. Every entry a build reaches is stamped used and held by the process until
+it exits (`Store.touch`, `Store.hold`): `trtspec cache prune` leaves it alone.
 """
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 from builder.stages.manifest import MANIFEST, Manifest
 
 USED = ".used"
 LOCKS = ".locks"
 MAX_HOLDS = 512  # a process using more entries (a test session) keeps the newest marked
-_HELD: dict[str, object] = {}  # use-lock path -> its open file (the shared flock lives as long as it does)
+_HELD: dict[str, IO[str]] = {}  # use-lock path -> its open file (the shared flock lives as long as it does)
 
 
 class Store:
@@ -66,12 +66,16 @@ class Store:
         return locks / f"{stage}-{key}.{kind}"
 
     def touch(self, stage: str, key: str, when: float | None = None) -> None:
-        """Stamp a use of (stage, key) at `when` (seconds since the epoch; now when None)."""
+        """Stamp a use of (stage, key) at `when` (seconds since the epoch; now when None). Best effort: a
+        read-only cache (a shared, pulled one) is used untracked."""
         stamp = self.root / USED / f"{stage}-{key}"
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.touch()
-        if when is not None:
-            os.utime(stamp, (when, when))
+        try:
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+            if when is not None:
+                os.utime(stamp, (when, when))
+        except OSError:
+            pass
 
     def last_used(self, stage: str, key: str) -> float | None:
         try:
@@ -80,15 +84,19 @@ class Store:
             return None
 
     def hold(self, stage: str, key: str) -> None:
-        """Mark (stage, key) in use until this process exits; waits only while a prune removes that entry."""
-        path = self._lock_path(stage, key, "use")
-        name = str(path.resolve())
-        if name in _HELD:
+        """Mark (stage, key) in use until this process exits; waits only while a prune removes that entry.
+        Best effort, as `touch`: nobody prunes a cache this process cannot write."""
+        try:
+            path = self._lock_path(stage, key, "use")
+            name = str(path.resolve())
+            if name in _HELD:
+                return
+            fh = open(path, "a")
+        except OSError:
             return
-        fh = open(path, "a")
         fcntl.flock(fh, fcntl.LOCK_SH)
         if len(_HELD) >= MAX_HOLDS:
-            _HELD.pop(next(iter(_HELD))).close()  # type: ignore[attr-defined]
+            _HELD.pop(next(iter(_HELD))).close()
         _HELD[name] = fh
 
     @contextlib.contextmanager

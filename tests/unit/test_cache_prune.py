@@ -166,3 +166,19 @@ def test_cli_errors_and_listing(tmp_path: Path) -> None:
     r = runner.invoke(cli, ["cache", "list", "--cache-dir", str(tmp_path)])
     assert r.exit_code == 0 and r.output.splitlines()[0].startswith("repo       R0") and "11 entries" in r.output
     assert parse_size("1.5G") == 3 << 29 and parse_size("512") == 512 and parse_age("2w") == 14 * 86400
+
+
+def test_a_cache_it_cannot_stamp_still_serves_hits(tmp_path: Path) -> None:
+    """A read-only cache (a shared, pulled one) is used untracked: stamping and holding are best effort. (Root
+    ignores permission bits, so the stamp and lock folders are made unwritable by being files.)"""
+    cache = tmp_path / "cache"
+    loaded = load_recipe(str(REPO / "recipes" / "tiny-llama3.yaml"))
+    first = build(loaded, cache, until="load").runs[0]
+    for name in (".used", ".locks"):
+        target = cache / name
+        for p in sorted(target.iterdir(), reverse=True):
+            p.unlink()
+        target.rmdir()
+        target.write_text("not a folder")
+    again = build(loaded, tmp_path / "cache", until="load").runs[0]
+    assert again.cached and again.key == first.key
