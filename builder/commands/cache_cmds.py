@@ -75,15 +75,22 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
     age = None if older_than is None else parse_age(older_than)
     cap = None if max_size is None else parse_size(max_size)
     entries = scan(cache_dir)
-    chosen = plan(entries, older_than=age, max_bytes=cap, stages=stages or None)
     before = unique_bytes(entries)
     say = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
     if dry_run:
+        chosen = plan(entries, older_than=age, max_bytes=cap, stages=stages or None)
         result = {"removed": [], "busy": [], "would_remove": [f"{e.stage}/{e.key}" for e in chosen]}
         for e in chosen:
             say(f"would remove {e.stage}/{e.key} ({human(e.bytes)}{', damaged' if e.damaged else ''})")
-    else:
-        result = remove(cache_dir, chosen, say)
+    else:  # entries in use are kept; under a size cap the next least recently used go in their place
+        result = {"removed": [], "busy": []}
+        while True:
+            step = remove(cache_dir, plan(scan(cache_dir), older_than=age, max_bytes=cap, stages=stages or None,
+                                          keep=result["busy"]), say)  # fmt: skip
+            result["removed"] += step["removed"]
+            result["busy"] += step["busy"]
+            if cap is None or not step["busy"]:
+                break
     kept = [e for e in entries if f"{e.stage}/{e.key}" not in set(result["removed"]) | set(result.get("would_remove", []))]
     after = unique_bytes(kept)
     if as_json:

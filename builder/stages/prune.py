@@ -114,13 +114,14 @@ def unique_bytes(entries: Iterable[Entry]) -> int:
 
 
 def plan(entries: list[Entry], *, older_than: float | None = None, max_bytes: int | None = None,
-         stages: Iterable[str] | None = None, now: float | None = None) -> list[Entry]:  # fmt: skip
+         stages: Iterable[str] | None = None, keep: Iterable[str] = (), now: float | None = None) -> list[Entry]:  # fmt: skip
     """The entries to remove, in removal order: damaged ones, those unused for more than `older_than` seconds,
     then least recently used ones until the cache's unique bytes are at most `max_bytes` (`stages`: only
-    entries of these stages are candidates; the others still count towards the size)."""
+    entries of these stages are candidates, and none named in `keep` ("stage/key"); the others still count
+    towards the size)."""
     now = time.time() if now is None else now
-    allowed = set(ORDER) if stages is None else set(stages)
-    order = sorted((e for e in entries if e.stage in allowed), key=_lru_key)
+    allowed, kept = set(ORDER) if stages is None else set(stages), set(keep)
+    order = sorted((e for e in entries if e.stage in allowed and f"{e.stage}/{e.key}" not in kept), key=_lru_key)
     chosen = [e for e in order if e.damaged or (older_than is not None and now - e.used > older_than)]
     if max_bytes is not None:
         users: dict[tuple[int, int], int] = {}

@@ -182,3 +182,22 @@ def test_a_cache_it_cannot_stamp_still_serves_hits(tmp_path: Path) -> None:
         target.write_text("not a folder")
     again = build(loaded, tmp_path / "cache", until="load").runs[0]
     assert again.cached and again.key == first.key
+
+
+def test_under_a_size_cap_an_entry_in_use_is_replaced_by_the_next(tmp_path: Path) -> None:
+    import json
+
+    store, _now = three_builds(tmp_path)
+    cap = disk_bytes(tmp_path) - 2500
+    # oracle: the greedy over the disk, least recently used first, with export/X0 never a candidate
+    gone: set[str] = set()
+    for e in sorted((e for e in scan(tmp_path) if e.key != "X0"), key=lambda e: (e.used, -ORDER.index(e.stage))):
+        if disk_bytes(tmp_path, gone) <= cap:
+            break
+        gone.add(f"{e.stage}/{e.key}")
+    store.hold("export", "X0")  # in use by this process (as by a server) until the test process exits
+    r = CliRunner().invoke(cli, ["cache", "prune", "--cache-dir", str(tmp_path), "--max-size", str(cap), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["busy"] == ["export/X0"] and set(out["removed"]) == gone and len(gone) > 2
+    assert out["bytes_after"] == disk_bytes(tmp_path) <= cap and store.hit("export", "X0") is not None
