@@ -42,7 +42,8 @@ def list_(cache_dir: str, as_json: bool) -> None:
         state = "damaged" if e.damaged else ""
         click.echo(f"{e.stage:10s} {e.key:22s} {human(e.bytes):>10s}  used {_age(now - e.used):>7s} ago  "
                    f"{state or e.what}")  # fmt: skip
-    click.echo(f"{len(entries)} entries, {human(total)} on disk (shared files counted once) in {cache_dir}")
+    click.echo(f"{len(entries)} entries, {human(total)} on disk in {cache_dir} (files shared by entries counted once; "
+               "files also linked from outside the cache not counted: pruning cannot free them)")  # fmt: skip
 
 
 @cache.command()

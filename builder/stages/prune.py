@@ -5,7 +5,8 @@ build or pull leaves (`Store.touch`), else its manifest's creation time; entries
 are damaged (a build would replace them) and pruned whatever the criteria. Sizes count each file once per
 entry, and the cache's total counts each inode once: stages hard-link what they pass on (an export's graphs
 inside its engine folder), so removing an entry frees only the files no other entry shares — `plan` charges
-an entry exactly those.
+an entry exactly those — and files also linked from outside the cache (`trtspec deploy` bundles link what
+they can) are not counted at all: pruning would free nothing of them.
 
 Order: least recently used first; among entries of one build (one stamp), downstream stages first (the repo
 before the engine before the export …), so a size cap keeps what rebuilds slowest longest. An entry a running
@@ -40,7 +41,7 @@ class Entry:
     key: str
     folder: Path
     bytes: int  # its files, each once
-    files: dict[tuple[int, int], int]  # (device, inode) -> bytes, of its files
+    files: dict[tuple[int, int], int]  # (device, inode) -> bytes, of its files no path outside the cache links
     used: float  # last use, seconds since the epoch
     created: str  # the manifest's, "" when damaged
     damaged: bool
@@ -48,22 +49,29 @@ class Entry:
 
 
 def scan(root: str | Path) -> list[Entry]:
-    """Every entry under `root` (stage folders with a key folder; temp, lock and stamp folders skipped)."""
-    store, out = Store(root), list[Entry]()
+    """Every entry under `root` (stage folders with a key folder; temp, lock and stamp folders skipped). A file
+    also linked from outside the cache (a deploy bundle's hard link) is left out of `files`: pruning frees
+    nothing of it."""
+    store, found = Store(root), list[tuple[Path, str, str, "Manifest | None", dict[tuple[int, int], tuple[int, int, int]]]]()
     base = Path(root)
     if not base.is_dir():
-        return out
+        return []
+    paths: dict[tuple[int, int], int] = {}  # inode -> its paths inside the cache
     for stage_dir in sorted(p for p in base.iterdir() if p.is_dir() and p.name in ORDER):
         for folder in sorted(p for p in stage_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            stage, key = stage_dir.name, folder.name
-            m = Manifest.read(folder)
-            damaged = m is None or m.stage != stage or m.key != key or bool(m.problems(folder))
-            files, size = _files(folder)
-            used = store.last_used(stage, key)
-            if used is None:
-                used = _created(m) if m is not None and not damaged else folder.stat().st_mtime
-            out.append(Entry(stage, key, folder, size, files, used, "" if m is None else m.created, damaged,
-                             "" if m is None else describe(m)))
+            links = _files(folder)
+            for ino, (_size, _nlink, n) in links.items():
+                paths[ino] = paths.get(ino, 0) + n
+            found.append((folder, stage_dir.name, folder.name, Manifest.read(folder), links))
+    out = []
+    for folder, stage, key, m, links in found:
+        damaged = m is None or m.stage != stage or m.key != key or bool(m.problems(folder))
+        used = store.last_used(stage, key)
+        if used is None:
+            used = _created(m) if m is not None and not damaged else folder.stat().st_mtime
+        files = {ino: size for ino, (size, nlink, _n) in links.items() if nlink <= paths[ino]}
+        out.append(Entry(stage, key, folder, sum(size for size, _l, _n in links.values()), files, used,
+                         "" if m is None else m.created, damaged, "" if m is None else describe(m)))  # fmt: skip
     return out
 
 
@@ -88,14 +96,16 @@ def describe(m: Manifest) -> str:
     return " ".join(str(p) for p in parts if p not in (None, ""))
 
 
-def _files(folder: Path) -> tuple[dict[tuple[int, int], int], int]:
-    files: dict[tuple[int, int], int] = {}
+def _files(folder: Path) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """(device, inode) -> (bytes, links on disk, paths in `folder`) of its regular files."""
+    files: dict[tuple[int, int], tuple[int, int, int]] = {}
     for dirpath, _dirs, names in os.walk(folder):
         for n in names:
             st = os.lstat(os.path.join(dirpath, n))
             if not os.path.islink(os.path.join(dirpath, n)):
-                files[(st.st_dev, st.st_ino)] = st.st_size
-    return files, sum(files.values())
+                ino = (st.st_dev, st.st_ino)
+                files[ino] = (st.st_size, st.st_nlink, files[ino][2] + 1 if ino in files else 1)
+    return files
 
 
 def _created(m: Manifest) -> float:
@@ -106,7 +116,7 @@ def _created(m: Manifest) -> float:
 
 
 def unique_bytes(entries: Iterable[Entry]) -> int:
-    """Bytes on disk of these entries together: each inode once."""
+    """Bytes on disk of these entries together: each inode once, files also linked from outside left out."""
     sizes: dict[tuple[int, int], int] = {}
     for e in entries:
         sizes.update(e.files)

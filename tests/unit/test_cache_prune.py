@@ -201,3 +201,20 @@ def test_under_a_size_cap_an_entry_in_use_is_replaced_by_the_next(tmp_path: Path
     out = json.loads(r.output)
     assert out["busy"] == ["export/X0"] and set(out["removed"]) == gone and len(gone) > 2
     assert out["bytes_after"] == disk_bytes(tmp_path) <= cap and store.hit("export", "X0") is not None
+
+
+def test_files_linked_from_outside_the_cache_are_not_counted_as_freed(tmp_path: Path) -> None:
+    import json
+
+    cache = tmp_path / "cache"
+    store, now = three_builds(cache)
+    outside = tmp_path / "bundle.data"
+    os.link(store.dir("export", "X0") / "graph.data", outside)  # as a deploy bundle links what it can
+    before = disk_bytes(cache)
+    r = CliRunner().invoke(cli, ["cache", "prune", "--cache-dir", str(cache), "--older-than", "25d", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["removed"] == ["repo/R0", "engine/E0", "export/X0", "load/L-first"]
+    freed_on_disk = before - disk_bytes(cache) - outside.stat().st_size  # the linked file stays on disk
+    assert out["bytes_before"] - out["bytes_after"] == freed_on_disk and outside.is_file()
+    assert out["bytes_before"] == before - outside.stat().st_size
