@@ -35,6 +35,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from builder.engines.ort.session import make_session
+    from builder.fixture.regime import last_level_cache
     from builder.recipe.loader import load_recipe
     from builder.stages.decoders import cache_dir
     from builder.stages.runner import build
@@ -47,7 +48,7 @@ def main() -> None:
     graph = folder / e["graph"]
     session = make_session(graph)
     weights = sum(p.stat().st_size for p in graph.parent.glob(graph.stem.split(".")[0] + "*.data"))
-    llc = _llc_bytes()
+    llc = last_level_cache() or 32 << 20
     flush = np.ones(3 * llc // 8, np.float64)  # streamed between cold calls
     rng = np.random.default_rng(0)
     kv, d, cap, c = e["kv_heads"], e["head_dim"], e["capacity"], e["hidden"]
@@ -88,19 +89,6 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"\nJSON: {args.out}")
-
-
-def _llc_bytes() -> int:
-    """The last-level cache, from sysfs (32 MiB when unreadable)."""
-    best = 0
-    for idx in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            size = (idx / "size").read_text().strip()
-            n = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
-            best = max(best, n)
-        except (OSError, ValueError, KeyError):
-            continue
-    return best or 32 << 20
 
 
 if __name__ == "__main__":

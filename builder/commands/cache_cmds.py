@@ -30,9 +30,9 @@ def cache() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as one JSON object.")
 def list_(cache_dir: str, as_json: bool) -> None:
     """Every entry, least recently used first: stage, key, size, last use, state; the total on disk."""
-    from builder.stages.prune import human, plan, scan, unique_bytes
+    from builder.stages.prune import by_lru, human, scan, unique_bytes
 
-    entries = plan(scan(cache_dir), max_bytes=0)  # (every entry, in removal order)
+    entries = by_lru(scan(cache_dir))
     total = unique_bytes(entries)
     if as_json:
         click.echo(json.dumps({"cache_dir": cache_dir, "bytes": total, "entries": [_row(e) for e in entries]}, indent=2))
@@ -92,7 +92,8 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
             result["busy"] += step["busy"]
             if cap is None or not step["busy"]:
                 break
-    kept = [e for e in entries if f"{e.stage}/{e.key}" not in set(result["removed"]) | set(result.get("would_remove", []))]
+    gone = set(result["removed"]) | set(result.get("would_remove", []))
+    kept = [e for e in entries if f"{e.stage}/{e.key}" not in gone]
     after = unique_bytes(kept)
     if as_json:
         click.echo(json.dumps({"cache_dir": cache_dir, "dry_run": dry_run, "bytes_before": before, "bytes_after": after,

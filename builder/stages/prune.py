@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,9 +29,8 @@ from typing import Callable, Iterable
 
 from builder.errors import UserError
 from builder.stages.manifest import Manifest
-from builder.stages.store import USED, Store
-
-ORDER = ("load", "quantize", "export", "checkpoint", "engine", "repo")  # upstream -> downstream
+from builder.stages.runner import IMPLEMENTED as ORDER  # the stages, upstream -> downstream
+from builder.stages.store import Store
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SPANS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -102,7 +102,7 @@ def _files(folder: Path) -> dict[tuple[int, int], tuple[int, int, int]]:
     for dirpath, _dirs, names in os.walk(folder):
         for n in names:
             st = os.lstat(os.path.join(dirpath, n))
-            if not os.path.islink(os.path.join(dirpath, n)):
+            if stat.S_ISREG(st.st_mode):
                 ino = (st.st_dev, st.st_ino)
                 files[ino] = (st.st_size, st.st_nlink, files[ino][2] + 1 if ino in files else 1)
     return files
@@ -131,7 +131,7 @@ def plan(entries: list[Entry], *, older_than: float | None = None, max_bytes: in
     towards the size)."""
     now = time.time() if now is None else now
     allowed, kept = set(ORDER) if stages is None else set(stages), set(keep)
-    order = sorted((e for e in entries if e.stage in allowed and f"{e.stage}/{e.key}" not in kept), key=_lru_key)
+    order = by_lru(e for e in entries if e.stage in allowed and f"{e.stage}/{e.key}" not in kept)
     chosen = [e for e in order if e.damaged or (older_than is not None and now - e.used > older_than)]
     if max_bytes is not None:
         users: dict[tuple[int, int], int] = {}
@@ -158,8 +158,9 @@ def plan(entries: list[Entry], *, older_than: float | None = None, max_bytes: in
     return chosen
 
 
-def _lru_key(e: Entry) -> tuple[float, int]:
-    return (e.used, -ORDER.index(e.stage))
+def by_lru(entries: Iterable[Entry]) -> list[Entry]:
+    """Least recently used first; among one build's entries (one stamp) downstream stages first."""
+    return sorted(entries, key=lambda e: (e.used, -ORDER.index(e.stage)))
 
 
 def remove(root: str | Path, entries: list[Entry], say: Callable[[str], None] = lambda _m: None) -> dict[str, list]:
@@ -176,7 +177,7 @@ def remove(root: str | Path, entries: list[Entry], say: Callable[[str], None] = 
                 tmp = e.folder.parent / f".tmp-{e.key}-{os.getpid()}-{time.monotonic_ns()}"
                 os.replace(e.folder, tmp)  # off its key at once; the delete may take a while
                 shutil.rmtree(tmp, ignore_errors=True)
-            (Path(root) / USED / f"{e.stage}-{e.key}").unlink(missing_ok=True)
+            store.unstamp(e.stage, e.key)
         done.append(name)
         say(f"removed {name} ({human(e.bytes)})")
     for stage in ORDER:
@@ -211,5 +212,5 @@ def parse_age(text: str, field: str = "--older-than") -> float:
     return float(m.group(1)) * _SPANS[m.group(2)]
 
 
-__all__ = ["Entry", "ORDER", "human", "parse_age", "parse_size", "plan", "remove", "scan",
+__all__ = ["Entry", "ORDER", "by_lru", "human", "parse_age", "parse_size", "plan", "remove", "scan",
            "unique_bytes"]

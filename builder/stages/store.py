@@ -65,10 +65,13 @@ class Store:
         locks.mkdir(parents=True, exist_ok=True)
         return locks / f"{stage}-{key}.{kind}"
 
+    def _stamp(self, stage: str, key: str) -> Path:
+        return self.root / USED / f"{stage}-{key}"
+
     def touch(self, stage: str, key: str, when: float | None = None) -> None:
         """Stamp a use of (stage, key) at `when` (seconds since the epoch; now when None). Best effort: a
         read-only cache (a shared, pulled one) is used untracked."""
-        stamp = self.root / USED / f"{stage}-{key}"
+        stamp = self._stamp(stage, key)
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.touch()
@@ -79,9 +82,12 @@ class Store:
 
     def last_used(self, stage: str, key: str) -> float | None:
         try:
-            return (self.root / USED / f"{stage}-{key}").stat().st_mtime
+            return self._stamp(stage, key).stat().st_mtime
         except OSError:
             return None
+
+    def unstamp(self, stage: str, key: str) -> None:
+        self._stamp(stage, key).unlink(missing_ok=True)
 
     def hold(self, stage: str, key: str) -> None:
         """Mark (stage, key) in use until this process exits; waits only while a prune removes that entry.
