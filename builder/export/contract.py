@@ -139,6 +139,10 @@ EAGLE = GraphContract(
     ),
 )
 GRAPHS = {"target": TARGET, "eagle": EAGLE}
+# The plain-steps twin of the greedy ORT target graph (`builder.export.verify.plain_twin`) leaves TARGET's verdict
+# outputs to the host and returns the verify nodes' float32 logits [B, Tv, V] instead (`builder.engines.ort.target`).
+PLAIN_LOGITS = "verify_logits"
+HOST_VERDICT = ("node_argmax", "output_tokens", "best_path", "accepted_len")
 
 
 def cache_names(layer: int) -> tuple[str, str, str, str]:

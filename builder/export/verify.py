@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from builder.export.contract import HOST_VERDICT, PLAIN_LOGITS
 from plugins.tree_verify.contract import DOMAIN, OP_TYPE, Mode
 
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
@@ -139,13 +140,16 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
     Every If of the lean graphs picks the root-only / chain case in its then-branch (`verify_if` here, the attention
     bias in `builder.export.ort_variant.OrtVariant._bias`); this copy inlines those branches and drops
     GroupQueryAttention's bias input (its causal rule alone is the attention of a plain step, a prefill and a
-    chain), so a step runs neither If nor the bias, and `output_tokens` is every verify node's greedy token
-    (`node_argmax` as int32; for a root-only step that is the root's prediction, as before). A chain's verdict is
-    then the host's (`builder.engines.ort.target.OrtEngine`: the leading drafts equal to the target's tokens, a few
-    NumPy calls), as ONNX Runtime GenAI verifies its n-gram drafts outside its graph. The I/O stays the contract's.
-    Measured (scripts/profile_step.py, tiny fixture, past 300): 0.696 kernel ms against 0.793 with the Ifs at
-    T = 1, 1.67 against 2.08 for an 11-node chain. Only for steps whose drafts are chains (method none, n-gram
-    with one candidate): the engine refuses any other tree then."""
+    chain), so a step runs neither If nor the bias. It stops at the verify nodes' float32 logits (output
+    `verify_logits` [B, Tv, V], PLAIN_LOGITS): the greedy tokens and the verdict are the host's
+    (`builder.engines.ort.target.ArgmaxOnHost`: NumPy's argmax, then path 0 and one accepted node for a root-only
+    step; a chain's leading drafts equal to the target's tokens, `OrtEngine._verify_on_host`), as ONNX Runtime
+    GenAI takes its greedy token and verifies its n-gram drafts outside its graph. ONNX Runtime's ArgMax kernel is
+    scalar (~4 µs per 4096-entry row against NumPy's ~0.3-0.5, `scripts/profile_step.py`), and the verdict's
+    Slice / Reshape / Add / Cast nodes cost a kernel launch each at T = 1. The contract's `node_argmax`,
+    `output_tokens`, `best_path` and `accepted_len` are therefore not outputs of this graph; its other I/O is the
+    contract's. Only for steps whose drafts are chains (method none, n-gram with one candidate): the engine refuses
+    any other tree then."""
     from builder.export.graph import prune
 
     nodes: list[onnx.NodeProto] = []  # copies: the caller's model is not touched
@@ -157,8 +161,6 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
             rename = {o.name: target for o, target in zip(branch.output, node.output)}
             inner = list(branch.node)
         for n in inner:
-            if "output_tokens" in (rename.get(o, o) for o in n.output):
-                continue  # replaced below
             copy = onnx.NodeProto()
             copy.CopyFrom(n)
             for i, name in enumerate(copy.input):
@@ -168,7 +170,16 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
             if copy.op_type == "GroupQueryAttention" and len(copy.input) > GQA_BIAS:
                 copy.input[GQA_BIAS] = ""  # attention_bias
             nodes.append(copy)
-    nodes.append(helper.make_node("Cast", ["node_argmax"], ["output_tokens"], name="plain/output_tokens", to=I32))
+    argmax = [n for n in nodes if list(n.output) == ["node_argmax"]]
+    if len(argmax) != 1 or argmax[0].op_type != "ArgMax":
+        raise ValueError("plain_twin: the graph has no single ArgMax producing node_argmax")
+    logits = argmax[0].input[0]
+    nodes.remove(argmax[0])
+    for n in nodes:  # the logits tensor takes the output's name
+        for field in (n.input, n.output):
+            for i, name in enumerate(field):
+                if name == logits:
+                    field[i] = PLAIN_LOGITS
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for node in model.graph.node:
@@ -176,6 +187,12 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
             out.graph.initializer.extend(next(a.g for a in node.attribute if a.name == "then_branch").initializer)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    argmax_info = next(o for o in model.graph.output if o.name == "node_argmax")
+    b, tv = (d.dim_param or d.dim_value for d in argmax_info.type.tensor_type.shape.dim)
+    kept = [o for o in out.graph.output if o.name not in HOST_VERDICT]
+    del out.graph.output[:]
+    out.graph.output.extend(kept)
+    out.graph.output.append(helper.make_tensor_value_info(PLAIN_LOGITS, F, [b, tv, "V"]))
     return prune(out)
 
 

@@ -211,14 +211,33 @@ def draft_tables(net: Any, widths: list[int], pairs: list[int], batches: list[in
 
 
 def host_about(threads: int) -> dict[str, Any]:
-    """Where a curve was measured (a curve from another host does not describe this one)."""
+    """Where a curve was measured (a curve from another host does not describe this one): the CPU's model name,
+    the instruction-set level its kernels run at (`isa_level`) and the threads."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "threads": threads, "past": CURVE_PAST}
+    return {"cpu": cpu, "isa": isa_level(), "cpus": os.cpu_count(), "threads": threads, "past": CURVE_PAST}
+
+
+def isa_level() -> str:
+    """The x86-64 level (v1-v4: v3 = AVX2 + FMA, v4 = AVX-512) this process's CPUID reports, as ONNX Runtime's
+    MLAS and NumPy pick their kernels by it: a virtual machine can hide AVX-512 and keep the CPU's model name,
+    and its fp32 steps then run at about half the FLOP per cycle (README: "Other x86 CPUs"). NumPy's view of
+    CPUID; the machine name elsewhere."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # NumPy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features  # type: ignore[no-redef]
+        except ImportError:
+            return platform.machine()
+    levels = [v for v in (4, 3, 2) if features.get(f"X86_V{v}")]
+    if levels:
+        return f"x86-64-v{levels[0]}"
+    return "x86-64" if features.get("SSE2") else platform.machine()
 
 
 def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: float = CURVE_BUDGET_S) -> dict[str, Any]:

@@ -45,6 +45,9 @@ def method_key(loaded: LoadedRecipe) -> str:
     return spec.method
 
 
+SAME_HOST = ("cpu", "isa", "threads")  # a step curve measured where these differ does not describe this host
+
+
 def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | None]:
     """The step curve and, on cpu, the engine folder it was measured on."""
     recipe = loaded.recipe
@@ -68,11 +71,19 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         raise UserError(f"{folder}/engine.json has no step_curve (built by an older trtspec): rebuild with "
                         "`trtspec build --force`", field="engine")  # fmt: skip
     curve = StepCurve.from_json(meta["step_curve"])
-    here = host_about(opts.threads)["cpu"]
-    if curve.about.get("cpu") != here:
-        opts.say(f"warning: the step curve was measured on {curve.about.get('cpu')!r}, this host is {here!r}; "
-                 "`trtspec build --force` re-measures it here")  # fmt: skip
+    here = host_about(opts.threads)
+    if any(curve.about.get(k) != here[k] for k in SAME_HOST):
+        # A pulled cache, or a machine of the same name at another instruction-set level: the curve does not
+        # describe this host, and the picks depend on it. Measured again here (about a second per graph); the
+        # cached engine is left as it is.
+        from builder.stages.engine import measure_folder
+
+        there = ", ".join(f"{k} {curve.about.get(k)!r}" for k in SAME_HOST)
+        opts.say(f"the step curve in {folder.name}/engine.json was measured at {there}; this host differs "
+                 f"({', '.join(f'{k} {here[k]!r}' for k in SAME_HOST)}): measuring it here")  # fmt: skip
+        curve = StepCurve.from_json(measure_folder(folder, int(meta["max_batch_size"]), threads=opts.threads))
     return curve, folder
+
 
 
 def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:

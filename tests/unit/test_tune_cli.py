@@ -100,3 +100,28 @@ def test_tune_user_errors(tmp_path):
     bad.write_text("extends: " + str(REPO / "recipes" / "tiny-llama3-lookahead.yaml") + "\nspeculative: {window: 0}\n")
     res = run("tune", str(bad), "--cache-dir", CACHE)
     assert res.exit_code == 2 and "speculative.window" in res.output
+
+
+def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
+    """A cached engine's step curve measured where the CPU, its instruction-set level or the threads differ (a
+    pulled cache; a VM of the same CPU name with AVX-512 hidden) does not describe this host: tune measures the
+    curve again here and says so; on the same host it takes the engine's curve as it is. (The other host is a
+    stand-in: `host_about` reports another ISA level; the curve is really measured again.)"""
+    import builder.stages.engine as engine_stage
+    from builder.tune.run import Options, cost_curve
+
+    loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
+    said: list[str] = []
+    opts = Options(cache=Path(CACHE), say=said.append)
+    curve, folder = cost_curve(loaded, opts)
+    stored = read_meta(folder)["step_curve"]
+    assert curve.about == stored["about"] and not any("measuring it here" in m for m in said)
+    real = engine_stage.host_about
+    other = {**real(1), "isa": "x86-64-v1" if real(1)["isa"] != "x86-64-v1" else "x86-64-v4"}
+    monkeypatch.setattr(engine_stage, "host_about", lambda threads: {**other, "threads": threads})
+    said.clear()
+    again, folder2 = cost_curve(loaded, opts)
+    assert folder2 == folder and any("measuring it here" in m and repr(stored["about"]["isa"]) in m for m in said)
+    assert again.about["isa"] == other["isa"]  # measured just now, by `measure_folder` under this host's about
+    assert again.max_nodes == curve.max_nodes and again.target_ms(1, 1) > 0
+    assert read_meta(folder)["step_curve"] == stored  # the cached engine is left as it was

@@ -77,8 +77,10 @@ class Bound:
         self.y = {name: np.zeros(shape, dtype) for name, (shape, dtype) in outputs.items()}
         for name, arr in self.x.items():
             self.io.bind_input(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
-        for name, arr in self.y.items():
-            self.io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+        graph_outputs = {o.name for o in session.get_outputs()}
+        for name, arr in self.y.items():  # an output the graph leaves to the host stays a host array
+            if name in graph_outputs:
+                self.io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
         for layer, (k, v) in enumerate(caches):
             for kind, value in (("key", k), ("value", v)):
                 self.io.bind_ortvalue_input(f"past_{kind}_{layer}", value)

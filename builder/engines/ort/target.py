@@ -21,7 +21,7 @@ from builder.engines.batched import BatchedTarget, LruBindings, Spec
 from builder.speculative.batch import DraftBatch
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
-from builder.export.contract import TARGET, call_spec
+from builder.export.contract import PLAIN_LOGITS, TARGET, call_spec
 
 
 class GreedyOnly(ValueError):
@@ -110,7 +110,10 @@ class OrtEngine(BatchedTarget):
         for what, ours, theirs in (("inputs", x, inputs), ("outputs", y, outputs)):
             if {k: (v[0], np.dtype(v[1])) for k, v in theirs.items()} != ours:
                 raise ValueError(f"the host side's {what} {dict(theirs)} are not the graph contract's {ours}")
-        return Bound(self._session(mode), x, y, self.kv.ortvalues(r0, r1))
+        session = self._session(mode)
+        if mode == "greedy" and self.plain_only:
+            return ArgmaxOnHost(session, x, y, self.kv.ortvalues(r0, r1), self.spec.vocab_size)
+        return Bound(session, x, y, self.kv.ortvalues(r0, r1))
 
     def _session(self, mode: str):
         if mode not in self._sessions:
@@ -119,6 +122,29 @@ class OrtEngine(BatchedTarget):
                                  "greedy): sampling (temperature > 0) needs speculative.verification: rejection")
             self._sessions[mode] = make_session(self.spec.rejection, self.threads)
         return self._sessions[mode]
+
+
+class ArgmaxOnHost(Bound):
+    """A binding of the plain-steps graph (`builder.export.verify.plain_twin`), which stops at the verify nodes'
+    float32 logits: `run` takes their greedy tokens with NumPy into `node_argmax` (ties: the lowest id, as ONNX's
+    ArgMax; ONNX Runtime's kernel is scalar, ~4 µs per 4096-entry row against NumPy's SIMD ~0.3-0.5) and the first
+    into `output_tokens` — a root-only step's verdict, with `accepted_len` 1 and `best_path` 0 set once here (a
+    chain's binding has T > 1 and its verdict is rewritten every step by `OrtEngine._verify_on_host`). Nothing
+    is allocated per run."""
+
+    def __init__(self, session, inputs: Spec, outputs: Spec, caches, vocab_size: int) -> None:  # noqa: ANN001
+        (b, tv), _ = outputs["node_argmax"]
+        super().__init__(session, inputs, {**outputs, PLAIN_LOGITS: ((b, tv, vocab_size), np.float32)}, caches)
+        y = self.y
+        y["accepted_len"][...] = 1
+        y["best_path"][...] = 0
+        self._logits, self._argmax = y[PLAIN_LOGITS], y["node_argmax"]
+        self._first = (y["output_tokens"][:, :1], self._argmax[:, :1])
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.io)
+        np.argmax(self._logits, axis=2, out=self._argmax)
+        np.copyto(*self._first, casting="unsafe")
 
 
 def _leading_hits(drafted: list[int], target: list[int], nodes: int) -> int:

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run a command natively, at full speed, on a smaller x86 ISA than this CPU has: CPUID is trapped and edited
+# (scripts/cpu_mask.c), so ONNX Runtime's MLAS, NumPy and PyTorch pick the kernels they would pick on that
+# CPU, in this process and in every process it starts (tritonserver, the CLI's subprocesses).
+#
+#   scripts/with_isa.sh LEVEL COMMAND [ARGS ...]
+#
+# LEVEL: avx2 (AVX2 + FMA3, no AVX-512, AMX, AVX-VNNI: the AVX2-only AMD EPYC the speed goals are also
+# checked on), avx (no AVX2/FMA/F16C either), sse4 (no AVX), none (unmasked, for side-by-side runs).
+# Needs Linux CPUID faulting (/proc/cpuinfo flag cpuid_fault: Intel since Ivy Bridge, most KVM guests) and a
+# C compiler; without them it says so and exits 2. Unlike scripts/test_isa.sh (qemu), the timings are real:
+# this CPU's cores, caches and memory running that ISA's code paths.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+usage="usage: with_isa.sh LEVEL COMMAND [ARGS ...]   (LEVEL: avx2, avx, sse4, none)"
+[ $# -ge 2 ] || { echo "with_isa.sh: $usage" >&2; exit 2; }
+level=$1
+shift
+case "$level" in
+  avx2) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI" ;;
+  avx) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C" ;;
+  sse4) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C,-AVX" ;;
+  none) exec "$@" ;;
+  *) echo "with_isa.sh: LEVEL '$level' is not one of avx2, avx, sse4, none" >&2; exit 2 ;;
+esac
+if ! grep -qw cpuid_fault /proc/cpuinfo; then
+  echo "with_isa.sh: this CPU/kernel cannot trap CPUID (no cpuid_fault in /proc/cpuinfo); use scripts/test_isa.sh (qemu) for correctness" >&2
+  exit 2
+fi
+src="$root/scripts/cpu_mask.c"
+sum=$(sha256sum "$src" | cut -c1-12)
+dir="${XDG_CACHE_HOME:-$HOME/.cache}/trtspec/tools"
+lib="$dir/cpu_mask-$sum.so"
+if [ ! -f "$lib" ]; then
+  command -v cc >/dev/null 2>&1 || { echo "with_isa.sh: needs a C compiler (cc) to build $src" >&2; exit 2; }
+  mkdir -p "$dir"
+  tmp=$(mktemp "$dir/.cpu_mask.XXXXXX")
+  cc -O2 -shared -fPIC -Wall -Wextra -o "$tmp" "$src" -ldl
+  mv -f "$tmp" "$lib"
+fi
+export CPU_MASK="$level"
+export GLIBC_TUNABLES="glibc.cpu.hwcaps=$tunables${GLIBC_TUNABLES:+:$GLIBC_TUNABLES}"
+export LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}"
+exec "$@"
