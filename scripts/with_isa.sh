@@ -20,7 +20,7 @@ case "$level" in
   avx2) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI" ;;
   avx) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C" ;;
   sse4) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C,-AVX" ;;
-  none) exec "$@" ;;
+  none) exec env -u CPU_MASK "$@" ;;  # an outer with_isa.sh mask ends here (exec restores the real CPUID)
   *) echo "with_isa.sh: LEVEL '$level' is not one of avx2, avx, sse4, none" >&2; exit 2 ;;
 esac
 if ! grep -qw cpuid_fault /proc/cpuinfo; then
