@@ -3,7 +3,7 @@
 step sits on. A matrix-vector product (BLAS sgemv, one thread) over a W [n, 1024] float32 matrix, as a step's
 MatMuls read their weights; GB/s = bytes of W / time, median of repeats, sizes from the L2 to past the L3.
 
-    .venv/bin/python scripts/bench_stream.py [--sizes 1,4,16,32,64,128,173,256,512,1024] [--out out/bench_stream.json]
+    .venv/bin/python scripts/bench_stream.py [--sizes 1,4,16,32,64,128,256,512,1024] [--out out/bench_stream.json]
 
 A machine's "last-level cache" size is not what one core gets of it: a VM's share, a mesh's slices and other
 tenants decide. The curve shows where a working set stops being served from cache — for the regime fixture, the
@@ -46,7 +46,7 @@ def gbps(mib: float, min_s: float = 0.3) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="1,4,16,32,64,128,173,256,512,1024", help="working sets in MiB")
+    ap.add_argument("--sizes", default="1,4,16,32,64,128,256,512,1024", help="working sets in MiB")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_stream.json")
     args = ap.parse_args()
     try:
