@@ -61,7 +61,7 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         nodes = drafter_shape(Parts(loaded, recipe.speculative.method).drafter_config())["max_nodes"]
         return roofline_curve(recipe, arch, max(64, nodes)), None
     from builder.engines.ort.load import read_meta
-    from builder.stages.engine import host_about
+    from builder.stages.engine import host_about, measure_folder
     from builder.stages.runner import build
 
     opts.say("building the engine (cached) for its step-cost curve")
@@ -76,14 +76,11 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         # A pulled cache, or a machine of the same name at another instruction-set level: the curve does not
         # describe this host, and the picks depend on it. Measured again here (about a second per graph); the
         # cached engine is left as it is.
-        from builder.stages.engine import measure_folder
-
         there = ", ".join(f"{k} {curve.about.get(k)!r}" for k in SAME_HOST)
         opts.say(f"the step curve in {folder.name}/engine.json was measured at {there}; this host differs "
                  f"({', '.join(f'{k} {here[k]!r}' for k in SAME_HOST)}): measuring it here")  # fmt: skip
         curve = StepCurve.from_json(measure_folder(folder, int(meta["max_batch_size"]), threads=opts.threads))
     return curve, folder
-
 
 
 def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
