@@ -138,13 +138,15 @@ class Profiled:
 
 def profile_all(sessions: Sequence[Profiled], *, runs: int, warmup: int, rounds: int = 20) -> list[Profile]:
     """Warm every session up, then run them in turns (`rounds` turns of runs / rounds each), so a machine whose
-    speed drifts (other processes, frequency) weighs on every graph alike."""
+    speed drifts (other processes, frequency) weighs on every graph alike; each turn starts one session later
+    (a rotation), so no graph always runs right after the same one."""
     for s in sessions:
         s.run(warmup)
     per = max(1, runs // rounds)
-    for _ in range(rounds):
-        for s in sessions:
-            s.run(per)
+    n = len(sessions)
+    for r in range(rounds):
+        for i in range(n):
+            sessions[(r + i) % n].run(per)
     return [s.result(per * rounds) for s in sessions]
 
 
