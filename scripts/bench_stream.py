@@ -25,6 +25,8 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # be
 
 import numpy as np  # noqa: E402
 
+from builder.stages.engine import host_about  # noqa: E402  (CPU model name, ISA level)
+
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
@@ -74,18 +76,10 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"benchmark": "bench_stream", "rows": rows, "regime_step_bytes": step,
-                               "regime_floor_ms": floor, "cpu": _cpu()}, indent=2) + "\n")
+                               "regime_floor_ms": floor, "host": host_about(threads=1)}, indent=2) + "\n")
     tmp.replace(args.out)
     print(f"JSON: {args.out}")
     return 0
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

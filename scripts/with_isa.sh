@@ -16,10 +16,11 @@ usage="usage: with_isa.sh LEVEL COMMAND [ARGS ...]   (LEVEL: avx2, avx, sse4, no
 [ $# -ge 2 ] || { echo "with_isa.sh: $usage" >&2; exit 2; }
 level=$1
 shift
-case "$level" in
-  avx2) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI" ;;
-  avx) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C" ;;
-  sse4) tunables="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI,-AVX2,-FMA,-F16C,-AVX" ;;
+no_avx512="-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-AVX512CD,-AVX512ER,-AVX512PF,-AVX_VNNI"
+case "$level" in  # glibc's own string functions, hidden as cpu_mask.c hides the rest (each level below the last)
+  avx2) tunables="$no_avx512" ;;
+  avx) tunables="$no_avx512,-AVX2,-FMA,-F16C" ;;
+  sse4) tunables="$no_avx512,-AVX2,-FMA,-F16C,-AVX" ;;
   none) exec env -u CPU_MASK "$@" ;;  # an outer with_isa.sh mask ends here (exec restores the real CPUID)
   *) echo "with_isa.sh: LEVEL '$level' is not one of avx2, avx, sse4, none" >&2; exit 2 ;;
 esac

@@ -76,9 +76,9 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         # A pulled cache, or a machine of the same name at another instruction-set level: the curve does not
         # describe this host, and the picks depend on it. Measured again here (about a second per graph); the
         # cached engine is left as it is.
-        there = ", ".join(f"{k} {curve.about.get(k)!r}" for k in SAME_HOST)
-        opts.say(f"the step curve in {folder.name}/engine.json was measured at {there}; this host differs "
-                 f"({', '.join(f'{k} {here[k]!r}' for k in SAME_HOST)}): measuring it here")  # fmt: skip
+        where = lambda about: ", ".join(f"{k} {about.get(k)!r}" for k in SAME_HOST)  # noqa: E731
+        opts.say(f"the step curve in {folder.name}/engine.json was measured at {where(curve.about)}; this host "
+                 f"differs ({where(here)}): measuring it here")  # fmt: skip
         curve = StepCurve.from_json(measure_folder(folder, int(meta["max_batch_size"]), threads=opts.threads))
     return curve, folder
 

@@ -136,8 +136,7 @@ class ArgmaxOnHost(Bound):
         (b, tv), _ = outputs["node_argmax"]
         super().__init__(session, inputs, {**outputs, PLAIN_LOGITS: ((b, tv, vocab_size), np.float32)}, caches)
         y = self.y
-        y["accepted_len"][...] = 1
-        y["best_path"][...] = 0
+        y["accepted_len"][...] = 1  # best_path stays 0 (the arrays start zeroed)
         self._logits, self._argmax = y[PLAIN_LOGITS], y["node_argmax"]
         self._tokens0, self._argmax0 = y["output_tokens"][:, :1], self._argmax[:, :1]
 
