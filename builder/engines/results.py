@@ -22,8 +22,14 @@ def checked_verdicts(batch: DraftBatch, acc: np.ndarray, best: np.ndarray) -> np
     """Check every row's verdict (accepted length k, best path p) against its draft: p < its path count,
     1 <= k <= its width, and path p holds k nodes. Returns which rows' chains move KV — a path's nodes increase
     from the root (`check_paths`), so a chain is in place iff its last node is k - 1 — as a [b] bool array, or
-    a bool for a batch of one (scalars: cheaper). A fixed number of NumPy calls, no tables per tree."""
-    if batch.size == 1:
+    a bool for a batch of one (scalars: cheaper) and for a batch of root-only drafts (plain steps: the one verdict
+    every row may have is (1, 0), and nothing moves). A fixed number of NumPy calls, no tables per tree."""
+    if batch.t == 1 and batch.size > 1:  # root-only drafts: one path of one node each
+        bad = (acc != 1) | (best != 0)
+        if not bad.any():
+            return False
+        i = int(np.flatnonzero(bad)[0])
+    elif batch.size == 1:
         k, p = int(acc[0]), int(best[0])
         if 0 <= p < int(batch.num_paths[0]) and 1 <= k <= int(batch.widths[0]):
             last = int(batch.paths[0, p, k - 1])

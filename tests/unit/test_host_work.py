@@ -15,7 +15,7 @@ from builder.engines.ort.kv import KVBuffers
 from builder.speculative.batch import DraftBatch
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, tree_arrays
 from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
-from builder.speculative.engine import Draft, check_draft
+from builder.speculative.engine import Draft, check_draft, root_only
 from builder.speculative.tree import tree_draft, tree_from_parents
 
 VOCAB = 50
@@ -216,11 +216,32 @@ def test_verdict_checks_match_brute_force(n: int) -> None:
             with pytest.raises(RuntimeError, match="outside the draft's"):
                 checked_verdicts(batch, acc, best)
             continue
-        moved = np.atleast_1d(checked_verdicts(batch, acc, best))
+        moved = np.broadcast_to(checked_verdicts(batch, acc, best), (n,))
         want = [(d.paths[p, :k] != np.arange(k)).any() for d, p, k in zip(drafts, best, acc)]
         assert moved.tolist() == want
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("n", [1, 2, 16])
+def test_verdict_checks_of_plain_steps_match_brute_force(n: int) -> None:
+    """Root-only batches (every row a plain step: checked_verdicts' shortcut): only (1, 0) holds, nothing moves."""
+    rng = np.random.default_rng(100 + n)
+    batch = DraftBatch.of([root_only(int(t)) for t in rng.integers(0, VOCAB, n)], VOCAB)
+    assert batch.t == 1
+    for trial in range(60):
+        acc, best = np.ones(n, np.int32), np.zeros(n, np.int32)
+        if trial % 2:  # one row (or a few) off the only verdict
+            rows = rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False)
+            acc[rows] = rng.choice([-1, 0, 1, 2, 5], size=len(rows))
+            best[rows] = rng.choice([-1, 0, 1, 3], size=len(rows))
+        holds = [0 <= p < 1 and 1 <= k <= 1 for p, k in zip(best, acc)]
+        if not all(holds):
+            first = holds.index(False)
+            with pytest.raises(RuntimeError, match=f"accepted {acc[first]} nodes of path {best[first]},"):
+                checked_verdicts(batch, acc, best)
+            continue
+        assert np.broadcast_to(checked_verdicts(batch, acc, best), (n,)).tolist() == [False] * n
 
 
 class _RecordingNet:
