@@ -373,7 +373,7 @@ class BatchedTarget:
         moved = checked_verdicts(batch, acc, best)  # rows whose chain is not in place; raises before KV moves
         out = self._result(batch, "medusa_topk" in y)
         out.fill(y, rows, batch, best, acc, whole)
-        if isinstance(moved, bool):  # one row (the scalar path)
+        if isinstance(moved, bool):  # one row (the scalar path), or root-only drafts (False: nothing moves)
             if moved:
                 self.kv.compact(int(rows[0]), int(self.committed[rows[0]]), out.chain[0, : int(acc[0])])
         elif moved.any():
