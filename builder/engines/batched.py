@@ -253,12 +253,12 @@ class BatchedTarget:
         if io is None:
             return None
         past = int(self.committed[0])
+        io.past[0] = past
         if t == 1:  # a plain step: scalars (the commonest call)
             io.tokens[0] = tokens[0]
-            io.past[0] = io.positions[0] = past
+            io.positions[0] = past
         else:
             io.tokens[:] = tokens
-            io.past[0] = past
             np.add(io.depth, past, out=io.positions)
         io.bound.run()
         emitted = self._chain_verdict(io.bound.y, tokens)

@@ -92,12 +92,11 @@ class OrtEngine(BatchedTarget):
             y["output_tokens"][rows] = tokens
 
     def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
-        """`step_chain` on the plain-steps graph: a chain of T > 1 verified here, as `_verify_on_host` does for a
-        batch (batch 1 in plain Python on <= T ints: the common n-gram case)."""
+        """`step_chain` on the plain-steps graph: a chain verified here from its host argmax, as `_verify_on_host`
+        does for a batch (batch 1 in plain Python on <= T ints: the common n-gram case; one token, a plain step, gives
+        the target's token — ArgmaxOnHost's accepted_len / best_path are constants, not read back)."""
         if not self.plain_only:  # the graph's own verdict
             return super()._chain_verdict(y, tokens)
-        if len(tokens) == 1:  # a plain step: the target's token (ArgmaxOnHost holds accepted_len 1, best_path 0)
-            return [int(y["node_argmax"][0, 0])]
         target: list[int] = y["node_argmax"][0].tolist()
         return target[: _leading_hits(tokens, target, len(tokens)) + 1]
 
