@@ -103,8 +103,8 @@ class EagleHost:
             bound.run()
             y, i = bound.y, int(num_new[0]) - 1
             self.committed[rows] += num_new
-            return DraftOutput(y["hidden_out"][:, i : i + 1].copy(), y["topk_tokens"][:, i : i + 1].copy(),
-                               y["topk_logprobs"][:, i : i + 1].copy())  # fmt: skip
+            return DraftOutput(y["hidden_out"][:, i : i + 1], y["topk_tokens"][:, i : i + 1],
+                               y["topk_logprobs"][:, i : i + 1])  # fmt: skip  (views: see `expand`)
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["num_new"][local] = num_new
@@ -123,21 +123,19 @@ class EagleHost:
         if (int(self.committed[rows[0]]) + u > self.capacity if len(rows) == 1
                 else (self.committed[rows] + u > self.capacity).any()):  # fmt: skip
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
-        bound, r0, local = self._call(rows, f, u)
+        bound, r0, local = self._call(rows, f, u, "expand")  # (its write_offset is u - f, set when built)
         x = bound.x
         b = len(rows)
-        self._idle(x, r0, b)
-        x["write_offset"][:] = write_offset
-        if b == len(x["past_len"]) and b == 1:  # one row, the call's only one: plain copies, no gathers
-            x["tokens"][:] = tokens
+        past = self._idle(x, r0, b)
+        if b == 1 == len(past):  # one row, the call's only one: plain copies, no gathers (num_new is f, set
+            x["tokens"][:] = tokens  # when built: see `_call`)
             x["hidden_in"][:] = hidden
             x["position_ids"][:] = position_ids
-            x["tree_mask"][:] = tree_mask[:, :, :u]
-            x["num_new"][:] = f
+            x["tree_mask"][:] = tree_mask
             bound.run()
-            y = bound.y
-            return DraftOutput(y["hidden_out"].copy(), y["topk_tokens"].copy(), y["topk_logprobs"].copy())
-        if b < len(x["past_len"]):
+            y = bound.y  # the binding's own output arrays, not copies: valid until this binding runs again
+            return DraftOutput(y["hidden_out"], y["topk_tokens"], y["topk_logprobs"])
+        if b < len(past):
             x["tree_mask"][:, arange(f), write_offset + arange(f)] = True  # idle rows: each node itself
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
@@ -148,10 +146,13 @@ class EagleHost:
         y = bound.y
         return DraftOutput(y["hidden_out"][local], y["topk_tokens"][local], y["topk_logprobs"][local])
 
-    def _call(self, rows: np.ndarray, f: int, u: int) -> tuple[Binding, int, np.ndarray]:
+    def _call(self, rows: np.ndarray, f: int, u: int, kind: str = "step") -> tuple[Binding, int, np.ndarray]:
         """The binding for a call on `rows` (F new rows, U tentative slots), its first row r0, and `rows` - r0.
         A call runs the contiguous rows r0..r1 holding the given sequences when the backend binds such ranges
-        (`ranged`: a new sequence's prompt pairs run alone, not over the whole batch), else rows 0..B-1."""
+        (`ranged`: a new sequence's prompt pairs run alone, not over the whole batch), else rows 0..B-1.
+        `expand` calls (kind "expand") have bindings of their own, made with write_offset = U - F (what every
+        call with that key writes) and num_new = F (what a one-row binding's every call writes; calls with
+        idle rows write theirs)."""
         if not self.ranged:
             r0, r1 = 0, len(self.rows)
         elif len(rows) == 1:
@@ -159,21 +160,29 @@ class EagleHost:
             r1 = r0 + 1
         else:
             r0, r1 = int(rows.min()), int(rows.max()) + 1
-        kind = "prefill" if f > self.step_rows else "step"  # prompt pairs: a pool of their own (`LruBindings`)
-        bound = self._bound.get((kind, r0, r1, f, u), lambda: self._build_rows(r0, r1, f, u))
+        if f > self.step_rows:
+            kind = "prefill"  # prompt pairs: a pool of their own (`LruBindings`)
+        bound = self._bound.get((kind, r0, r1, f, u), lambda: self._build_call(kind, r0, r1, f, u))
         return bound, r0, rows - r0 if r0 else rows
+
+    def _build_call(self, kind: str, r0: int, r1: int, f: int, u: int) -> Binding:
+        bound = self._build_rows(r0, r1, f, u)
+        if kind == "expand":
+            bound.x["write_offset"][:] = u - f
+            bound.x["num_new"][:] = f
+        return bound
 
     def _idle(self, x: dict[str, np.ndarray], r0: int, busy: int) -> np.ndarray:
         """Idle defaults for every row of the call (rows given work overwrite them): nothing new, nothing
         written, positions at the committed length. Returns the call's committed lengths."""
         past = self.committed[r0 : r0 + len(x["past_len"])]
+        x["past_len"][:] = past
         if busy < len(past):  # (when every row of the call has work, the caller overwrites all of these)
             x["tokens"][:] = 0
             x["hidden_in"][:] = 0.0
             x["num_new"][:] = 0
             x["tree_mask"][:] = False
-        x["past_len"][:] = past
-        x["position_ids"][:] = past[:, None]
+            x["position_ids"][:] = past[:, None]
         return past
 
     def io(self, b: int, f: int, u: int) -> tuple[IoSpec, IoSpec]:

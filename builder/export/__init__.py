@@ -100,7 +100,8 @@ RMSNormalization, Swish — the graph a TensorRT rewrite starts from) and `ort` 
 runs on the CPU, laid out per layer as ONNX Runtime GenAI's model builder lays a Llama layer out:
 SkipSimplifiedLayerNormalization, packed QKV, GroupQueryAttention with the rotary inside and in-place KV at
 per-row offsets, the tree as an attention bias, separate gate / up MatMuls, QuickGelu; an If skips the tree
-bias and the tree verification for plain steps; float32 only, head_dim % 16 == 0). See
+bias and the tree verification for plain steps — in the target graph; the EAGLE draft graph, whose calls are
+mostly tree levels, takes the tree bias always; float32 only, head_dim % 16 == 0). See
 `builder.export.attention`, `builder.export.ort_variant`, `builder.export.verify`; measured with ORT's
 profiler by scripts/profile_step.py (`builder.bench.profile`), beside ONNX Runtime GenAI's graph.
 

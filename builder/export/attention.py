@@ -38,9 +38,10 @@ __all__ = ["AttnShape", "LayerCache", "StepValues", "Variant", "VARIANTS", "make
            "OrtVariant", "attend_mask"]
 
 
-def make_variant(name: str, head_dim: int, precision: Precision = CPU) -> Variant:
+def make_variant(name: str, head_dim: int, precision: Precision = CPU, *, chain_branch: bool = True) -> Variant:
     """The variant called `name`; `ort` needs head_dim % 16 == 0 (GroupQueryAttention's CPU kernel
-    refuses other head sizes at run time: refused here at export instead) and the float32 precision."""
+    refuses other head sizes at run time: refused here at export instead) and the float32 precision.
+    `chain_branch=False`: `ort`'s attention bias is the tree bias always (no If; `OrtVariant._bias`)."""
     if name == "standard":
         return StandardVariant(precision)
     if name == "ort":
@@ -50,7 +51,7 @@ def make_variant(name: str, head_dim: int, precision: Precision = CPU) -> Varian
         if precision != CPU:
             raise UserError(f"the `ort` attention variant is the float32 CPU form; {precision.act} graphs (the GPU "
                             "form) are `standard`", field="variant", allowed="standard")  # fmt: skip
-        return OrtVariant()
+        return OrtVariant(chain_branch)
     raise UserError(f"unknown attention variant {name!r}", field="variant", allowed=", ".join(VARIANTS))
 
 

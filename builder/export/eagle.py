@@ -52,7 +52,7 @@ def build_eagle(
                         field="lm_head")  # fmt: skip
     if not 1 <= top_k <= V:
         raise UserError(f"top_k must lie in 1..{V}, got {top_k}", field="top_k")
-    var = make_variant(variant, cfg.head_dim, precision)
+    var = make_variant(variant, cfg.head_dim, precision, chain_branch=False)  # a draft step is mostly tree levels
     g = Graph("eagle_step", sink)
     fixed = {"KV": cfg.num_key_value_heads, "CAP": max_seq_len, "D": cfg.head_dim, "C": C, "K": top_k}
     g.declare("inputs", declared(EAGLE, "inputs", fixed, precision, layers=cfg.num_hidden_layers))

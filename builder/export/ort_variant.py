@@ -63,6 +63,9 @@ class OrtVariant:
     precision = CPU
     fused_gate_up = False  # two MatMuls beat one + Split (module docstring)
 
+    def __init__(self, chain_branch: bool = True) -> None:
+        self.chain_branch = chain_branch  # `_bias`: an If for chains (False: the tree bias always)
+
     def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray, shape: AttnShape) -> None:
         with g.scope("attn_prep"):
             self.step = step
@@ -80,7 +83,15 @@ class OrtVariant:
         causal rule is the whole attention: the bias is zeros [1, 1, T, S] (GroupQueryAttention wants T rows);
         `tree_bias` otherwise (a batch with a tree, or a padded row). An If picks. Measured on the tiny fixture (ORT
         profiler, past 300): the tree branch costs ~0.15 ms of a 2.1 ms T = 11 step; the test and the zeros cost
-        2 more small kernels than the former test (U == 1) and its Slice of a constant, ~6 µs per plain step."""
+        2 more small kernels than the former test (U == 1) and its Slice of a constant, ~6 µs per plain step.
+
+        Without `chain_branch` the bias is `tree_bias` always, no If: for a graph whose calls are mostly trees (the
+        EAGLE draft: one extend, then a tree level per call). ORT's If runs its branch as a subgraph with its own
+        frame, which after a session call of cold caches cost ~60-85 µs beyond the branch's kernels (regime
+        fixture, ORT profiler: If 176 µs per draft call, its 12 kernels 89), more than the tree bias costs a
+        chain."""
+        if not self.chain_branch:
+            return tree_bias(g, step, live)
         last = g.op("Gather", step.tree_mask, g.const(-1), axis=1)  # [B, U] what each row's last node attends
         one = g.op("ReduceMin", last, keepdims=0)  # [] every row's last node attends every node: all chains
         plain, tree = g.branch(), g.branch()

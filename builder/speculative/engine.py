@@ -298,7 +298,9 @@ class Drafter(Protocol):
 
 @dataclass
 class DraftOutput:
-    """One EAGLE draft-network call: predicted hidden states and their top-k continuations."""
+    """One EAGLE draft-network call: predicted hidden states and their top-k continuations. The arrays may be
+    the net's own output buffers (no copy per call): valid until the net's next `extend` / `expand`; a caller
+    copies what it keeps longer."""
 
     hidden: np.ndarray  # [B, F, C] fp32 the draft's prediction of the target's next hidden state
     topk_tokens: np.ndarray  # [B, F, K] int64 best first

@@ -1,7 +1,6 @@
 """Host work per step, vectorised: each batched piece against its one-sequence reference (the readable code
 it replaces) on random cases — EAGLE trees grown for a batch (`builder.speculative.eagle.grow`) against
-`eagle_tree`'s generators, batched tree arrays against `tree_from_parents`, the batched draft checks
-(`DraftBatch`) against `check_draft`, the verdict checks against brute force, the batched KV compaction
+`eagle_tree`'s generators and `tree_from_parents`, the batched draft checks (`DraftBatch`) against `check_draft`, the verdict checks against brute force, the batched KV compaction
 against `compact` row by row, and the binding pools."""
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from builder.engines.batched import LruBindings
 from builder.engines.results import checked_verdicts
 from builder.engines.ort.kv import KVBuffers
 from builder.speculative.batch import DraftBatch
-from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, tree_arrays
+from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
 from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
 from builder.speculative.engine import Draft, check_draft, root_only
 from builder.speculative.tree import tree_draft, tree_from_parents
@@ -32,13 +31,21 @@ def _answers(rng: np.random.Generator, b: int, f: int, k: int) -> tuple[np.ndarr
     return tok, lp
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_dynamic_trees_match_the_one_sequence_generator(seed: int) -> None:
+@pytest.mark.parametrize("b", [1, 4])
+@pytest.mark.parametrize("seed", range(8))
+def test_dynamic_trees_match_the_one_sequence_generator(seed: int, b: int) -> None:
     rng = np.random.default_rng(seed)
-    b, depth, top_k, k = 4, int(rng.integers(1, 5)), int(rng.integers(1, 4)), 3
-    total = int(rng.integers(1, 12))
+    depth, top_k, k = int(rng.integers(1, 7)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    workspaces: dict = {}  # (reused by every tree of a shape, as the drafter does: three trees, the same buffers)
+    for _ in range(3):
+        _grow_dynamic_and_compare(rng, b, depth, top_k, k, int(rng.integers(1, 40)), workspaces)
+    assert len(workspaces) == 1
+
+
+def _grow_dynamic_and_compare(rng: np.random.Generator, b: int, depth: int, top_k: int, k: int, total: int,
+                              workspaces: dict) -> None:  # fmt: skip
     roots = rng.integers(0, VOCAB, b)
-    grow = DynamicTrees(roots, depth=depth, top_k=top_k, total_nodes=total)
+    grow = DynamicTrees(roots, depth=depth, top_k=top_k, total_nodes=total, workspaces=workspaces)
     refs = [dynamic_tree_steps(int(r), depth=depth, top_k=top_k, total_nodes=total) for r in roots]
     asked = [next(g) for g in refs]
     grown = [None] * b
@@ -58,6 +65,7 @@ def test_dynamic_trees_match_the_one_sequence_generator(seed: int) -> None:
     for d, g in zip(drafts, grown):
         ref = tree_draft(g.tree, g.tokens)
         check_draft(d, VOCAB)
+        np.testing.assert_array_equal(tree_from_parents(g.tree.parents).mask, d.mask)
         np.testing.assert_array_equal(d.tokens, ref.tokens)
         np.testing.assert_array_equal(d.mask, ref.mask)
         np.testing.assert_array_equal(d.depth, ref.depth)
@@ -65,6 +73,36 @@ def test_dynamic_trees_match_the_one_sequence_generator(seed: int) -> None:
         assert d.paths.shape == (max(g.tree.paths.shape[0] for g in grown), depth + 1)
         np.testing.assert_array_equal(d.paths[:p, :w], ref.paths)
         assert (d.paths[:p, w:] == -1).all() and (d.paths[p:, 0] == 0).all() and (d.paths[p:, 1:] == -1).all()
+
+
+@pytest.mark.parametrize("bad", [np.nan, 0.5])
+def test_grown_trees_refuse_log_probs_that_are_nan_or_positive(bad: float) -> None:
+    """The answers' log-probs are checked (EAGLE-2: once, over every level, when the drafts are made)."""
+    rng = np.random.default_rng(3)
+    for level in range(3):
+        grow = DynamicTrees(rng.integers(0, VOCAB, 2), depth=3, top_k=2, total_nodes=5)
+        static = StaticTrees(static_tree([[0], [0, 0], [0, 0, 0]]), rng.integers(0, VOCAB, 2))
+        for g in (grow, static):
+            for i in range(3):
+                tok, lp = _answers(rng, 2, g.frontier()[0].shape[1], 2)
+                if i == level:
+                    lp[1, -1, -1] = bad
+                if g is static and i == level:
+                    with pytest.raises(ValueError, match="NaN or > 0"):
+                        g.answer(tok, lp)
+                    break
+                g.answer(tok, lp)
+        with pytest.raises(ValueError, match="NaN or > 0"):
+            grow.drafts()
+
+
+def test_dynamic_trees_refuse_answers_of_the_wrong_shape() -> None:
+    grow = DynamicTrees(np.array([1, 2]), depth=3, top_k=2, total_nodes=5)
+    with pytest.raises(ValueError, match=r"for 2 x 1 frontier nodes"):
+        grow.answer(*_answers(np.random.default_rng(0), 2, 2, 3))
+    grow.answer(*_answers(np.random.default_rng(0), 2, 1, 3))
+    with pytest.raises(ValueError, match="K=2 after K=3"):
+        grow.answer(*_answers(np.random.default_rng(0), 2, 2, 2))
 
 
 @pytest.mark.parametrize("choices", [[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]], [[0], [0, 0], [0, 0, 0]]])
@@ -83,22 +121,6 @@ def test_static_trees_match_the_one_sequence_generator(choices: list[list[int]])
         ref = drive(static_tree_steps(tree, int(roots[i])), lambda _t, _p: tuple(a[i] for a in answers[next(level)]))
         np.testing.assert_array_equal(d.tokens, ref.tokens)
         assert d.mask is tree.mask and d.paths is tree.paths  # a static tree's arrays are shared, not copied
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_tree_arrays_match_tree_from_parents(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    t = int(rng.integers(1, 14))
-    parents = np.stack([_random_parents(rng, t) for _ in range(3)])
-    refs = [tree_from_parents(p) for p in parents]
-    depth = np.stack([r.depth for r in refs])
-    p, w = max(r.paths.shape[0] for r in refs) + 1, int(depth.max()) + 2
-    mask, paths = tree_arrays(parents, depth, p, w)
-    for i, r in enumerate(refs):
-        np.testing.assert_array_equal(mask[i], r.mask)
-        pp, ww = r.paths.shape
-        np.testing.assert_array_equal(paths[i, :pp, :ww], r.paths)
-        assert (paths[i, :pp, ww:] == -1).all() and (paths[i, pp:, 1:] == -1).all()
 
 
 def _random_draft(rng: np.random.Generator) -> Draft:

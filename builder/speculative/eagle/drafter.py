@@ -29,11 +29,12 @@ total_nodes at n - 1 (and its depth, which cannot exceed the nodes kept). At a b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
+from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, _rows
 from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
@@ -78,6 +79,7 @@ class EagleDrafter:
         self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
         self._started: set[int] = set()
         self._masks: dict[tuple[int, int], tuple[Tree, list[np.ndarray]]] = {}  # (id(tree), B) -> static level masks
+        self._workspaces: dict = {}  # EAGLE-2's buffers by shape, reused every step (`DynamicTrees`)
 
     def set_budget(self, nodes: int | None) -> None:
         """Use at most `nodes` tree nodes per step, root included (1: off; None: the configured tree)."""
@@ -161,14 +163,17 @@ class EagleDrafter:
         root_out = self._root_level(seqs)  # (hidden [B, C], topk tokens [B, K], topk logprobs [B, K])
         t = self._shape
         r = np.asarray(roots, np.int64)
-        grow = (DynamicTrees(r, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes)
+        grow = (DynamicTrees(r, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes, workspaces=self._workspaces)
                 if isinstance(t, DynamicSpec) else StaticTrees(t, r))  # fmt: skip
         grow.answer(root_out[1][:, None], root_out[2][:, None])  # the root's level, from the extend
         outs = root_out[0][:, None]  # [B, F=1, C] draft outputs of the previous frontier
-        anc = np.zeros((len(seqs), 1, 0), bool)  # [B, F, U] tentative slots each previous-frontier node attends
-        root_pos = self.net.committed_lens(seqs) - 1  # [B] the roots' positions
-        used, level, bi = 0, 1, np.arange(len(seqs))[:, None]  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
-        masks = self._static_masks(t, len(seqs)) if isinstance(grow, StaticTrees) else None
+        b = len(seqs)
+        anc = _no_slots(b)  # [B, F, U] tentative slots each previous-frontier node attends
+        levels, width = (t.depth, t.top_k) if isinstance(t, DynamicSpec) else (t.max_depth, t.num_nodes)
+        positions = np.empty((b, levels, width), np.int64)  # [B, level, F] every level's positions (F <= width):
+        np.add(self.net.committed_lens(seqs)[:, None, None] - 1, _levels(levels), out=positions)  # root + level
+        used, level, bi = 0, 1, _rows(b)  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
+        masks = self._static_masks(t, b) if isinstance(grow, StaticTrees) else None
         while not grow.done:
             tokens, parents = grow.frontier()  # [B, F] each
             f = tokens.shape[1]
@@ -177,8 +182,7 @@ class EagleDrafter:
             else:
                 hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
                 mask = _level_mask(anc, parents, used, bi)
-            positions = np.repeat((root_pos + level)[:, None], f, axis=1)  # [B, F]
-            out = self.net.expand(seqs, tokens, hidden, positions, used, mask)
+            out = self.net.expand(seqs, tokens, hidden, positions[:, level, :f], used, mask)
             grow.answer(out.topk_tokens, out.topk_logprobs)
             outs, anc, used, level = out.hidden, mask, used + f, level + 1
         return grow.drafts()
@@ -244,8 +248,28 @@ def _level_mask(anc: np.ndarray, parents: np.ndarray, used: int, bi: np.ndarray)
     """A level's [B, F, U = used + F] tree mask: each frontier node attends what its parent attended (`anc`, the
     previous level's mask, [B, F_prev, used]) and itself."""
     b, f = parents.shape
-    mask = np.zeros((b, f, used + f), bool)
-    mask[:, :, :used] = anc[bi, parents]
-    mask[:, np.arange(f), used + np.arange(f)] = True  # every node attends itself
-    return mask
+    if not used:
+        return _eye(b, f)
+    return np.concatenate([anc[bi, parents], _eye(b, f)], axis=2)  # every node attends itself
+
+
+@lru_cache(maxsize=64)
+def _eye(b: int, f: int) -> np.ndarray:  # [B, F, F] bool identity per row (read-only)
+    a = np.ascontiguousarray(np.broadcast_to(np.eye(f, dtype=bool), (b, f, f)))
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=16)
+def _levels(n: int) -> np.ndarray:  # [n, 1] int64 0..n-1 (read-only)
+    a = np.arange(n)[:, None]
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=64)
+def _no_slots(b: int) -> np.ndarray:  # [B, 1, 0] bool: the root attends no tentative slot (read-only)
+    a = np.zeros((b, 1, 0), bool)
+    a.flags.writeable = False
+    return a
 
