@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from builder.speculative.engine import PrefillResult, StepResult, check_draft
-from builder.speculative.ngram.drafter import ADAPT_DOWN, ADAPT_FLOOR, ADAPT_START, ADAPT_UP, SCAN, NgramDrafter, NgramState
+from builder.speculative.ngram.drafter import ADAPT_AFTER, ADAPT_FLOOR, ADAPT_START, ADAPT_UP, SCAN, NgramDrafter, NgramState
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_budget_caps_nodes_and_one_node_is_a_plain_step() -> None:
         assert d.propose([0], [1])[0].num_nodes == want
 
 
-def test_adaptive_length_rises_on_full_acceptance_and_falls_on_rejection() -> None:
+def test_adaptive_length_rises_on_full_acceptance_and_falls_to_what_was_accepted() -> None:
     s = NgramState([7, 8, 9] * 10, 10, 3, 2, 1)
     assert s.length == ADAPT_START
     draft = s.propose(7, None)
@@ -140,8 +140,10 @@ def test_adaptive_length_rises_on_full_acceptance_and_falls_on_rejection() -> No
     assert s.length == min(10, ADAPT_START + ADAPT_UP)
     s.update([8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9], 10)
     assert s.length == 10  # capped at max_draft
+    s.update([8, 9, 7, 8, 9, 7, 8, 1], 10)  # 7 of 10 drafts accepted: the length falls to 7 + ADAPT_AFTER
+    assert s.length == min(10, 7 + ADAPT_AFTER)
     s.update([1], 5)  # rejected at once
-    assert s.length == max(ADAPT_FLOOR, 10 - ADAPT_DOWN)
+    assert s.length == max(ADAPT_FLOOR, ADAPT_AFTER)
     for _ in range(20):
         s.update([1], 5)
     assert s.length == ADAPT_FLOOR

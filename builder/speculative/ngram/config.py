@@ -22,7 +22,11 @@ from builder.section import VERIFICATION_DOC, Section
 # against the engines' measured chain step-cost curves, on the second half of HumanEval, and checked on the first
 # 20 prompts (the benchmark's): max_draft 23, suffixes 5..1 and the adaptive steps +8 / -2 from 2 gave 1.09x /
 # 1.11x the tokens per unit of step cost of 16, 4..2 and +4 / -1 from 4 on the tiny fixture's curve (1.11x /
-# 1.13x on the regime fixture's); on a curve twice as steep (c(T) = 1 + 0.2 (T - 1)) they are even.
+# 1.13x on the regime fixture's); on a curve twice as steep (c(T) = 1 + 0.2 (T - 1)) they are even. Then, on the
+# AVX2-only AMD EPYC, whose tiny curve is that steep (c(24) = 4.1-5.2 c(1)), falling to the accepted drafts + 2
+# after a partial acceptance instead of -2 gave 1.029x / 1.019x (second half / first 20) on its measured curve,
+# 1.018x / 1.012x on a flat one (c(T) = 1 + 0.09 (T - 1)), 0.99x / 1.00x on a made-up memory-bound one; measured
+# interleaved on that machine: tiny 1.006x / 1.020x / 1.030x, regime 1.003x / 1.007x the tokens/s of the -2 rule.
 DEFAULT_NGRAM = (23, 5, 1, 1, True)
 
 
@@ -38,7 +42,8 @@ class NgramConfig(Section):
     min_match: int = Field(DEFAULT_NGRAM[2], gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step.")
     candidates: int = Field(DEFAULT_NGRAM[3], gt=0, le=16, description="Distinct continuations verified per step (one tree).")
     adaptive: bool = Field(DEFAULT_NGRAM[4], description="Draft length per sequence: from 2, +8 after a draft "
-                           "accepted in full, -2 after one that was not, within 2..max_draft; false: always max_draft.")
+                           "accepted in full, its accepted drafts + 2 after one that was not, within 2..max_draft; "
+                           "false: always max_draft.")  # fmt: skip
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
 
     @property

@@ -8,10 +8,11 @@ distinct ones (at most `SCAN` occurrences read). A continuation that runs into t
 copying from its own start (an overlapping copy, as LZ77 does), so a loop of period p < max_draft drafts in full.
 
 Draft length (`adaptive`): each sequence drafts at most `length` tokens per continuation, starting at
-ADAPT_START; a draft accepted in full raises it by ADAPT_UP, one that was not lowers it by ADAPT_DOWN, within
-ADAPT_FLOOR..max_draft (HF transformers' assisted-generation heuristic, +2 / −1 there; ours grows faster and
-falls faster: +8 / −2 from 2). Copy loops then draft long and prose short. The steps were chosen by replaying
-greedy decodes against the engines' step-cost curves (`config.DEFAULT_NGRAM` says how and what they gave).
+ADAPT_START; a draft accepted in full raises it by ADAPT_UP, one that was not sets it to its accepted drafts +
+ADAPT_AFTER (the run the text just copied, a little more), within ADAPT_FLOOR..max_draft (HF transformers'
+assisted-generation heuristic is +2 / −1; ours grows faster, +8, and falls to what was accepted). Copy loops then
+draft long and prose short. The rule was chosen by replaying greedy decodes against the engines' step-cost curves
+(`config.DEFAULT_NGRAM` says how and what it gave).
 
 The continuations become one tree: a trie under the root (shared prefixes are one node), paths to its leaves.
 Its structure (parents) decides mask, depth and paths; those arrays are made once per structure, read-only, and
@@ -28,7 +29,7 @@ import numpy as np
 from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
 
 SCAN = 16  # occurrences read per lookup at most (newest first)
-ADAPT_START, ADAPT_UP, ADAPT_DOWN, ADAPT_FLOOR = 2, 8, 2, 2  # adaptive draft length (module docstring)
+ADAPT_START, ADAPT_UP, ADAPT_AFTER, ADAPT_FLOOR = 2, 8, 2, 2  # adaptive draft length (module docstring)
 _MAX_SHAPES = 4096  # cached tree structures (each a few small read-only arrays)
 Shape = tuple[np.ndarray, np.ndarray, np.ndarray]  # mask [T, T] bool, depth [T] int64, paths [P, W] int32
 _SHAPES: dict[tuple[int, ...], Shape] = {}
@@ -75,24 +76,29 @@ class NgramState:
         self.max_draft, self.max_match, self.min_match, self.candidates = max_draft, max_match, min_match, candidates
         self.text: list[int] = []
         self.index: dict[tuple[int, ...], list[int]] = {}
+        self._tail: tuple[int, ...] = ()  # the text's newest max_match tokens
         self.root_in_text = False  # the text already ends with the next step's root (after an update)
         self.adaptive = adaptive
         self.length = min(ADAPT_START, max_draft) if adaptive else max_draft  # tokens per continuation now
         self.extend(prompt)
 
     def extend(self, tokens: Sequence[int]) -> None:
-        """Append tokens to the text and index the n-grams that end at each."""
-        text, index, lo, hi = self.text, self.index, self.min_match, self.max_match
+        """Append tokens to the text and index the n-grams that end at each (the keys: slices of `_tail`, the
+        newest max_match tokens as a tuple, so each n-gram is one tuple slice, the longest the tail itself)."""
+        text, index, lo, hi, tail = self.text, self.index, self.min_match, self.max_match, self._tail
         for tok in tokens:
-            text.append(int(tok))
+            tok = int(tok)
+            text.append(tok)
             end = len(text)
-            for n in range(lo, min(hi, end) + 1):
-                key = tuple(text[end - n :])
+            tail = (*(tail[1:] if len(tail) >= hi else tail), tok)
+            for n in range(lo, len(tail) + 1):
+                key = tail[-n:]
                 at = index.get(key)
                 if at is None:
                     index[key] = [end]
                 else:
                     at.append(end)
+        self._tail = tail
 
     def continuations(self, limit: int) -> list[tuple[int, ...]]:
         """Up to `candidates` distinct continuations of the text, at most `limit` tokens each (module docstring)."""
@@ -152,9 +158,9 @@ class NgramState:
         """Learn a step's emitted tokens (accepted drafts, then the bonus token: the next root); `depth`: the draft's
         deepest path (0: a root-only step, which leaves the draft length alone)."""
         if self.adaptive and depth > 0:
-            full = len(emitted) - 1 >= depth
-            step = ADAPT_UP if full else -ADAPT_DOWN
-            self.length = max(min(ADAPT_FLOOR, self.max_draft), min(self.max_draft, self.length + step))
+            accepted = len(emitted) - 1
+            length = self.length + ADAPT_UP if accepted >= depth else accepted + ADAPT_AFTER
+            self.length = max(min(ADAPT_FLOOR, self.max_draft), min(self.max_draft, length))
         if emitted:
             self.extend(emitted)
             self.root_in_text = True
