@@ -10,7 +10,7 @@ Each is timed separately on the real ONNX Runtime engine:
     target session  every `InferenceSession.run_with_iobinding` of the target's sessions (timed around the call)
     draft session   the same for the EAGLE draft graph's session
     drafter         inside drafter.propose + drafter.update
-    engine          inside engine.step
+    engine          inside engine.step (or its shortcuts step_chain, step_plain)
 
     python    = wall - drafter - target session     the draft-free host work: loop + engine host side
     loop      = wall - drafter - engine
@@ -134,9 +134,9 @@ def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Seque
     """Per-step host shares (median and p90 over full-batch steps of `rounds` timed rounds, after a warm-up)."""
     _round(engine, make_drafter, prompts, max_new, None)  # warm-up: bindings, first shapes
     clock = _Clock()
-    clock.wrap(engine, "step", "engine")
-    if getattr(type(engine), "step_chain", None) is not None:
-        clock.wrap(engine, "step_chain", "engine")  # the Decoder's batch-1 steps of a chain go there
+    wrapped = ["step"] + [m for m in ("step_chain", "step_plain") if getattr(type(engine), m, None) is not None]
+    for m in wrapped:  # step_chain: the Decoder's batch-1 steps of a chain; step_plain: its batches that do not draft
+        clock.wrap(engine, m, "engine")
     steps: list[dict[str, float]] = []
     taus = []
     try:
@@ -146,7 +146,8 @@ def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Seque
                 steps += full
                 taus.append(tau)
     finally:
-        del engine.step  # the instance attribute the clock set
+        for m in wrapped:
+            delattr(engine, m)  # the instance attributes the clock set
     per = [derived(p) for p in steps]
     out: dict[str, Any] = {"full_batch_steps": len(per), "tau": round(statistics.mean(taus), 3)}
     for key in per[0] if per else ():

@@ -153,6 +153,7 @@ class BatchedTarget:
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
         self._chains: dict[int, _ChainIO] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
+        self._plain: Binding | None = None  # the binding whose structure inputs `step_plain` set (every row root-only)
         self._results: dict[tuple[int, int, int, bool], ReusedResult] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
@@ -265,6 +266,41 @@ class BatchedTarget:
         self.committed[0] = past + len(emitted)
         return emitted
 
+    def step_plain(self, seqs: Sequence[int], roots: list[int]) -> list[int] | None:
+        """One greedy plain step of every running sequence — `seqs` all of them, in row order, `roots` each one's
+        newest token —: each one's next token. What `step` does with a root-only draft per row — the same binding
+        (T = 1, every row), the verdict checked, the KV committed — without a `Draft` per row, a `DraftBatch` or a
+        `StepResult`: the decoding loop's call for a batch in which nothing drafts, whose host work per step this
+        cuts (`Decoder._step` takes it). None, with nothing done, where it does not apply (not every running
+        sequence in row order, a token out of range, no room): the caller then calls `step`, which says what is
+        wrong."""
+        n = len(self.rows)
+        if len(seqs) != n or not n or min(roots) < 0 or max(roots) >= self.vocab_size:
+            return None
+        self._rows_of(seqs)
+        past = self.committed[:n]
+        if not self._in_order or int(past.max()) >= self.kv.capacity:
+            return None
+        bound = self._mode_binding("greedy", 0, n, 1, 1, 1, 1)
+        x, y = bound.x, bound.y
+        if self._plain is not bound:  # every row root-only (a `step` of this shape may have left idle rows)
+            self._filled.pop(id(bound), None)
+            x["tree_mask"][:] = True
+            x["num_nodes"][:] = 1
+            x["paths"][:] = 0
+            self._plain = bound
+        x["tokens"][:, 0] = roots
+        x["past_len"][...] = past
+        x["position_ids"][:, 0] = past
+        bound.run()
+        acc, best = y["accepted_len"], y["best_path"]
+        bad = (acc ^ 1) | best  # nonzero where a row's verdict is not (1 node, path 0)
+        if bad.any():
+            i = int(np.argmax(bad != 0))
+            raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])} of a plain step (row {i})")
+        past += 1
+        return y["output_tokens"][:, 0].tolist()  # type: ignore[no-any-return]
+
     def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids: Container[int] = ()) -> list[int] | None:
         """Up to `max_tokens` plain greedy steps of `seq`, while it is the engine's only sequence, back to back:
         each fed the token the one before emitted (the first: `token`), nothing but the feed between the session
@@ -335,6 +371,8 @@ class BatchedTarget:
             offsets = f.offsets
         else:
             self._filled.pop(id(bound), None)  # until the structure below is complete
+            if self._plain is bound:
+                self._plain = None
             x["tokens"][:] = 0
             x["tree_mask"][:] = np.eye(batch.t, dtype=bool)  # padding nodes and idle rows attend themselves only
             x["num_nodes"][:] = 0  # rows without a draft this step are idle
@@ -409,7 +447,10 @@ class BatchedTarget:
     def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int, *,
                  prefill: bool = False) -> Binding:  # fmt: skip
         """A prefill's binding is keyed by its rows and length, a step's (rows 0..r1) by its shape class."""
-        mode = "greedy" if sampling.greedy else "rejection"
+        return self._mode_binding("greedy" if sampling.greedy else "rejection", r0, r1, t, tv, p, w, prefill)
+
+    def _mode_binding(self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int,
+                      prefill: bool = False) -> Binding:  # fmt: skip
         key = ("prefill", mode, r0, r1, t) if prefill else ("step", mode, r1, t, tv, p, w)
         last_key, last = self._last
         if key == last_key and last is not None:  # steady state: the same shape as the previous call

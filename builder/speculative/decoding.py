@@ -77,6 +77,7 @@ class Decoder:
         # wrapper that does not define them (fault injection, a tap) keeps every step on `step` / `update`
         self._step_chain = getattr(engine, "step_chain") if getattr(type(engine), "step_chain", None) else None
         self._decode_greedy = getattr(engine, "decode_greedy") if getattr(type(engine), "decode_greedy", None) else None
+        self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
         self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
 
     @property
@@ -169,6 +170,10 @@ class Decoder:
                     done = None if toks is None else self._chain_done(s, toks, 0, False, t0, t0, on_tokens)
                 if done is not None:
                     return done
+        elif self._step_plain is not None and len(self.active) > 1:
+            done = self._plain_step(t0, on_tokens)
+            if done is not None:
+                return done
         room = self.engine.max_seq_len - self._max_nodes()
         for s in self.active:  # a tree that no longer fits: finish this sequence plainly
             if s.drafting and s.committed > room:
@@ -205,6 +210,36 @@ class Decoder:
         totals.drafted += drafted_total
         totals.accepted += sum(accepted) - len(order)
         totals.sequence_steps += len(order)
+        return self._retire()
+
+    def _plain_step(self, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
+        """`_step` for a batch of greedy sequences none of which drafts, through the engine's `step_plain`: roots in,
+        each sequence's next token out, no `Draft` per row. None, with nothing done, where it does not apply."""
+        active = self.active
+        for s in active:
+            if s.drafting or not s.req.sampling.greedy:
+                return None
+        assert self._step_plain is not None
+        toks = self._step_plain([s.id for s in active], [s.gen.token_ids[-1] for s in active])
+        if toks is None:
+            return None
+        self.timing.target += time.perf_counter() - t0
+        self.timing.steps += 1
+        emitted = 0
+        for s, tok in zip(active, toks):  # `_account` of one emitted token, inline for the common case
+            g = s.gen
+            if s.plain and len(g.token_ids) + 1 < s.req.max_new_tokens:
+                g.steps += 1
+                g.accepted_per_step.append(0)
+                s.committed += 1
+                g.token_ids.append(tok)
+                emitted += 1
+                if on_tokens is not None:
+                    on_tokens(s.index, [tok])
+            else:  # a stop rule, or its last token
+                self._account(s, 1, 0, [tok], on_tokens)
+        self.totals.emitted += emitted
+        self.totals.sequence_steps += len(active)
         return self._retire()
 
     def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,

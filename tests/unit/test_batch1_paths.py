@@ -1,6 +1,7 @@
-"""The batch-1 paths of the ORT engine and the decoding loop, each against the general path of the same engine class:
-the per-step shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step`) against `step`, and the burst
-(`BatchedTarget.decode_greedy`, taken by `Decoder.run`) against one step at a time — tokens, accepted counts, the KV
+"""The shortcut paths of the ORT engine and the decoding loop, each against the general path of the same engine class:
+the per-step batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step`) against `step`, the burst
+(`BatchedTarget.decode_greedy`, taken by `Decoder.run`) against one step at a time, and the plain batch
+(`BatchedTarget.step_plain`: every sequence's root, no drafts) against `step` — tokens, accepted counts, the KV
 cache, stop tokens, streaming, batches, running out of room — on the tree graph and the plain-steps graph."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
 
     class General(OrtEngine):
         step_chain = None  # the loop then takes `step` for every step
+        step_plain = None
 
     class Counted(OrtEngine):
         taken = 0
@@ -85,6 +87,7 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
     class General(OrtEngine):
         step_chain = None  # no batch-1 shortcut: every step goes through `step`
         decode_greedy = None
+        step_plain = None
 
     class Counted(OrtEngine):
         burst_tokens = 0
@@ -130,3 +133,53 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
                 Decoder(e).run([Request(tuple(long), 30)], lambda _i, t, e=e: seen[e].extend(t))
             assert len(e.rows) == 0  # the failed request's slot was released
         assert seen[fast] == seen[slow] and len(seen[fast]) >= 96 - 80 - STREAM_BURST
+
+
+def test_plain_batch_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
+    """`BatchedTarget.step_plain` (taken by `Decoder._step` for a batch of greedy sequences none of which drafts)
+    against the same engine class stepping through `step` with a root-only draft per row: every request's tokens,
+    steps and finish reason, the KV cache of every row, stop tokens, streaming, requests that finish at different
+    steps (their rows move, and the loop's order stops being the rows' order: `step` then), requests that join
+    while others run, and n-gram drafting sequences beside plain ones (`step`); and the shortcut was really
+    taken, on the tree graph and the plain-steps graph."""
+    from builder.engines.ort.target import OrtEngine
+    from builder.speculative.decoding import Decoder, Request
+    from builder.speculative.ngram.drafter import NgramDrafter
+
+    class General(OrtEngine):
+        step_plain = None
+
+    class Counted(OrtEngine):
+        taken = 0
+
+        def step_plain(self, seqs, roots):  # noqa: ANN001, ANN201
+            out = super().step_plain(seqs, roots)
+            self.taken += out is not None
+            return out
+
+    spec, cfg = _greedy_spec(13, tmp_path)
+    gen = np.random.default_rng(9)
+    prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 6)]
+    prompts += [[3, 4, 5] * 5, [1, 2] * 7 + [3]]
+    for plain in (False, True):
+        fast, slow = Counted(spec, 80, 4, plain_only=plain), General(spec, 80, 4, plain_only=plain)
+
+        def decode(e: OrtEngine, reqs: list[Request], drafter=None):  # noqa: ANN001, ANN202
+            chunks: list[tuple[int, list[int]]] = []
+            gens = Decoder(e, drafter).run(reqs, lambda i, t: chunks.append((i, list(t))), burst=False)
+            return [(g.token_ids, g.steps, g.accepted_per_step, g.finish_reason) for g in gens], chunks
+
+        reqs = [Request(tuple(p), 6 + 5 * i) for i, p in enumerate(prompts)]  # 8 requests over 4 slots
+        assert decode(fast, reqs) == decode(slow, reqs)
+        stop = decode(slow, reqs[:1])[0][0][0][3]
+        reqs[1] = Request(tuple(prompts[1]), 30, stop_ids=(stop,))
+        reqs[2] = Request(tuple(prompts[0]), 30, stop_ids=(stop,))
+        assert decode(fast, reqs) == decode(slow, reqs)
+        (a, _), (b, _) = (decode(e, reqs[:3]) for e in (fast, slow))
+        assert a == b
+        for r in range(3):  # (the last decode's rows: 0..2, each request's prompt and output, less the newest)
+            live = len(reqs[r].prompt) + len(a[r][0]) - 1
+            assert np.array_equal(fast.kv.buf[:, :, r, :, :live], slow.kv.buf[:, :, r, :, :live])
+        mixed = [Request(tuple(p), 20) for p in prompts[-4:]]  # n-gram drafting rows: `step` for every step
+        assert decode(fast, mixed, NgramDrafter(6, 3, 1, 1)) == decode(slow, mixed, NgramDrafter(6, 3, 1, 1))
+        assert fast.taken > 30, fast.taken
