@@ -78,6 +78,7 @@ class Decoder:
         self._step_chain = getattr(engine, "step_chain") if getattr(type(engine), "step_chain", None) else None
         self._decode_greedy = getattr(engine, "decode_greedy") if getattr(type(engine), "decode_greedy", None) else None
         self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
+        self._plain_last: tuple[list[_Seq], int, list[int], list[int]] | None = None  # `_plain_step`'s batch
         self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
 
     @property
@@ -215,12 +216,17 @@ class Decoder:
     def _plain_step(self, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
         """`_step` for a batch of greedy sequences none of which drafts, through the engine's `step_plain`: roots in,
         each sequence's next token out, no `Draft` per row. None, with nothing done, where it does not apply."""
-        active = self.active
-        for s in active:
-            if s.drafting or not s.req.sampling.greedy:
-                return None
+        active, last = self.active, self._plain_last
+        if last is not None and last[0] is active and last[1] == len(active):  # the same batch as the last plain
+            ids, roots = last[2], last[3]  # step: its sequences, and the tokens it emitted are the roots now
+        else:
+            for s in active:
+                if s.drafting or not s.req.sampling.greedy:
+                    return None
+            ids, roots = [s.id for s in active], [s.gen.token_ids[-1] for s in active]
         assert self._step_plain is not None
-        toks = self._step_plain([s.id for s in active], [s.gen.token_ids[-1] for s in active])
+        toks = self._step_plain(ids, roots)
+        self._plain_last = None
         if toks is None:
             return None
         self.timing.target += time.perf_counter() - t0
@@ -240,6 +246,7 @@ class Decoder:
                 self._account(s, 1, 0, [tok], on_tokens)
         self.totals.emitted += emitted
         self.totals.sequence_steps += len(active)
+        self._plain_last = (active, len(active), ids, toks)  # (a row that finished changes `active`: `_retire`)
         return self._retire()
 
     def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,

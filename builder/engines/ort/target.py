@@ -131,7 +131,9 @@ class ArgmaxOnHost(Bound):
     ArgMax; ONNX Runtime's kernel is scalar, ~4 µs per 4096-entry row against NumPy's SIMD ~0.3-0.5) and the first
     into `output_tokens` — a root-only step's verdict, with `accepted_len` 1 and `best_path` 0 set once here (a
     chain's binding has T > 1 and its verdict is rewritten every step by `OrtEngine._verify_on_host`). Nothing
-    is allocated per run."""
+    is allocated per run. `fixed_plain_verdict`: `BatchedTarget.step_plain` need not read those constants back."""
+
+    fixed_plain_verdict = True
 
     def __init__(self, session, inputs: Spec, outputs: Spec, caches, vocab_size: int) -> None:  # noqa: ANN001
         (b, tv), _ = outputs["node_argmax"]
