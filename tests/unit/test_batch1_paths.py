@@ -27,6 +27,18 @@ def _greedy_spec(seed: int, tmp_path: Path):  # noqa: ANN202
                       cfg.vocab_size, 96, None, res.plain), cfg  # fmt: skip
 
 
+def _counting(shortcut: str) -> type:
+    """OrtEngine whose `shortcut` (step_chain / step_plain) counts the calls it took (`taken`)."""
+    from builder.engines.ort.target import OrtEngine
+
+    def counted(self, *args):  # noqa: ANN001, ANN002, ANN202
+        out = getattr(OrtEngine, shortcut)(self, *args)
+        self.taken += out is not None
+        return out
+
+    return type(f"Counted_{shortcut}", (OrtEngine,), {"taken": 0, shortcut: counted})
+
+
 def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
     """The batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step` for the engine's only sequence
     when its draft is a chain) against the general `step` path of the same engine class with the shortcut hidden:
@@ -41,14 +53,7 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
         step_chain = None  # the loop then takes `step` for every step
         step_plain = None
 
-    class Counted(OrtEngine):
-        taken = 0
-
-        def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
-            out = super().step_chain(seq, tokens)
-            self.taken += out is not None
-            return out
-
+    Counted = _counting("step_chain")
     spec, cfg = _greedy_spec(7, tmp_path)
     gen = np.random.default_rng(5)
     prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 3)]
@@ -149,14 +154,7 @@ def test_plain_batch_shortcut_equals_the_general_step_path(tmp_path: Path) -> No
     class General(OrtEngine):
         step_plain = None
 
-    class Counted(OrtEngine):
-        taken = 0
-
-        def step_plain(self, seqs, roots):  # noqa: ANN001, ANN201
-            out = super().step_plain(seqs, roots)
-            self.taken += out is not None
-            return out
-
+    Counted = _counting("step_plain")
     spec, cfg = _greedy_spec(13, tmp_path)
     gen = np.random.default_rng(9)
     prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 6)]
