@@ -3,7 +3,9 @@ TensorRT engines: the `Engine` protocol (builder.speculative.engine) minus the r
 
 `BatchedTarget` keeps the running batch in dense rows (`builder.engines.rows`), fills the graph's inputs
 for a prefill or a step (I/O contract: `builder.export`), reads the verdict, commits the accepted chain
-(KV compaction in the backend's buffer) and hands back NumPy results. A backend supplies
+(KV compaction in the backend's buffer) and hands back NumPy results; its greedy shortcuts (`step_chain`,
+`decode_greedy`, `step_plain`) are `builder.engines.shortcuts`'. A backend supplies (protocols:
+`builder.engines.bindings`)
 
 * `kv` — its KV buffers (`KVRows`: compact a committed chain, move a row, capacity; optionally
   `compact_rows`, every row's chain in one call), and
@@ -39,82 +41,17 @@ sampled row runs the rejection graph.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Container, Hashable, Mapping, Protocol, Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
+from builder.engines.bindings import Binding, BindingCache, KVRows, Spec, target_io
 from builder.engines.results import ReusedResult, checked_verdicts
 from builder.engines.rows import RowTable
+from builder.engines.shortcuts import ShortcutSteps, _ChainIO
 from builder.speculative.batch import DraftBatch, StructureCache
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
-
-Shape = tuple[int, ...]
-Spec = Mapping[str, tuple[Shape, type]]  # name -> (shape, numpy dtype)
-
-
-class Binding(Protocol):
-    x: dict[str, np.ndarray]  # inputs, filled in place before run()
-    y: dict[str, np.ndarray]  # outputs, valid after run()
-
-    def run(self) -> None: ...
-
-
-class KVRows(Protocol):
-    capacity: int
-
-    def compact(self, row: int, start: int, nodes: np.ndarray) -> None: ...
-    def move_row(self, dst: int, src: int, length: int) -> None: ...
-
-
-class KVRowsBatched(KVRows, Protocol):
-    def compact_rows(self, rows: np.ndarray, starts: np.ndarray, chains: np.ndarray, lengths: np.ndarray) -> None: ...
-
-
-class BindingCache(Protocol):
-    def get(self, key: Hashable, build: Callable[[], Binding]) -> Binding: ...
-
-
-class LruBindings:
-    """The most recently used bindings, keyed by shape; built on demand. A key whose first element is
-    "prefill" lives in its own smaller pool, so prompts of new lengths never push a step's binding out."""
-
-    def __init__(self, size: int = 32, prefill: int = 4) -> None:
-        self.size, self.prefill = size, prefill
-        self._items: OrderedDict[Hashable, Binding] = OrderedDict()
-        self._prefills: OrderedDict[Hashable, Binding] = OrderedDict()
-
-    def get(self, key: Hashable, build: Callable[[], Binding]) -> Binding:
-        is_prefill = isinstance(key, tuple) and key[:1] == ("prefill",)
-        items, size = (self._prefills, self.prefill) if is_prefill else (self._items, self.size)
-        item = items.get(key)
-        if item is None:
-            item = items[key] = build()
-            if len(items) > size:
-                items.popitem(last=False)
-        else:
-            items.move_to_end(key)
-        return item
-
-
-def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: int,
-              medusa: tuple[int, int] | None) -> tuple[dict[str, tuple[Shape, type]], dict[str, tuple[Shape, type]]]:  # fmt: skip
-    """(inputs, outputs) of one target-graph call: name -> (shape, numpy dtype); caches not included."""
-    inputs: dict[str, tuple[Shape, type]] = {
-        "tokens": ((b, t), np.int64), "position_ids": ((b, t), np.int64), "tree_mask": ((b, t, t), np.bool_),
-        "past_len": ((b,), np.int64), "num_nodes": ((b,), np.int64), "verify_index": ((b, tv), np.int64),
-        "paths": ((b, p, w), np.int32),
-    }  # fmt: skip
-    if mode == "rejection":
-        inputs |= {"temperature": ((b,), np.float32), "top_p": ((b,), np.float32), "uniforms": ((b, w), np.float32)}
-    outputs: dict[str, tuple[Shape, type]] = {
-        "accepted_len": ((b,), np.int32), "best_path": ((b,), np.int32), "output_tokens": ((b, w), np.int32),
-        "node_argmax": ((b, tv), np.int64), "hidden": ((b, t, hidden_size), np.float32),
-    }  # fmt: skip
-    if medusa is not None:
-        outputs["medusa_topk"] = ((b, *medusa), np.int64)
-    return inputs, outputs
 
 
 @dataclass(frozen=True)
@@ -127,17 +64,7 @@ class _Filled:
     offsets: np.ndarray  # [rows in use, T] node depth per row (0: padding, idle rows)
 
 
-class _ChainIO:
-    """`step_chain`'s view of a one-row T-node chain binding: the inputs it writes per step, row 0's."""
-
-    def __init__(self, bound: Binding) -> None:
-        x = bound.x
-        self.bound = bound
-        self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
-        self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
-
-
-class BatchedTarget:
+class BatchedTarget(ShortcutSteps):
     """The `Engine` protocol over a target step graph; subclasses supply the runtime (module docstring)."""
 
     name = "batched"
@@ -240,114 +167,6 @@ class BatchedTarget:
             if t not in self._chains or self._chains[t].bound is not bound:  # its structure inputs hold the one
                 self._chains[t] = _ChainIO(bound)  # T-node chain structure for row 0 (step_chain)
         return out
-
-    def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
-        """One greedy step of `seq`, while it is the engine's only sequence, with a chain draft (node i at depth i;
-        `tokens` = root first; one token: a plain step): the tokens it emits (the accepted drafts, then the target's
-        next). What `step` does with that call — the same binding and inputs, the verdict checked, the KV committed
-        (a chain's accepted nodes are already in place) — in scalars: the commonest call of a batch-1 decode, whose
-        host work per step this cuts (`Decoder._step` takes it). None, with nothing done, where it does not apply
-        (another sequence held, no step of a T-node chain run by `step` yet, a token out of range, no room): the
-        caller then calls `step`, which says what is wrong."""
-        t = len(tokens)
-        io = self._lone_chain(seq, t, min(tokens), max(tokens))
-        if io is None:
-            return None
-        past = int(self.committed[0])
-        io.past[0] = past
-        if t == 1:  # a plain step: scalars (the commonest call)
-            io.tokens[0] = tokens[0]
-            io.positions[0] = past
-        else:
-            io.tokens[:] = tokens
-            np.add(io.depth, past, out=io.positions)
-        io.bound.run()
-        emitted = self._chain_verdict(io.bound.y, tokens)
-        self.committed[0] = past + len(emitted)
-        return emitted
-
-    def step_plain(self, seqs: Sequence[int], roots: list[int]) -> list[int] | None:
-        """One greedy plain step of every running sequence — `seqs` all of them, in row order, `roots` each one's
-        newest token —: each one's next token. What `step` does with a root-only draft per row — the same binding
-        (T = 1, every row), the verdict checked, the KV committed — without a `Draft` per row, a `DraftBatch` or a
-        `StepResult`: the decoding loop's call for a batch in which nothing drafts, whose host work per step this
-        cuts (`Decoder._step` takes it). None, with nothing done, where it does not apply (not every running
-        sequence in row order, a token out of range, no room): the caller then calls `step`, which says what is
-        wrong."""
-        n = len(self.rows)
-        if len(seqs) != n or not n or min(roots) < 0 or max(roots) >= self.vocab_size:
-            return None
-        self._rows_of(seqs)
-        past = self.committed[:n]
-        if not self._in_order or int(past.max()) >= self.kv.capacity:
-            return None
-        bound = self._mode_binding("greedy", 0, n, 1, 1, 1, 1)
-        x, y = bound.x, bound.y
-        if self._plain is not bound:  # every row root-only (a `step` of this shape may have left idle rows)
-            self._filled.pop(id(bound), None)
-            x["tree_mask"][:] = True
-            x["num_nodes"][:] = 1
-            x["paths"][:] = 0
-            self._plain = bound
-        x["tokens"][:, 0] = roots
-        x["past_len"][...] = past
-        x["position_ids"][:, 0] = past
-        bound.run()
-        if not getattr(bound, "fixed_plain_verdict", False):  # (a binding whose verdict of T = 1 is constant)
-            acc, best = y["accepted_len"], y["best_path"]
-            bad = (acc ^ 1) | best  # nonzero where a row's verdict is not (1 node, path 0)
-            if bad.any():
-                i = int(np.argmax(bad != 0))
-                raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])} of a plain step "
-                                   f"(row {i})")  # fmt: skip
-        past += 1
-        return y["output_tokens"][:, 0].tolist()  # type: ignore[no-any-return]
-
-    def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids: Container[int] = ()) -> list[int] | None:
-        """Up to `max_tokens` plain greedy steps of `seq`, while it is the engine's only sequence, back to back:
-        each fed the token the one before emitted (the first: `token`), nothing but the feed between the session
-        calls; it ends after a token in `stop_ids` or when the KV cache is full. The tokens emitted (their KV
-        committed), what as many `step_chain(seq, [token])` calls would emit. None, with nothing done, where
-        `step_chain` would refuse (the caller then steps)."""
-        io = self._lone_chain(seq, 1, token, token)
-        if io is None or max_tokens < 1:
-            return None
-        past = int(self.committed[0])
-        n = min(max_tokens, self.kv.capacity - past)
-        tokens, pasts, positions, run, y = io.tokens, io.past, io.positions, io.bound.run, io.bound.y
-        out, accepted, best, committed = y["output_tokens"], y["accepted_len"], y["best_path"], self.committed
-        emitted: list[int] = []
-        for _ in range(n):
-            tokens[0] = token
-            pasts[0] = positions[0] = past
-            run()
-            if accepted[0] != 1 or best[0] != 0:
-                raise RuntimeError(f"the engine accepted {int(accepted[0])} nodes of path {int(best[0])} of a plain step")
-            token = int(out[0, 0])
-            past += 1
-            committed[0] = past
-            emitted.append(token)
-            if token in stop_ids:
-                break
-        return emitted
-
-    def _lone_chain(self, seq: int, t: int, lo: int, hi: int) -> _ChainIO | None:
-        """The T-node chain binding `step_chain` and `decode_greedy` use, or None where they do not apply: `seq` not
-        the engine's only sequence, no such step run by `step` yet, tokens (lowest lo, highest hi) outside the vocabulary, no
-        room in the KV cache for T more nodes."""
-        io = self._chains.get(t)
-        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or lo < 0 or hi >= self.vocab_size
-                or int(self.committed[0]) + t > self.kv.capacity):  # fmt: skip
-            return None
-        return io
-
-    def _chain_verdict(self, y: dict[str, np.ndarray], tokens: list[int]) -> list[int]:
-        """`step_chain`'s emitted tokens from the graph's verdict (checked: path 0, 1..T nodes)."""
-        n, best = int(y["accepted_len"][0]), int(y["best_path"][0])
-        if best != 0 or not 1 <= n <= len(tokens):
-            raise RuntimeError(f"the engine accepted {n} nodes of path {best} of a {len(tokens)}-node chain")
-        emitted: list[int] = y["output_tokens"][0, :n].tolist()
-        return emitted
 
     def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
                         greedy: bool) -> None:  # fmt: skip

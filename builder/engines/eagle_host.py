@@ -21,7 +21,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from builder.engines.batched import Binding, LruBindings
+from builder.engines.bindings import Binding, LruBindings
 from builder.engines.results import arange
 from builder.engines.rows import RowTable
 from builder.export.contract import CPU, EAGLE, Precision, call_spec

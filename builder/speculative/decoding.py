@@ -23,46 +23,30 @@ needs of a draft's paths.)
 Batch 1 has shortcuts where the engine's class has them: a greedy step of a chain draft (a plain step included)
 through `step_chain` (scalars instead of the batch arrays), and — in `run`, for a lone greedy sequence that does
 not draft — its plain steps back to back through `decode_greedy`, nothing but the feed in Python between the
-session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every `STREAM_BURST` steps).
+session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every `STREAM_BURST` steps). The shortcut
+steps and the per-sequence bookkeeping live in `builder.speculative.shortcuts`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sampling, SamplingBatch, root_only
 from builder.speculative.requests import DraftSchedule, Generation, Request, Timing, Totals
+from builder.speculative.shortcuts import EngineBroken, OnTokens, ShortcutSteps, _Seq
 
 __all__ = ["Decoder", "DraftSchedule", "EngineBroken", "Generation", "OnTokens", "Request", "STREAM_BURST", "Timing",
-           "Totals", "generate"]  # (the request and result types live in builder.speculative.requests)
+           "Totals", "generate"]  # (the request and result types live in builder.speculative.requests; EngineBroken
+# and OnTokens in builder.speculative.shortcuts, with the per-sequence bookkeeping and the shortcut steps)
 
-OnTokens = Callable[[int, list[int]], None]  # (request index, newly emitted tokens)
 STREAM_BURST = 8  # `run`'s back-to-back plain steps between two `on_tokens` calls (module docstring)
 
 
-class EngineBroken(RuntimeError):
-    """Releasing a sequence failed: the engine's rows or KV can no longer be trusted (the decoder is dead)."""
-
-
-@dataclass
-class _Seq:
-    index: int  # the request's index in the caller's list
-    req: Request
-    gen: Generation
-    rng: np.random.Generator
-    drafting: bool
-    id: int = -1  # the engine's sequence id
-    committed: int = 0  # tokens whose KV the engine holds (its committed_len: the prompt, then + accepted per step)
-    stops: frozenset[int] = frozenset()  # req.stop_ids
-    plain: bool = False  # no stop ids, no stop sequences: emitted tokens need no scan
-
-
-class Decoder:
+class Decoder(ShortcutSteps):
     """In-flight batching over one engine and at most one (batched) drafter."""
 
     def __init__(self, engine: Engine, drafter: Drafter | None = None, schedule: DraftSchedule | None = None) -> None:
@@ -213,108 +197,6 @@ class Decoder:
         totals.sequence_steps += len(order)
         return self._retire()
 
-    def _plain_step(self, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
-        """`_step` for a batch of greedy sequences none of which drafts, through the engine's `step_plain`: roots in,
-        each sequence's next token out, no `Draft` per row. None, with nothing done, where it does not apply."""
-        active, last = self.active, self._plain_last
-        if last is not None and last[0] is active and last[1] == len(active):  # the same batch as the last plain
-            ids, roots = last[2], last[3]  # step: its sequences, and the tokens it emitted are the roots now
-        else:
-            for s in active:
-                if s.drafting or not s.req.sampling.greedy:
-                    return None
-            ids, roots = [s.id for s in active], [s.gen.token_ids[-1] for s in active]
-        assert self._step_plain is not None
-        toks = self._step_plain(ids, roots)
-        self._plain_last = None
-        if toks is None:
-            return None
-        self.timing.target += time.perf_counter() - t0
-        self.timing.steps += 1
-        emitted = 0
-        for s, tok in zip(active, toks):  # `_account` of one emitted token, inline for the common case
-            g = s.gen
-            if s.plain and len(g.token_ids) + 1 < s.req.max_new_tokens:
-                g.steps += 1
-                g.accepted_per_step.append(0)
-                s.committed += 1
-                g.token_ids.append(tok)
-                emitted += 1
-                if on_tokens is not None:
-                    on_tokens(s.index, [tok])
-            else:  # a stop rule, or its last token
-                self._account(s, 1, 0, [tok], on_tokens)
-        self.totals.emitted += emitted
-        self.totals.sequence_steps += len(active)
-        self._plain_last = (active, len(active), ids, toks)  # (a row that finished changes `active`: `_retire`)
-        return self._retire()
-
-    def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,
-                    on_tokens: OnTokens | None) -> list[_Seq] | None:  # fmt: skip
-        """`_step` for one greedy sequence whose draft is a chain (root-only included) through the engine's
-        `step_chain`; a drafting sequence only with a drafter that learns from the emitted tokens alone
-        (`update_emitted`). None, with nothing done, where the shortcut does not apply."""
-        t = d.tokens.shape[0]
-        if not s.req.sampling.greedy or d.paths.shape != (1, t) or (drafting and not self._update_emitted):
-            return None
-        assert self._step_chain is not None
-        toks = self._step_chain(s.id, d.tokens.tolist())
-        return None if toks is None else self._chain_done(s, toks, t - 1, drafting, t0, t1, on_tokens)
-
-    def _chain_done(self, s: _Seq, toks: list[int], drafted: int, drafting: bool, t0: float, t1: float,
-                    on_tokens: OnTokens | None) -> list[_Seq]:  # fmt: skip
-        """The rest of a `step_chain` step of `drafted` draft tokens that emitted `toks` (drafting: the drafter
-        learns them)."""
-        t2 = time.perf_counter()
-        if drafting:
-            self.drafter.update_emitted(s.id, toks, drafted)  # type: ignore[union-attr]
-        t3 = time.perf_counter()
-        self.timing.draft += (t1 - t0) + (t3 - t2)
-        self.timing.target += t2 - t1
-        self.timing.steps += 1
-        n = len(toks)
-        self._account(s, n, drafted, toks, on_tokens)
-        totals = self.totals
-        totals.drafted += drafted
-        totals.accepted += n - 1
-        totals.sequence_steps += 1
-        return self._retire()
-
-    def _burst(self, s: _Seq, burst: int, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
-        """Up to `burst` plain greedy steps of the only active sequence through the engine's `decode_greedy` (none
-        with stop sequences: those are matched per step); None, with nothing done, where it does not apply."""
-        if self._decode_greedy is None or s.req.stop_sequences:
-            return None
-        g = s.gen
-        toks = self._decode_greedy(s.id, g.token_ids[-1], min(burst, s.req.max_new_tokens - len(g.token_ids)),
-                                   s.stops)  # fmt: skip
-        if toks is None:
-            return None
-        k = len(toks)
-        self.timing.target += time.perf_counter() - t0
-        self.timing.steps += k
-        g.steps += k
-        g.accepted_per_step += [0] * k
-        s.committed += k
-        self.totals.sequence_steps += k
-        self._emit(s, toks, on_tokens)  # (the engine stopped right after a stop id: nothing past it is committed)
-        return self._retire()
-
-    def _account(self, s: _Seq, n: int, drafted: int, toks: list[int], on_tokens: OnTokens | None) -> None:
-        """A sequence's step: `drafted` draft tokens, `n` emitted (toks[:n]: the accepted drafts, then the bonus)."""
-        g = s.gen
-        g.steps += 1
-        g.drafted += drafted
-        g.accepted_per_step.append(n - 1)
-        s.committed += n
-        if s.plain and len(g.token_ids) + n < s.req.max_new_tokens:  # no stop rule, not the last tokens
-            g.token_ids += toks[:n]
-            self.totals.emitted += n
-            if on_tokens is not None:
-                on_tokens(s.index, toks[:n])
-        else:
-            self._emit(s, toks[:n], on_tokens)
-
     def cancel(self, index: int) -> Generation | None:
         """Drop the active request with this index now (between steps): its slot and KV are freed.
 
@@ -380,57 +262,6 @@ class Decoder:
             if not s.req.sampling.greedy:
                 batch.uniforms[row, :width] = s.rng.random(width, dtype=np.float32)
         return batch
-
-    def _emit(self, s: _Seq, tokens: list[int], on_tokens: OnTokens | None) -> None:
-        g, req = s.gen, s.req
-        room = req.max_new_tokens - len(g.token_ids)
-        if len(tokens) > room:
-            tokens = tokens[: max(room, 0)]
-        if s.stops or req.stop_sequences:
-            for i, tok in enumerate(tokens):
-                if tok in s.stops or (req.stop_sequences and _ends_with_any(g.token_ids, tokens[: i + 1],
-                                                                            req.stop_sequences)):
-                    tokens = tokens[: i + 1]
-                    g.finish_reason = "stop"
-                    break
-        g.token_ids.extend(tokens)
-        self.totals.emitted += len(tokens)
-        if not g.finish_reason and len(g.token_ids) >= req.max_new_tokens:
-            g.finish_reason = "length"
-        if on_tokens is not None and tokens:
-            on_tokens(s.index, tokens)
-
-    def _stop_drafting(self, s: _Seq) -> None:
-        s.drafting = False
-        if self.drafter is not None:
-            self.drafter.release(s.id)
-
-    def _retire(self) -> list[_Seq]:
-        finished = [s for s in self.active if s.gen.finish_reason]
-        if not finished:
-            return finished
-        self.active = [s for s in self.active if not s.gen.finish_reason]
-        for s in finished:
-            try:
-                if s.drafting:
-                    self._stop_drafting(s)
-                self.engine.release(s.id)
-            except Exception as exc:
-                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
-        return finished
-
-
-def _ends_with_any(done: list[int], new: list[int], sequences: Sequence[tuple[int, ...]]) -> bool:
-    """Whether done + new ends with one of the sequences (only the tail is looked at)."""
-    for seq in sequences:
-        n = len(seq)
-        if n == 0 or n > len(done) + len(new):
-            continue
-        tail = new[-n:] if n <= len(new) else done[len(done) - (n - len(new)) :] + new
-        if tuple(tail) == seq:
-            return True
-    return False
-
 
 def _rows(pre: PrefillResult, rows: list[int]) -> PrefillResult:
     """The given rows of a PrefillResult (the requests that draft)."""

@@ -1,5 +1,5 @@
 """The shortcut paths of the ORT engine and the decoding loop, each against the general path of the same engine class:
-the per-step batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step`) against `step`, the burst
+the per-step batch-1 shortcut (`BatchedTarget.step_chain`, builder.engines.shortcuts, taken by `Decoder._step`) against `step`, the burst
 (`BatchedTarget.decode_greedy`, taken by `Decoder.run`) against one step at a time, and the plain batch
 (`BatchedTarget.step_plain`: every sequence's root, no drafts) against `step` — tokens, accepted counts, the KV
 cache, stop tokens, streaming, batches, running out of room — on the tree graph and the plain-steps graph."""

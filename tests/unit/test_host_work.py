@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.engines.batched import LruBindings
+from builder.engines.bindings import LruBindings
 from builder.engines.results import checked_verdicts
 from builder.engines.ort.kv import KVBuffers
 from builder.speculative.batch import DraftBatch

@@ -5,7 +5,7 @@ fused Medusa heads, CPU form and GPU forms: bfloat16, bfloat16 with an FP8 KV ca
 of its three forms (canonical, the ONNX Runtime twin, the TensorRT form): the declared inputs and outputs,
 names, element types and dims (symbolic names kept), in order, are the contract's. Then what is generated
 from the contract: the ORT engines' bindings equal the sessions' own inputs and outputs, the host side's
-layout (`builder.engines.batched.target_io`, still written out by hand) equals the contract's, the
+layout (`builder.engines.bindings.target_io`, still written out by hand) equals the contract's, the
 TensorRT profiles equal a hand-written table, and the prose in `builder.export` names every tensor.
 """
 
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import builder.export
-from builder.engines.batched import target_io
+from builder.engines.bindings import target_io
 from builder.engines.ort.build import eagle_net, target_engine
 from builder.engines.tensorrt.profiles import CacheDims, eagle_profiles, target_profiles
 from builder.export.artifacts import ort_twin

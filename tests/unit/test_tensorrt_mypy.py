@@ -27,7 +27,7 @@ def work(tmp_path_factory):
 def test_the_tensorrt_adapter_type_checks_strictly(work):
     names = {Path(f).name for f in typecheck.FILES}
     assert {"build.py", "runtime.py", "target.py", "eagle.py", "folder.py", "profiles.py", "probe.py", "device.py",
-            "kv.py", "timing.py", "lock.py", "batched.py", "eagle_host.py", "opened.py"} <= names  # fmt: skip
+            "kv.py", "timing.py", "lock.py", "batched.py", "bindings.py", "shortcuts.py", "eagle_host.py", "opened.py"} <= names  # fmt: skip
     result = typecheck.run(typecheck.FILES, work)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"no issues found in {len(typecheck.FILES)} source files" in result.stdout

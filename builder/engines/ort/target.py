@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.engines.batched import BatchedTarget, LruBindings, Spec
+from builder.engines.batched import BatchedTarget
+from builder.engines.bindings import LruBindings, Spec
 from builder.speculative.batch import DraftBatch
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.engines.batched import BatchedTarget, LruBindings, Spec
+from builder.engines.batched import BatchedTarget
+from builder.engines.bindings import LruBindings, Spec
 from builder.engines.tensorrt.device import Lane
 from builder.engines.tensorrt.kv import DeviceKV
 from builder.engines.tensorrt.probe import require
