@@ -49,7 +49,7 @@ import numpy as np
 from builder.engines.bindings import Binding, BindingCache, KVRows, Spec, target_io
 from builder.engines.results import ReusedResult, checked_verdicts
 from builder.engines.rows import RowTable
-from builder.engines.shortcuts import ShortcutSteps, _ChainIO
+from builder.engines.shortcuts import ShortcutSteps, _ChainIO, _PlainIO
 from builder.speculative.batch import DraftBatch, StructureCache
 from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult
 
@@ -81,6 +81,7 @@ class BatchedTarget(ShortcutSteps):
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
         self._chains: dict[int, _ChainIO] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
         self._plain: Binding | None = None  # the binding whose structure inputs `step_plain` set (every row root-only)
+        self._plain_io: _PlainIO | None = None  # `step_plain`'s running batch (its binding and views)
         self._results: dict[tuple[int, int, int, bool], ReusedResult] = {}  # (B, W, T, medusa) -> reused result arrays
         self._rows_key: tuple[int, list[int]] | None = None  # (row table version, sequences) of `_rows`
         self._rows: np.ndarray = np.zeros(0, np.int64)
@@ -149,6 +150,7 @@ class BatchedTarget(ShortcutSteps):
         if b != len(drafts) or (b > 1 and len(set(seqs)) != b):
             raise ValueError("step needs one draft per distinct sequence")
         rows = self._rows_of(seqs)  # [b] engine rows of the given sequences
+        self._plain_io = None  # (rows' lengths move)
         n_rows = len(self.rows)
         batch = DraftBatch.of(drafts, self.vocab_size, cache=self._structures)  # checked: tokens, masks, depths, paths
         t, past = batch.t, self.committed[:n_rows]

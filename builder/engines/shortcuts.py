@@ -12,7 +12,7 @@ wrong. tests/unit/test_batch1_paths.py holds each to `step`.
 
 from __future__ import annotations
 
-from typing import Any, Container, Sequence
+from typing import Any, Callable, Container, Sequence
 
 import numpy as np
 
@@ -30,6 +30,35 @@ class _ChainIO:
         self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
 
 
+class _PlainIO:
+    """`step_plain`'s view of the T = 1 binding of every running row, kept while the batch is the same (its
+    sequences, in row order, and the row table's version) and only `step_plain` steps it (`step`, `step_chain` and
+    `decode_greedy` drop it): the inputs it writes and the outputs it reads per step, the longest row, and the list
+    of tokens it handed out last (fed back as the roots: copied from the array they came from, unchecked)."""
+
+    def __init__(self, bound: Binding, ids: list[int], version: int, past: np.ndarray) -> None:
+        x, y = bound.x, bound.y
+        self.bound, self.ids, self.version = bound, ids, version
+        self.past = past  # [n] the engine's committed lengths of rows 0..n-1 (a view)
+        self.top = int(past.max())  # the longest row's
+        self.tokens, self.past_len, self.positions = x["tokens"][:, 0], x["past_len"], x["position_ids"][:, 0]  # [n]
+        self.positions_apart = not np.shares_memory(self.positions, self.past_len)  # (one array where T = 1 lets it)
+        self.run, out = _plain_run(bound)
+        self.out, self.accepted, self.best = out[:, 0], y["accepted_len"], y["best_path"]  # [n]
+        self.check = not getattr(bound, "fixed_plain_verdict", False)  # (a binding whose T = 1 verdict is constant)
+        self.last: list[int] | None = None
+
+
+def _plain_run(bound: Binding) -> tuple[Callable[[], None], np.ndarray]:
+    """(run, tokens) of a binding for plain steps: its `run_plain` and `node_argmax` where it has one (a binding that
+    takes the greedy tokens on the host: `output_tokens` is then a copy that plain steps need not make), else its
+    `run` and `output_tokens`."""
+    run_plain = getattr(bound, "run_plain", None)
+    if run_plain is not None:
+        return run_plain, bound.y["node_argmax"]
+    return bound.run, bound.y["output_tokens"]
+
+
 class ShortcutSteps:
     """The shortcuts (module docstring), over the state `BatchedTarget` keeps."""
 
@@ -41,6 +70,7 @@ class ShortcutSteps:
     _plain: Binding | None  # the binding whose structure inputs `step_plain` set (every row root-only)
     _filled: dict[int, Any]  # id(binding) -> what its structure inputs hold (`BatchedTarget._fill_step`)
     _in_order: bool  # the latest `_rows_of` sequences are rows 0..n-1 in order
+    _plain_io: _PlainIO | None  # `step_plain`'s running batch
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         raise NotImplementedError
@@ -61,6 +91,7 @@ class ShortcutSteps:
         io = self._lone_chain(seq, t, min(tokens), max(tokens))
         if io is None:
             return None
+        self._plain_io = None  # (its longest row moves)
         past = int(self.committed[0])
         io.past[0] = past
         if t == 1:  # a plain step: scalars (the commonest call)
@@ -79,37 +110,58 @@ class ShortcutSteps:
         newest token —: each one's next token. What `step` does with a root-only draft per row — the same binding
         (T = 1, every row), the verdict checked, the KV committed — without a `Draft` per row, a `DraftBatch` or a
         `StepResult`: the decoding loop's call for a batch in which nothing drafts, whose host work per step this
-        cuts (`Decoder._step` takes it). None, with nothing done, where it does not apply (not every running
-        sequence in row order, a token out of range, no room): the caller then calls `step`, which says what is
-        wrong."""
-        n = len(self.rows)
-        if len(seqs) != n or not n or min(roots) < 0 or max(roots) >= self.vocab_size:
+        cuts (`Decoder._step` takes it; the batch's binding and views are kept while its sequences stay the same:
+        `_PlainIO`). None, with nothing done, where it does not apply (not every running sequence in row order, a
+        token out of range, no room): the caller then calls `step`, which says what is wrong."""
+        io = self._plain_io
+        if io is None or io.version != self.rows.version or seqs != io.ids:
+            io = self._plain_batch(seqs)
+            if io is None:
+                return None
+        past, bound = io.past, io.bound
+        if io.top >= self.kv.capacity:
             return None
-        self._rows_of(seqs)
-        past = self.committed[:n]
-        if not self._in_order or int(past.max()) >= self.kv.capacity:
+        if roots is io.last:  # the tokens of the last step: still in `out`, the graph's own (in range)
+            io.tokens[:] = io.out
+        elif len(roots) != len(io.ids) or min(roots) < 0 or max(roots) >= self.vocab_size:
             return None
-        bound = self._mode_binding("greedy", 0, n, 1, 1, 1, 1)
-        x, y = bound.x, bound.y
+        else:
+            io.tokens[:] = roots
         if self._plain is not bound:  # every row root-only (a `step` of this shape may have left idle rows)
+            x = bound.x
             self._filled.pop(id(bound), None)
             x["tree_mask"][:] = True
             x["num_nodes"][:] = 1
             x["paths"][:] = 0
             self._plain = bound
-        x["tokens"][:, 0] = roots
-        x["past_len"][...] = past
-        x["position_ids"][:, 0] = past
-        bound.run()
-        if not getattr(bound, "fixed_plain_verdict", False):  # (a binding whose verdict of T = 1 is constant)
-            acc, best = y["accepted_len"], y["best_path"]
+        io.past_len[:] = past
+        if io.positions_apart:
+            io.positions[:] = past
+        io.run()
+        if io.check:  # (not for a binding whose verdict of T = 1 is constant)
+            acc, best = io.accepted, io.best
             bad = (acc ^ 1) | best  # nonzero where a row's verdict is not (1 node, path 0)
             if bad.any():
                 i = int(np.argmax(bad != 0))
                 raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])} of a plain step "
                                    f"(row {i})")  # fmt: skip
         past += 1
-        return y["output_tokens"][:, 0].tolist()  # type: ignore[no-any-return]
+        io.top += 1
+        io.last = io.out.tolist()
+        return io.last
+
+    def _plain_batch(self, seqs: Sequence[int]) -> _PlainIO | None:
+        """`step_plain`'s view of the running batch (kept in `_plain_io`), or None where `seqs` are not every running
+        sequence in row order."""
+        n = len(self.rows)
+        if len(seqs) != n or not n:
+            return None
+        self._rows_of(seqs)
+        if not self._in_order:
+            return None
+        bound = self._mode_binding("greedy", 0, n, 1, 1, 1, 1)
+        self._plain_io = _PlainIO(bound, list(seqs), self.rows.version, self.committed[:n])
+        return self._plain_io
 
     def decode_greedy(self, seq: int, token: int, max_tokens: int, stop_ids: Container[int] = ()) -> list[int] | None:
         """Up to `max_tokens` plain greedy steps of `seq`, while it is the engine's only sequence, back to back:
@@ -120,10 +172,11 @@ class ShortcutSteps:
         io = self._lone_chain(seq, 1, token, token)
         if io is None or max_tokens < 1:
             return None
+        self._plain_io = None  # (its longest row moves)
         past = int(self.committed[0])
         n = min(max_tokens, self.kv.capacity - past)
-        tokens, pasts, positions, run, y = io.tokens, io.past, io.positions, io.bound.run, io.bound.y
-        out, accepted, best, committed = y["output_tokens"], y["accepted_len"], y["best_path"], self.committed
+        tokens, pasts, positions, y = io.tokens, io.past, io.positions, io.bound.y
+        (run, out), accepted, best, committed = _plain_run(io.bound), y["accepted_len"], y["best_path"], self.committed
         emitted: list[int] = []
         for _ in range(n):
             tokens[0] = token

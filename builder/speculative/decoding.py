@@ -90,7 +90,7 @@ class Decoder(ShortcutSteps):
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
         for s, sid in zip(seqs, ids):
             s.id, s.committed, s.stops = sid, len(s.req.prompt), frozenset(s.req.stop_ids)
-            s.plain = not s.stops and not s.req.stop_sequences
+            s.plain_until = 0 if s.stops or s.req.stop_sequences else s.req.max_new_tokens
         try:
             self._start_drafting(seqs, pre)
         except BaseException:  # e.g. a drafter refusing a prompt: the engine's new sequences go back

@@ -41,7 +41,7 @@ class DraftSchedule:
         return next((n for b, n in self.entries if batch <= b), 1)
 
 
-@dataclass
+@dataclass(slots=True)
 class Generation:
     token_ids: list[int]  # generated tokens only
     steps: int = 0  # target steps after prefill

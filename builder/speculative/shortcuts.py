@@ -16,7 +16,7 @@ tests/unit/test_batch1_paths.py holds them to it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,7 +31,7 @@ class EngineBroken(RuntimeError):
     """Releasing a sequence failed: the engine's rows or KV can no longer be trusted (the decoder is dead)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seq:
     index: int  # the request's index in the caller's list
     req: Request
@@ -41,7 +41,12 @@ class _Seq:
     id: int = -1  # the engine's sequence id
     committed: int = 0  # tokens whose KV the engine holds (its committed_len: the prompt, then + accepted per step)
     stops: frozenset[int] = frozenset()  # req.stop_ids
-    plain: bool = False  # no stop ids, no stop sequences: emitted tokens need no scan
+    plain_until: int = 0  # no stop ids, no stop sequences: req.max_new_tokens (tokens emitted while the output stays
+    # shorter need no scan), else 0
+    tokens: list[int] = field(init=False)  # gen.token_ids (the same list: read per step without going through gen)
+
+    def __post_init__(self) -> None:
+        self.tokens = self.gen.token_ids
 
 
 class ShortcutSteps:
@@ -78,12 +83,13 @@ class ShortcutSteps:
         self.timing.steps += 1
         emitted = 0
         for s, tok in zip(active, toks):  # `_account` of one emitted token, inline for the common case
-            g = s.gen
-            if s.plain and len(g.token_ids) + 1 < s.req.max_new_tokens:
+            out = s.tokens
+            if len(out) + 1 < s.plain_until:
+                g = s.gen
                 g.steps += 1
                 g.accepted_per_step.append(0)
                 s.committed += 1
-                g.token_ids.append(tok)
+                out.append(tok)
                 emitted += 1
                 if on_tokens is not None:
                     on_tokens(s.index, [tok])
@@ -92,7 +98,7 @@ class ShortcutSteps:
         self.totals.emitted += emitted
         self.totals.sequence_steps += len(active)
         self._plain_last = (active, len(active), ids, toks)  # (a row that finished changes `active`: `_retire`)
-        return self._retire()
+        return [] if emitted == len(active) else self._retire()  # (only `_account` finishes a row)
 
     def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,
                     on_tokens: OnTokens | None) -> list[_Seq] | None:  # fmt: skip
@@ -152,7 +158,7 @@ class ShortcutSteps:
         g.drafted += drafted
         g.accepted_per_step.append(n - 1)
         s.committed += n
-        if s.plain and len(g.token_ids) + n < s.req.max_new_tokens:  # no stop rule, not the last tokens
+        if len(g.token_ids) + n < s.plain_until:  # no stop rule, not the last tokens
             g.token_ids += toks[:n]
             self.totals.emitted += n
             if on_tokens is not None:

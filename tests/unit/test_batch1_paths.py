@@ -181,3 +181,41 @@ def test_plain_batch_shortcut_equals_the_general_step_path(tmp_path: Path) -> No
         mixed = [Request(tuple(p), 20) for p in prompts[-4:]]  # n-gram drafting rows: `step` for every step
         assert decode(fast, mixed, NgramDrafter(6, 3, 1, 1)) == decode(slow, mixed, NgramDrafter(6, 3, 1, 1))
         assert fast.taken > 30, fast.taken
+
+
+def test_plain_batch_shortcut_runs_out_of_room_where_step_does(tmp_path: Path) -> None:
+    """`step_plain` keeps its batch's view (binding, lengths, the longest row) between its steps; `step` moves the
+    rows' lengths under it. Two rows decoded to the end of the KV cache by `step_plain` with a `step` every third
+    step, against `step` alone: the same tokens step by step, and `step_plain` refuses (None, nothing done) at the
+    very step where `step` finds no room — on the tree graph and the plain-steps graph."""
+    from builder.engines.ort.target import OrtEngine
+    from builder.speculative.engine import root_only
+
+    spec, cfg = _greedy_spec(17, tmp_path)
+    gen = np.random.default_rng(4)
+    prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, n)] for n in (70, 41)]
+    greedy = SamplingBatch.all_greedy(2, 1)
+
+    def general(e: OrtEngine, ids: list[int], roots: list[int]) -> list[int]:
+        return e.step(ids, [root_only(r) for r in roots], greedy).tokens[:, 0].tolist()  # type: ignore[no-any-return]
+
+    for plain in (False, True):
+        mixed, alone = OrtEngine(spec, 80, 4, plain_only=plain), OrtEngine(spec, 80, 4, plain_only=plain)
+        ids_m, pre_m = mixed.start(prompts, greedy)
+        ids_a, pre_a = alone.start(prompts, greedy)
+        roots_m, roots_a = pre_m.tokens.tolist(), pre_a.tokens.tolist()
+        assert roots_m == roots_a
+        steps = 0
+        while True:
+            toks = mixed.step_plain(ids_m, roots_m) if steps % 3 else general(mixed, ids_m, roots_m)
+            if toks is None:  # refused: `step` must find no room here, and so must the engine stepped by `step`
+                with pytest.raises(ValueError, match="no room"):
+                    general(mixed, ids_m, roots_m)
+                with pytest.raises(ValueError, match="no room"):
+                    general(alone, ids_a, roots_a)
+                break
+            roots_a = general(alone, ids_a, roots_a)
+            assert toks == roots_a, steps
+            roots_m, steps = toks, steps + 1
+        assert steps == 96 - 70 and steps % 3, steps  # row 0 filled the cache; the refusal came from step_plain
+        assert [mixed.committed_len(s) for s in ids_m] == [alone.committed_len(s) for s in ids_a] == [96, 41 + steps]

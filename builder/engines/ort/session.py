@@ -67,13 +67,16 @@ def make_session(path: Path, threads: int = 1, spinning: bool = False,
 
 
 class Bound:
-    """An IOBinding over preallocated arrays (`x` inputs, `y` outputs) and a KV cache."""
+    """An IOBinding over preallocated arrays (`x` inputs, `y` outputs) and a KV cache. `same`: inputs bound to another
+    input's memory (name -> that input's name; same dtype and size), where the two always hold the same values."""
 
     def __init__(self, session: ort.InferenceSession, inputs: Spec, outputs: Spec,
-                 caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]]) -> None:  # fmt: skip
+                 caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]], same: Mapping[str, str] | None = None) -> None:  # fmt: skip
         self.session = session
         self.io = session.io_binding()
         self.x = {name: np.zeros(shape, dtype) for name, (shape, dtype) in inputs.items()}
+        for name, other in (same or {}).items():
+            self.x[name] = self.x[other].reshape(self.x[name].shape)  # (a view: one write sets both)
         self.y = {name: np.zeros(shape, dtype) for name, (shape, dtype) in outputs.items()}
         for name, arr in self.x.items():
             self.io.bind_input(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -113,9 +114,10 @@ class OrtEngine(BatchedTarget):
             if {k: (v[0], np.dtype(v[1])) for k, v in theirs.items()} != ours:
                 raise ValueError(f"the host side's {what} {dict(theirs)} are not the graph contract's {ours}")
         session = self._session(mode)
+        same = {"position_ids": "past_len"} if t == 1 else {}  # a root's position is its row's past length
         if mode == "greedy" and self.plain_only:
-            return ArgmaxOnHost(session, x, y, self.kv.ortvalues(r0, r1), self.spec.vocab_size)
-        return Bound(session, x, y, self.kv.ortvalues(r0, r1))
+            return ArgmaxOnHost(session, x, y, self.kv.ortvalues(r0, r1), self.spec.vocab_size, same)
+        return Bound(session, x, y, self.kv.ortvalues(r0, r1), same)
 
     def _session(self, mode: str):
         if mode not in self._sessions:
@@ -136,9 +138,10 @@ class ArgmaxOnHost(Bound):
 
     fixed_plain_verdict = True
 
-    def __init__(self, session, inputs: Spec, outputs: Spec, caches, vocab_size: int) -> None:  # noqa: ANN001
+    def __init__(self, session, inputs: Spec, outputs: Spec, caches, vocab_size: int,  # noqa: ANN001
+                 same: Mapping[str, str] | None = None) -> None:  # fmt: skip
         (b, tv), _ = outputs["node_argmax"]
-        super().__init__(session, inputs, {**outputs, PLAIN_LOGITS: ((b, tv, vocab_size), np.float32)}, caches)
+        super().__init__(session, inputs, {**outputs, PLAIN_LOGITS: ((b, tv, vocab_size), np.float32)}, caches, same)
         y = self.y
         y["accepted_len"][...] = 1  # best_path stays 0 (the arrays start zeroed)
         self._logits, self._argmax = y[PLAIN_LOGITS], y["node_argmax"]
@@ -150,6 +153,13 @@ class ArgmaxOnHost(Bound):
         self.session.run_with_iobinding(self.io)
         self._logits.argmax(axis=2, out=self._argmax)
         self._tokens0[...] = self._argmax0
+
+    def run_plain(self) -> None:
+        """`run` for a caller that reads a plain step's tokens from `node_argmax[:, 0]` (`BatchedTarget.step_plain`,
+        `decode_greedy`): `output_tokens` is left as it was — one NumPy call less after the session call, ~9 µs cold
+        at 16 rows."""
+        self.session.run_with_iobinding(self.io)
+        self._logits.argmax(axis=2, out=self._argmax)
 
 
 def _leading_hits(drafted: list[int], target: list[int], nodes: int) -> int:
