@@ -112,8 +112,9 @@ def _round(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Seque
     if clock is not None and drafter is not None:
         clock.wrap(drafter, "propose", "drafter")
         clock.wrap(drafter, "update", "drafter")
-        if getattr(type(drafter), "update_emitted", None) is not None:
-            clock.wrap(drafter, "update_emitted", "drafter")  # the loop's batch-1 shortcut learns there
+        for name in ("update_emitted", "propose_chain"):  # the loop's batch-1 shortcuts propose and learn there
+            if getattr(type(drafter), name, None) is not None:
+                clock.wrap(drafter, name, "drafter")
     loop.add([Request(tuple(p), max_new) for p in prompts])
     full: list[dict[str, float]] = []
     while loop.active:

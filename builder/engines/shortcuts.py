@@ -21,13 +21,15 @@ from builder.engines.rows import RowTable
 
 
 class _ChainIO:
-    """`step_chain`'s view of a one-row T-node chain binding: the inputs it writes per step, row 0's."""
+    """`step_chain`'s view of a one-row T-node chain binding: the inputs it writes per step, row 0's, and its run
+    (`run_plain` where the binding has one: the engine's `_chain_verdict` then reads `node_argmax`)."""
 
     def __init__(self, bound: Binding) -> None:
         x = bound.x
         self.bound = bound
         self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
         self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
+        self.run: Callable[[], None] = getattr(bound, "run_plain", bound.run)
 
 
 class _PlainIO:
@@ -100,7 +102,7 @@ class ShortcutSteps:
         else:
             io.tokens[:] = tokens
             np.add(io.depth, past, out=io.positions)
-        io.bound.run()
+        io.run()
         emitted = self._chain_verdict(io.bound.y, tokens)
         self.committed[0] = past + len(emitted)
         return emitted

@@ -21,7 +21,8 @@ the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check
 needs of a draft's paths.)
 
 Batch 1 has shortcuts where the engine's class has them: a greedy step of a chain draft (a plain step included)
-through `step_chain` (scalars instead of the batch arrays), and — in `run`, for a lone greedy sequence that does
+through `step_chain` (scalars instead of the batch arrays; a drafter whose drafts are chains, the one-candidate n-gram
+drafter, hands them over as token lists, `propose_chain`, and no `Draft` is made), and — in `run`, for a lone greedy sequence that does
 not draft — its plain steps back to back through `decode_greedy`, nothing but the feed in Python between the
 session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every `STREAM_BURST` steps). The shortcut
 steps and the per-sequence bookkeeping live in `builder.speculative.shortcuts`.
@@ -64,6 +65,8 @@ class Decoder(ShortcutSteps):
         self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
         self._plain_last: tuple[list[_Seq], int, list[int], list[int]] | None = None  # `_plain_step`'s batch
         self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
+        self._chains = bool(self._update_emitted and getattr(type(drafter), "propose_chain", None)
+                            and getattr(drafter, "chains", False))  # chains as token lists (`propose_chain`)
 
     @property
     def free_slots(self) -> int:
@@ -155,6 +158,10 @@ class Decoder(ShortcutSteps):
                     done = None if toks is None else self._chain_done(s, toks, 0, False, t0, t0, on_tokens)
                 if done is not None:
                     return done
+        elif self._chains and self._step_chain is not None and len(self.active) == 1:
+            done = self._drafted_chain_step(self.active[0], t0, on_tokens)  # batch 1, drafting chains
+            if done is not None:
+                return done
         elif self._step_plain is not None and len(self.active) > 1:
             done = self._plain_step(t0, on_tokens)
             if done is not None:

@@ -6,7 +6,7 @@
 * `_plain_step`: a batch in which no sequence drafts and all are greedy, through `step_plain` (roots in, next tokens
   out; the last plain step's ids and emitted tokens are the roots while the batch is unchanged);
 * `_chain_step` / `_chain_done`: a lone greedy sequence whose draft is a chain (a plain step included), through
-  `step_chain`;
+  `step_chain`; `_drafted_chain_step`: the same without a `Draft`, where the drafter gives its chains as token lists;
 * `_burst`: a lone greedy plain sequence's steps back to back through `decode_greedy`.
 
 Each returns None, with nothing done, where it does not apply; `Decoder._step` then runs the general step.
@@ -62,6 +62,13 @@ class ShortcutSteps:
     _step_plain: Callable[..., Any] | None
     _plain_last: tuple[list[_Seq], int, list[int], list[int]] | None  # `_plain_step`'s batch
     _update_emitted: bool  # the drafter learns from emitted tokens alone
+    _chains: bool  # the drafter's drafts are chains it gives as token lists (`propose_chain`)
+
+    def _max_nodes(self) -> int:
+        raise NotImplementedError
+
+    def _apply_budget(self) -> None:
+        raise NotImplementedError
 
     def _plain_step(self, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
         """`_step` for a batch of greedy sequences none of which drafts, through the engine's `step_plain`: roots in,
@@ -112,6 +119,20 @@ class ShortcutSteps:
         toks = self._step_chain(s.id, d.tokens.tolist())
         return None if toks is None else self._chain_done(s, toks, t - 1, drafting, t0, t1, on_tokens)
 
+    def _drafted_chain_step(self, s: _Seq, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
+        """`_step` for the only active sequence, greedy and drafting, where the drafter's drafts are chains it gives as
+        token lists (`propose_chain`) and it learns from the emitted tokens (`update_emitted`): no `Draft`, the step
+        through the engine's `step_chain`. None where it does not apply — with the draft proposed, which the general
+        step then proposes again (`propose_chain` allows that) — and nothing else done."""
+        if not s.req.sampling.greedy or s.committed > self.engine.max_seq_len - self._max_nodes():
+            return None  # (a tree that no longer fits: the general step stops the drafting)
+        self._apply_budget()
+        assert self.drafter is not None and self._step_chain is not None
+        chain: list[int] = self.drafter.propose_chain(s.id, s.tokens[-1])  # type: ignore[attr-defined]
+        t1 = time.perf_counter()
+        toks = self._step_chain(s.id, chain)
+        return None if toks is None else self._chain_done(s, toks, len(chain) - 1, True, t0, t1, on_tokens)
+
     def _chain_done(self, s: _Seq, toks: list[int], drafted: int, drafting: bool, t0: float, t1: float,
                     on_tokens: OnTokens | None) -> list[_Seq]:  # fmt: skip
         """The rest of a `step_chain` step of `drafted` draft tokens that emitted `toks` (drafting: the drafter
@@ -129,7 +150,7 @@ class ShortcutSteps:
         totals.drafted += drafted
         totals.accepted += n - 1
         totals.sequence_steps += 1
-        return self._retire()
+        return self._retire() if s.gen.finish_reason else []  # (the only active sequence: nothing else can finish)
 
     def _burst(self, s: _Seq, burst: int, t0: float, on_tokens: OnTokens | None) -> list[_Seq] | None:
         """Up to `burst` plain greedy steps of the only active sequence through the engine's `decode_greedy` (none

@@ -41,7 +41,8 @@ def _counting(shortcut: str) -> type:
 
 def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
     """The batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step` for the engine's only sequence
-    when its draft is a chain) against the general `step` path of the same engine class with the shortcut hidden:
+    when its draft is a chain; a drafter's chain as tokens, `propose_chain`, where it has one) against the general
+    `step` path of the same engine class with the shortcut hidden:
     token for token, every step's accepted count and the KV cache written — plain decoding and n-gram chains, stop
     tokens included, on the tree graph (in-graph verdict) and the plain-steps graph (host verdict) — and it was
     really taken; with two sequences held every step goes through `step`."""
@@ -53,6 +54,13 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
         step_chain = None  # the loop then takes `step` for every step
         step_plain = None
 
+    class Chains(NgramDrafter):  # counts the loop's calls of the drafts-as-tokens shortcut
+        calls = 0
+
+        def propose_chain(self, seq: int, root: int) -> list[int]:
+            Chains.calls += 1
+            return super().propose_chain(seq, root)
+
     Counted = _counting("step_chain")
     spec, cfg = _greedy_spec(7, tmp_path)
     gen = np.random.default_rng(5)
@@ -61,7 +69,7 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
     for plain in (False, True):
         fast, slow = Counted(spec, 80, 2, plain_only=plain), General(spec, 80, 2, plain_only=plain)
         for p in prompts:
-            for drafter in (None, lambda: NgramDrafter(6, 3, 1, 1)):
+            for drafter in (None, lambda: Chains(6, 3, 1, 1)):
                 a, b = (generate(e, p, 30, drafter and drafter()) for e in (fast, slow))
                 assert (a.token_ids, a.accepted_per_step) == (b.token_ids, b.accepted_per_step)
                 live = len(p) + len(a.token_ids) - 1
@@ -69,7 +77,8 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
             stop = generate(slow, p, 30).token_ids[7]  # a token the decode emits: it ends there
             a, b = (generate(e, p, 30, NgramDrafter(6, 3, 1, 1), stop_ids=[stop]) for e in (fast, slow))
             assert a.token_ids == b.token_ids and a.token_ids[-1] == stop and a.finish_reason == "stop"
-        assert fast.taken > 100, fast.taken
+        assert fast.taken > 100 and Chains.calls > 30, (fast.taken, Chains.calls)
+        Chains.calls = 0
         runs = {e: Decoder(e, NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 20 + 5 * i) for i, p in
                                                              enumerate(prompts[-2:])]) for e in (fast, slow)}  # fmt: skip
         assert [(g.token_ids, g.accepted_per_step) for g in runs[fast]] == [

@@ -114,6 +114,28 @@ def test_draft_tree_is_the_trie_of_the_continuations(candidates: int) -> None:
         assert sorted(got) == sorted(leaves)
 
 
+def test_chain_as_tokens_is_the_draft_and_the_draft_after_it_unchanged() -> None:
+    """`propose_chain` (one candidate: the loop's batch-1 shortcut) against `propose` on a twin state: the root and
+    the draft's tokens, for random texts, budgets and adaptive lengths; and `propose` called after it for the same
+    root (what the loop does where the shortcut does not apply) gives that same draft."""
+    gen = np.random.default_rng(11)
+    for _ in range(80):
+        text = looped_text(gen, int(gen.integers(3, 90)), vocab=6)
+        adaptive = bool(gen.random() < 0.7)
+        a, b = (NgramState(text[:-1], 12, 4, 1, 1, adaptive=adaptive) for _ in range(2))
+        for _ in range(int(gen.integers(1, 6))):  # some steps first: the adaptive length moves
+            emitted = [int(t) for t in gen.integers(0, 6, int(gen.integers(1, 5)))]
+            depth = int(gen.integers(0, 6))
+            a.update(emitted, depth)
+            b.update(emitted, depth)
+        budget = None if gen.random() < 0.5 else int(gen.integers(1, 20))
+        root = int(gen.integers(0, 6))
+        chain = a.propose_chain(root, budget)
+        draft = b.propose(root, budget)
+        assert chain == draft.tokens.tolist() and draft.paths.shape == (1, len(chain))
+        assert a.propose(root, budget).tokens.tolist() == chain and a.text == b.text
+
+
 def _result(emitted: list[int]) -> StepResult:
     n = len(emitted)
     z = np.zeros((1, n), np.int64)

@@ -155,9 +155,9 @@ class ArgmaxOnHost(Bound):
         self._tokens0[...] = self._argmax0
 
     def run_plain(self) -> None:
-        """`run` for a caller that reads a plain step's tokens from `node_argmax[:, 0]` (`BatchedTarget.step_plain`,
-        `decode_greedy`): `output_tokens` is left as it was — one NumPy call less after the session call, ~9 µs cold
-        at 16 rows."""
+        """`run` for a caller that reads the greedy tokens from `node_argmax` (`BatchedTarget.step_plain`,
+        `decode_greedy`, and `step_chain` through this engine's `_chain_verdict`): `output_tokens` is left as it was —
+        one NumPy call less after the session call, ~9 µs cold at 16 rows."""
         self.session.run_with_iobinding(self.io)
         self._logits.argmax(axis=2, out=self._argmax)
 

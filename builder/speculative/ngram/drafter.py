@@ -80,20 +80,21 @@ class NgramState:
         self.root_in_text = False  # the text already ends with the next step's root (after an update)
         self.adaptive = adaptive
         self.length = min(ADAPT_START, max_draft) if adaptive else max_draft  # tokens per continuation now
-        self.extend(prompt)
+        self.extend([int(t) for t in prompt])
 
     def extend(self, tokens: Sequence[int]) -> None:
-        """Append tokens to the text and index the n-grams that end at each (the keys: slices of `_tail`, the
-        newest max_match tokens as a tuple, so each n-gram is one tuple slice, the longest the tail itself)."""
+        """Append tokens (Python ints: the callers' are) to the text and index the n-grams that end at each (the keys:
+        slices of `_tail`, the newest max_match tokens as a tuple, so each n-gram is one tuple slice, the longest the
+        tail itself)."""
         text, index, lo, hi, tail = self.text, self.index, self.min_match, self.max_match, self._tail
+        get = index.get
         for tok in tokens:
-            tok = int(tok)
             text.append(tok)
             end = len(text)
-            tail = (*(tail[1:] if len(tail) >= hi else tail), tok)
+            tail = (*tail[1:], tok) if len(tail) >= hi else (*tail, tok)
             for n in range(lo, len(tail) + 1):
                 key = tail[-n:]
-                at = index.get(key)
+                at = get(key)
                 if at is None:
                     index[key] = [end]
                 else:
@@ -120,15 +121,23 @@ class NgramState:
             return found
         return []
 
-    def propose(self, root: int, budget: int | None) -> Draft:
-        root = int(root)
+    def _continue(self, root: int, budget: int | None) -> list[tuple[int, ...]]:
+        """The continuations after `root` (the text learns it first, once) within this step's length and budget."""
         if not self.root_in_text or self.text[-1] != root:
             self.extend((root,))
             self.root_in_text = True
         room = self.length if budget is None else min(self.length, budget - 1)
-        if room < 1:
-            return root_only(root)
-        conts = self.continuations(room)
+        return self.continuations(room) if room >= 1 else []
+
+    def propose_chain(self, root: int, budget: int | None) -> list[int]:
+        """One candidate's draft as tokens, root first (`propose`'s chain, or the root alone): for `candidates` 1."""
+        root = int(root)
+        conts = self._continue(root, budget)
+        return [root, *conts[0]] if conts else [root]
+
+    def propose(self, root: int, budget: int | None) -> Draft:
+        root = int(root)
+        conts = self._continue(root, budget)
         if not conts:
             return root_only(root)
         if len(conts) == 1:  # one chain (the default): its shape by length, no trie to build
@@ -190,6 +199,17 @@ class NgramDrafter:
     def update(self, seqs: Sequence[int], drafts: Sequence[Draft], result: StepResult) -> None:
         for row, (s, d) in enumerate(zip(seqs, drafts)):
             self._seqs[s].update(result.emitted(row), d.width - 1)
+
+    @property
+    def chains(self) -> bool:
+        """Every draft is a chain (one candidate): `propose_chain` gives it as a token list."""
+        return self.settings[3] == 1
+
+    def propose_chain(self, seq: int, root: int) -> list[int]:
+        """`propose` for one sequence whose drafts are chains (`chains`), as tokens — root first, then the drafts —
+        instead of a `Draft` (the decoding loop's batch-1 shortcut, `Decoder._drafted_chain_step`); calling
+        `propose` after it for the same root gives the same draft."""
+        return self._seqs[seq].propose_chain(root, self._budget)
 
     def update_emitted(self, seq: int, emitted: list[int], depth: int) -> None:
         """`update` for one sequence from what it learns of a step — its emitted tokens and its draft's depth
