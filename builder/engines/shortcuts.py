@@ -30,6 +30,8 @@ class _ChainIO:
         self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
         self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
         self.run: Callable[[], None] = getattr(bound, "run_plain", bound.run)
+        self.positions_apart = not np.shares_memory(self.positions, self.past)  # (one array where T = 1 lets it)
+        self.check = not getattr(bound, "fixed_plain_verdict", False)  # (a binding whose T = 1 verdict is constant)
 
 
 class _PlainIO:
@@ -98,7 +100,8 @@ class ShortcutSteps:
         io.past[0] = past
         if t == 1:  # a plain step: scalars (the commonest call)
             io.tokens[0] = tokens[0]
-            io.positions[0] = past
+            if io.positions_apart:
+                io.positions[0] = past
         else:
             io.tokens[:] = tokens
             np.add(io.depth, past, out=io.positions)
@@ -178,13 +181,16 @@ class ShortcutSteps:
         past = int(self.committed[0])
         n = min(max_tokens, self.kv.capacity - past)
         tokens, pasts, positions, y = io.tokens, io.past, io.positions, io.bound.y
+        apart, check = io.positions_apart, io.check
         (run, out), accepted, best, committed = _plain_run(io.bound), y["accepted_len"], y["best_path"], self.committed
         emitted: list[int] = []
-        for _ in range(n):
+        for _ in range(n):  # (per token: the feed, the call, the token read; each NumPy touch runs cold after a call)
             tokens[0] = token
-            pasts[0] = positions[0] = past
+            pasts[0] = past
+            if apart:
+                positions[0] = past
             run()
-            if accepted[0] != 1 or best[0] != 0:
+            if check and (accepted[0] != 1 or best[0] != 0):
                 raise RuntimeError(f"the engine accepted {int(accepted[0])} nodes of path {int(best[0])} of a plain step")
             token = int(out[0, 0])
             past += 1

@@ -21,11 +21,11 @@ the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check
 needs of a draft's paths.)
 
 Batch 1 has shortcuts where the engine's class has them: a greedy step of a chain draft (a plain step included)
-through `step_chain` (scalars instead of the batch arrays; a drafter whose drafts are chains, the one-candidate n-gram
-drafter, hands them over as token lists, `propose_chain`, and no `Draft` is made), and — in `run`, for a lone greedy sequence that does
-not draft — its plain steps back to back through `decode_greedy`, nothing but the feed in Python between the
-session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every `STREAM_BURST` steps). The shortcut
-steps and the per-sequence bookkeeping live in `builder.speculative.shortcuts`.
+through `step_chain` (scalars instead of the batch arrays; a drafter whose drafts are chains, the one-candidate
+n-gram drafter, hands them over as token lists, `propose_chain`, and no `Draft` is made), and — in `run`, for a
+lone greedy sequence that does not draft — its plain steps back to back through `decode_greedy`, nothing but the
+feed in Python between the session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every
+`STREAM_BURST` steps). The shortcut steps and the per-sequence bookkeeping live in `builder.speculative.shortcuts`.
 """
 
 from __future__ import annotations

@@ -71,7 +71,8 @@ class Bound:
     input's memory (name -> that input's name; same dtype and size), where the two always hold the same values."""
 
     def __init__(self, session: ort.InferenceSession, inputs: Spec, outputs: Spec,
-                 caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]], same: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]],
+                 same: Mapping[str, str] | None = None) -> None:  # fmt: skip
         self.session = session
         self.io = session.io_binding()
         self.x = {name: np.zeros(shape, dtype) for name, (shape, dtype) in inputs.items()}
