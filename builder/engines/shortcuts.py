@@ -29,7 +29,7 @@ class _ChainIO:
         self.bound = bound
         self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
         self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
-        self.run: Callable[[], None] = getattr(bound, "run_plain", bound.run)
+        self.run = _plain_run(bound)[0]  # (this engine's `_chain_verdict` reads what that run writes)
         self.positions_apart = not np.shares_memory(self.positions, self.past)  # (one array where T = 1 lets it)
         self.check = not getattr(bound, "fixed_plain_verdict", False)  # (a binding whose T = 1 verdict is constant)
 

@@ -148,16 +148,15 @@ class ArgmaxOnHost(Bound):
         self._tokens0, self._argmax0 = y["output_tokens"][:, :1], self._argmax[:, :1]
 
     def run(self) -> None:
-        # ndarray methods, not np.argmax / np.copyto: their Python-level dispatch runs cold right after a session
-        # call (the session evicts the host's caches) and cost ~8 µs more per step (measured on the tiny fixture)
-        self.session.run_with_iobinding(self.io)
-        self._logits.argmax(axis=2, out=self._argmax)
-        self._tokens0[...] = self._argmax0
+        self.run_plain()
+        self._tokens0[...] = self._argmax0  # (ndarray assignment, not np.copyto: see run_plain)
 
     def run_plain(self) -> None:
         """`run` for a caller that reads the greedy tokens from `node_argmax` (`BatchedTarget.step_plain`,
         `decode_greedy`, and `step_chain` through this engine's `_chain_verdict`): `output_tokens` is left as it was —
         one NumPy call less after the session call, ~9 µs cold at 16 rows."""
+        # ndarray methods, not np.argmax / np.copyto: their Python-level dispatch runs cold right after a session
+        # call (the session evicts the host's caches) and cost ~8 µs more per step (measured on the tiny fixture)
         self.session.run_with_iobinding(self.io)
         self._logits.argmax(axis=2, out=self._argmax)
 
