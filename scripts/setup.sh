@@ -20,11 +20,15 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/trtspec
   exit 0
 fi
 
-# Debian packages the serve tools need (perf_analyzer links libb64); skipped when present.
+# Debian packages: perf_analyzer links libb64; the smaller-ISA checks (scripts/with_isa.sh, test_with_isa.py)
+# patch libraries with objdump (binutils) and compare against qemu-user. Skipped when present.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  if ! dpkg -s libb64-0d >/dev/null 2>&1; then
-    (apt-get update -qq && apt-get install -y -qq libb64-0d >/dev/null) || echo "setup: apt-get libb64-0d failed (only perf_analyzer needs it)" >&2
-  fi
+  for pkg in libb64-0d binutils qemu-user; do
+    if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+      (apt-get install -y -qq "$pkg" >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq "$pkg" >/dev/null)) \
+        || echo "setup: apt-get $pkg failed (only perf_analyzer / the ISA checks need it)" >&2
+    fi
+  done
 fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
