@@ -94,6 +94,10 @@ static void on_trap(int sig, siginfo_t *info, void *ctx) {
     ucontext_t *uc = (ucontext_t *)ctx;
     greg_t *g = uc->uc_mcontext.gregs;
     const uint8_t *ip = (const uint8_t *)g[REG_RIP]; /* after the INT3 */
+    if (info->si_code != SI_KERNEL) { /* not an INT3 (kill, raise, a debugger's single step): not ours */
+        chain(sig, info, ctx);
+        return;
+    }
     if (ip[-1] == 0xcc && ip[0] == 0xa2) { /* a patched CPUID */
         emulate_cpuid(g);
         g[REG_RIP] += 1;
