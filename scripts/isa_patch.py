@@ -23,6 +23,7 @@ rest of it (oneDNN) and anything else native — tritonserver — sees the real 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -138,17 +139,26 @@ def _dirs() -> list[Path]:
 
 
 def make_site(dest: Path) -> dict[str, int]:
-    """`dest` holding patched copies of PACKAGES (those installed); made again only when they changed."""
+    """`dest` holding patched copies of PACKAGES (those installed); made again only when they changed. Two
+    callers at once (two with_isa.sh runs) take turns: the second finds the first one's site made."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(dest / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make_site(dest)
+
+
+def _make_site(dest: Path) -> dict[str, int]:
     dirs = _dirs()
     if not dirs:
         raise PatchError(f"none of {', '.join(PACKAGES)} is installed")
     stamp = _stamp(dirs)
     manifest = dest / "isa_patch.json"
-    if manifest.is_file():
+    try:
         made = json.loads(manifest.read_text())
         if made.get("stamp") == stamp:
             return dict(made["patched"])
-    dest.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError):  # none yet (or unreadable): make it
+        pass
     work = Path(tempfile.mkdtemp(prefix=".isa_patch.", dir=dest))
     try:
         jobs = []
@@ -164,7 +174,9 @@ def make_site(dest: Path) -> dict[str, int]:
             if old.exists():
                 shutil.rmtree(old)
             os.replace(work / d.name, old)
-        manifest.write_text(json.dumps({"stamp": stamp, "patched": patched}, indent=1))
+        part = manifest.with_name(manifest.name + ".part")
+        part.write_text(json.dumps({"stamp": stamp, "patched": patched}, indent=1))
+        os.replace(part, manifest)
         return patched
     finally:
         shutil.rmtree(work, ignore_errors=True)
