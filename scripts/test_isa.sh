@@ -7,8 +7,9 @@
 #                                                            (pytest args default to tests/unit)
 #
 # --mask LEVEL (avx2, avx, sse4) runs at native speed, subprocesses included, where the CPU can trap CPUID
-# (/proc/cpuinfo flag cpuid_fault); it can only take features away. qemu needs no such support but runs
-# 5-100x slower, and is for correctness only: emulated time says nothing about speed.
+# (/proc/cpuinfo flag cpuid_fault), and elsewhere through patched copies of ONNX Runtime, GenAI and NumPy
+# (scripts/with_isa.sh says what that mode reaches); it can only take features away. qemu needs neither but
+# runs 5-100x slower, and is for correctness only: emulated time says nothing about speed.
 #
 # MODEL: a qemu CPU model (`qemu-x86_64 -cpu help`); EPYC-Rome is AMD EPYC without AVX-512 (AVX2 + FMA3),
 # the AVX2-only machine kind our speed goals are also checked on; Haswell-noTSX is an Intel AVX2 one.
