@@ -106,13 +106,6 @@ def _elf(path: Path) -> bool:
         return False
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise PatchError(f"the {name} package is not installed")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def _stamp(dirs: list[Path]) -> str:
     """What a made site depends on: this file and every library of the packages (names, sizes, mtimes)."""
     h = hashlib.sha256(Path(__file__).read_bytes())
@@ -128,9 +121,10 @@ def _dirs() -> list[Path]:
     """The installed PACKAGES' folders, each followed by its bundled libraries' folder (NAME.libs) if any."""
     dirs = []
     for name in PACKAGES:
-        if importlib.util.find_spec(name) is None:
-            continue
-        d = _package_dir(name)
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue  # (not installed)
+        d = Path(list(spec.submodule_search_locations)[0])
         dirs.append(d)
         libs = d.with_name(d.name + ".libs")
         if libs.is_dir():

@@ -29,9 +29,8 @@ class _ChainIO:
         self.bound = bound
         self.tokens, self.past, self.positions = x["tokens"][0], x["past_len"], x["position_ids"][0]  # [T], [1], [T]
         self.depth = np.arange(self.tokens.shape[0])  # node i at depth i
-        self.run = _plain_run(bound)[0]  # (this engine's `_chain_verdict` reads what that run writes)
-        self.positions_apart = not np.shares_memory(self.positions, self.past)  # (one array where T = 1 lets it)
-        self.check = not getattr(bound, "fixed_plain_verdict", False)  # (a binding whose T = 1 verdict is constant)
+        # (this engine's `_chain_verdict` reads what `run` writes; `out`: row 0's greedy tokens, for `decode_greedy`)
+        self.run, self.out, self.positions_apart, self.check = _plain_call(bound, self.positions, self.past)
 
 
 class _PlainIO:
@@ -46,21 +45,22 @@ class _PlainIO:
         self.past = past  # [n] the engine's committed lengths of rows 0..n-1 (a view)
         self.top = int(past.max())  # the longest row's
         self.tokens, self.past_len, self.positions = x["tokens"][:, 0], x["past_len"], x["position_ids"][:, 0]  # [n]
-        self.positions_apart = not np.shares_memory(self.positions, self.past_len)  # (one array where T = 1 lets it)
-        self.run, out = _plain_run(bound)
+        self.run, out, self.positions_apart, self.check = _plain_call(bound, self.positions, self.past_len)
         self.out, self.accepted, self.best = out[:, 0], y["accepted_len"], y["best_path"]  # [n]
-        self.check = not getattr(bound, "fixed_plain_verdict", False)  # (a binding whose T = 1 verdict is constant)
         self.last: list[int] | None = None
 
 
-def _plain_run(bound: Binding) -> tuple[Callable[[], None], np.ndarray]:
-    """(run, tokens) of a binding for plain steps: its `run_plain` and `node_argmax` where it has one (a binding that
-    takes the greedy tokens on the host: `output_tokens` is then a copy that plain steps need not make), else its
-    `run` and `output_tokens`."""
+def _plain_call(bound: Binding, positions: np.ndarray,
+                past_len: np.ndarray) -> tuple[Callable[[], None], np.ndarray, bool, bool]:  # fmt: skip
+    """How a shortcut calls a binding for plain (and chain) steps: (run, tokens, positions_apart, check).
+    run / tokens: its `run_plain` and `node_argmax` where it has one (a binding that takes the greedy tokens on the
+    host: `output_tokens` is then a copy that plain steps need not make), else its `run` and `output_tokens`.
+    positions_apart: its `position_ids` are not `past_len`'s memory (one array where T = 1 lets it), so a T = 1 step
+    writes both. check: its T = 1 verdict is not constant (`fixed_plain_verdict`), so a plain step reads it."""
     run_plain = getattr(bound, "run_plain", None)
-    if run_plain is not None:
-        return run_plain, bound.y["node_argmax"]
-    return bound.run, bound.y["output_tokens"]
+    run, tokens = (run_plain, bound.y["node_argmax"]) if run_plain is not None else (bound.run, bound.y["output_tokens"])
+    apart = not np.shares_memory(positions, past_len)
+    return run, tokens, apart, not getattr(bound, "fixed_plain_verdict", False)
 
 
 class ShortcutSteps:
@@ -181,8 +181,8 @@ class ShortcutSteps:
         past = int(self.committed[0])
         n = min(max_tokens, self.kv.capacity - past)
         tokens, pasts, positions, y = io.tokens, io.past, io.positions, io.bound.y
-        apart, check = io.positions_apart, io.check
-        (run, out), accepted, best, committed = _plain_run(io.bound), y["accepted_len"], y["best_path"], self.committed
+        run, out, apart, check = io.run, io.out, io.positions_apart, io.check
+        accepted, best, committed = y["accepted_len"], y["best_path"], self.committed
         emitted: list[int] = []
         for _ in range(n):  # (per token: the feed, the call, the token read; each NumPy touch runs cold after a call)
             tokens[0] = token
