@@ -60,6 +60,8 @@ def main() -> None:
         x = {"tokens": rng.integers(0, 1000, (1, f)), "hidden_in": rng.standard_normal((1, f, c)).astype(np.float32),
              "position_ids": np.full((1, f), args.past, np.int64), "past_len": np.array([args.past]),
              "write_offset": np.zeros(1, np.int64), "num_new": np.array([f]), "tree_mask": np.tril(np.ones((1, f, f), bool))}  # fmt: skip
+        if any(i.name == "out_rows" for i in session.get_inputs()):  # (every row out, as an expand asks)
+            x["out_rows"] = np.arange(f)[None]
         for k, v in {**x, **caches}.items():
             b.bind_cpu_input(k, v)
         for k, v in caches.items():

@@ -8,10 +8,15 @@ order; rows without work this call are idle (num_new 0 writes nothing in the `or
 tensors are the graph's I/O contract (`builder.export.contract.EAGLE`) at its sizes, in the draft's
 `Precision` (float32 in the CPU form; model.dtype for `hidden_in` / `hidden_out` in the GPU form).
 
+A graph that picks its output rows (`pick_rows`: its `out_rows` input, the ONNX Runtime form; see
+`builder.export.eagle`) is asked for one row per sequence in `extend` (the last pair's: R = 1) and for every
+row in `expand` (R = F, `out_rows` set when the binding is built); other graphs return all F rows.
+
 A backend supplies
 * `kv` — its KV buffer (`move_row`: a departure leaves rows dense), and
 * `_build(b, f, u)` — a `Binding` (host arrays `x` / `y` of `io(b, f, u)`'s shapes and dtypes, `run()`)
-  for the running rows 0..b-1, F new rows per sequence and U attended tentative slots.
+  for the running rows 0..b-1, F new rows per sequence and U attended tentative slots (and `_build_rows`
+  where it binds row ranges, and `pick_rows` where its graph has `out_rows`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class EagleHost:
     """The `EagleNet` protocol over an EAGLE draft graph; subclasses supply the runtime (module docstring)."""
 
     ranged = False  # the backend binds any contiguous row range (`_build_rows`), not only 0..B-1
+    pick_rows = False  # the graph takes `out_rows` (module docstring)
     step_rows = 64  # calls with more new rows than this are prompt pairs (their bindings: a pool of their own)
 
     def __init__(self, kv: EagleKV, *, hidden_size: int, top_k: int, capacity: int, max_batch_size: int,
@@ -96,22 +102,33 @@ class EagleHost:
         np.add(past[:, None], arange(m), out=x["position_ids"])
         x["write_offset"][:] = 0
         x["tree_mask"][:] = _tril(m)
+        picked = self.pick_rows  # the graph returns each row's last pair only (R = 1; idle rows: row 0)
         if len(rows) == 1 == len(past):  # one row, the call's only one: plain copies, no gathers
             x["tokens"][:] = tokens
             x["hidden_in"][:] = hidden
             x["num_new"][:] = num_new
+            i = int(num_new[0]) - 1
+            if picked:
+                x["out_rows"][:] = i
             bound.run()
-            y, i = bound.y, int(num_new[0]) - 1
+            y = bound.y
             self.committed[rows] += num_new
+            if picked:
+                return DraftOutput(y["hidden_out"], y["topk_tokens"], y["topk_logprobs"])  # (views: see `expand`)
             return DraftOutput(y["hidden_out"][:, i : i + 1], y["topk_tokens"][:, i : i + 1],
                                y["topk_logprobs"][:, i : i + 1])  # fmt: skip  (views: see `expand`)
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["num_new"][local] = num_new
+        last: np.ndarray = num_new - 1
+        if picked:
+            x["out_rows"][:] = 0
+            x["out_rows"][local, 0] = last
         bound.run()
         y = bound.y
-        last: np.ndarray = num_new - 1
         self.committed[rows] += num_new
+        if picked:
+            return DraftOutput(y["hidden_out"][local], y["topk_tokens"][local], y["topk_logprobs"][local])
         return DraftOutput(y["hidden_out"][local, last][:, None], y["topk_tokens"][local, last][:, None],
                            y["topk_logprobs"][local, last][:, None])  # fmt: skip
 
@@ -166,10 +183,15 @@ class EagleHost:
         return bound, r0, rows - r0 if r0 else rows
 
     def _build_call(self, kind: str, r0: int, r1: int, f: int, u: int) -> Binding:
-        bound = self._build_rows(r0, r1, f, u)
-        if kind == "expand":
+        """A binding for a call of this kind; with `pick_rows`, an expand's asks for all F rows (R = F, set
+        here), an extend's or a prompt's for one per sequence (R = 1, set per call)."""
+        expand = kind == "expand"
+        bound = self._build_rows(r0, r1, f, u, f if expand else 1)
+        if expand:
             bound.x["write_offset"][:] = u - f
             bound.x["num_new"][:] = f
+            if self.pick_rows:
+                bound.x["out_rows"][:] = arange(f)
         return bound
 
     def _idle(self, x: dict[str, np.ndarray], r0: int, busy: int) -> np.ndarray:
@@ -185,12 +207,15 @@ class EagleHost:
             x["position_ids"][:] = past[:, None]
         return past
 
-    def io(self, b: int, f: int, u: int) -> tuple[IoSpec, IoSpec]:
-        """(inputs, outputs) of one call, caches excluded: the contract's tensors at these sizes, in our precision."""
-        return call_spec(EAGLE, {"B": b, "F": f, "U": u, "C": self.hidden_size, "K": self.top_k}, self.precision)
+    def io(self, b: int, f: int, u: int, r: int | None = None) -> tuple[IoSpec, IoSpec]:
+        """(inputs, outputs) of one call, caches excluded: the contract's tensors at these sizes, in our precision
+        (R output rows per sequence with `pick_rows`; default F)."""
+        sizes = {"B": b, "F": f, "U": u, "R": f if r is None else r, "C": self.hidden_size, "K": self.top_k}
+        return call_spec(EAGLE, sizes, self.precision, rows=self.pick_rows)
 
-    def _build_rows(self, r0: int, r1: int, f: int, u: int) -> Binding:
-        """A binding for rows r0..r1 (backends with `ranged = True`; otherwise r0 is 0: `_build`)."""
+    def _build_rows(self, r0: int, r1: int, f: int, u: int, r: int) -> Binding:
+        """A binding for rows r0..r1 with R output rows (backends with `ranged = True`; otherwise r0 is 0 and R is
+        F or unused: `_build`)."""
         if r0:
             raise NotImplementedError("this backend binds every row from 0")
         return self._build(r1, f, u)

@@ -71,8 +71,11 @@ EAGLE draft step graph (`export_eagle`)
     tree_mask       [B, F, U]  bool   over the tentative region: column u = slot past_len + u; new row i
                                       is column write_offset + i and must attend itself; columns
                                       < write_offset are earlier tentative nodes (attend ancestors only)
+    out_rows        [B, R]     int64  the `ort` variant only: the new rows (0..F-1) the outputs are for; the
+                                      others still write the caches, but skip o_proj, the MLP and the LM
+                                      head (`extend` asks for each row's last pair, `expand` for all)
     past_key_{l}, past_value_{l}  [B, KV, CAP, D]  kv  the draft layers' caches
-  Outputs
+  Outputs (R rows, out_rows[b, r], with out_rows; else all F)
     hidden_out      [B, F, C]  act    the draft's predicted next hidden state, un-normed (EagleDraft.forward)
     topk_tokens     [B, F, K]  int64  top-K of log_softmax(target LM head(hidden_out)) (ties: lower id)
     topk_logprobs   [B, F, K]  f32    their log-probabilities, descending

@@ -9,7 +9,7 @@ It generates
   * the TensorRT optimization profiles (`profile_shapes`: (min, opt, max) per input from ranges of the
     dynamic dims; `builder.engines.tensorrt.profiles`).
 
-Dims: dynamic B, T, Tv, P, W (target), F, U (EAGLE); fixed at export CAP, KV, D (caches), C (hidden), Hm
+Dims: dynamic B, T, Tv, P, W (target), F, U, R (EAGLE); fixed at export CAP, KV, D (caches), C (hidden), Hm
 (Medusa heads), K (top-K).
 
 Dtypes are kinds, resolved by a `Precision`:
@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 ACT_DTYPES = ("float32", "bfloat16", "float16")
 FP8 = "float8e4m3fn"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, FP8: 1, "int64": 8, "int32": 4, "bool": 1}
-DYNAMIC = ("B", "T", "Tv", "P", "W", "F", "U")
+DYNAMIC = ("B", "T", "Tv", "P", "W", "F", "U", "R")
 FIXED = ("CAP", "KV", "D", "C", "Hm", "K")
 Dims3 = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -67,7 +67,8 @@ class TensorSpec:
     name: str  # "{l}" in per-layer names (caches) is the layer index
     dims: tuple[str, ...]  # symbolic dims (module docstring)
     dtype: str  # a kind (module docstring)
-    when: str = ""  # "" always; "rejection": rejection-mode graphs only; "medusa": with fused Medusa heads
+    when: str = ""  # "" always; "rejection": rejection-mode graphs only; "medusa": with fused Medusa heads;
+    # "rows" / "all_rows": EAGLE graphs that pick their output rows (`out_rows`, the ONNX Runtime form) / that do not
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,10 @@ class GraphContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
-    def specs(self, io: str, *, layers: int, rejection: bool = False, medusa: bool = False) -> list[TensorSpec]:
+    def specs(self, io: str, *, layers: int, rejection: bool = False, medusa: bool = False,
+              rows: bool = False) -> list[TensorSpec]:  # fmt: skip
         """The inputs (io="inputs") or outputs of one graph, per-layer entries expanded, in graph order."""
-        on = {"": True, "rejection": rejection, "medusa": medusa}
+        on = {"": True, "rejection": rejection, "medusa": medusa, "rows": rows, "all_rows": not rows}
         out: list[TensorSpec] = []
         for s in self.inputs if io == "inputs" else self.outputs:
             if "{l}" not in s.name:
@@ -127,13 +129,17 @@ EAGLE = GraphContract(
         TensorSpec("write_offset", ("B",), "int64"),
         TensorSpec("num_new", ("B",), "int64"),
         TensorSpec("tree_mask", ("B", "F", "U"), "bool"),
+        TensorSpec("out_rows", ("B", "R"), "int64", "rows"),
         TensorSpec("past_key_{l}", CACHE, "kv"),
         TensorSpec("past_value_{l}", CACHE, "kv"),
     ),
     outputs=(
-        TensorSpec("hidden_out", ("B", "F", "C"), "act"),
-        TensorSpec("topk_tokens", ("B", "F", "K"), "int64"),
-        TensorSpec("topk_logprobs", ("B", "F", "K"), "float32"),
+        TensorSpec("hidden_out", ("B", "F", "C"), "act", "all_rows"),
+        TensorSpec("topk_tokens", ("B", "F", "K"), "int64", "all_rows"),
+        TensorSpec("topk_logprobs", ("B", "F", "K"), "float32", "all_rows"),
+        TensorSpec("hidden_out", ("B", "R", "C"), "act", "rows"),
+        TensorSpec("topk_tokens", ("B", "R", "K"), "int64", "rows"),
+        TensorSpec("topk_logprobs", ("B", "R", "K"), "float32", "rows"),
         TensorSpec("present_key_{l}", CACHE, "kv"),
         TensorSpec("present_value_{l}", CACHE, "kv"),
     ),
@@ -157,9 +163,10 @@ def onnx_dims(spec: TensorSpec, fixed: Mapping[str, int]) -> list[int | str]:
 
 
 def declared(contract: GraphContract, io: str, fixed: Mapping[str, int], precision: Precision, *, layers: int,
-             rejection: bool = False, medusa: bool = False) -> Iterator[tuple[str, str, list[int | str]]]:  # fmt: skip
+             rejection: bool = False, medusa: bool = False,
+             rows: bool = False) -> Iterator[tuple[str, str, list[int | str]]]:  # fmt: skip
     """(name, dtype name, dims) of every graph input or output, in graph order."""
-    for s in contract.specs(io, layers=layers, rejection=rejection, medusa=medusa):
+    for s in contract.specs(io, layers=layers, rejection=rejection, medusa=medusa, rows=rows):
         yield s.name, precision.resolve(s.dtype), onnx_dims(s, fixed)
 
 
@@ -175,12 +182,13 @@ def numpy_dtype(name: str) -> Any:
 
 
 def call_spec(contract: GraphContract, sizes: Mapping[str, int], precision: Precision = CPU, *, rejection: bool = False,
-              medusa: bool = False) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, tuple[tuple[int, ...], Any]]]:  # fmt: skip
+              medusa: bool = False,
+              rows: bool = False) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, tuple[tuple[int, ...], Any]]]:  # fmt: skip
     """(inputs, outputs) of one call, caches excluded: name -> (shape, NumPy dtype), every dim from `sizes`."""
     out: list[dict[str, tuple[tuple[int, ...], Any]]] = []
     for io in ("inputs", "outputs"):
         out.append({s.name: (tuple(sizes[d] for d in s.dims), numpy_dtype(precision.resolve(s.dtype)))
-                    for s in contract.specs(io, layers=0, rejection=rejection, medusa=medusa)})  # fmt: skip
+                    for s in contract.specs(io, layers=0, rejection=rejection, medusa=medusa, rows=rows)})  # fmt: skip
     return out[0], out[1]
 
 

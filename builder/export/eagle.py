@@ -8,6 +8,13 @@ target's LM head → log_softmax → top-K. FP8 Q/DQ where the `Fp8Spec` quantiz
 `precision` (`builder.export.contract.Precision`): float32 (the CPU form), or bfloat16 / float16 for the GPU
 form, where the LM head's logits are cast to float32 before the log-softmax (`topk_logprobs` is float32 in
 every form). Inputs and outputs are declared from `builder.export.contract`.
+
+`pick_rows` (the default for the `ort` variant, the graph ONNX Runtime runs): the graph takes `out_rows`
+[B, R] and returns `hidden_out` / `topk_*` for those rows only ([B, R, ·]); the draft layer's attention and
+KV writes still cover all F new rows, but o_proj, the MLP and the LM head run over R rows
+(`builder.export.llama.decoder`'s `rows`). An `extend` needs one row per sequence (its last pair's), so a
+step's extend of ~6 pairs costs about one row's MLP and LM head instead of six, and a prompt's pairs (the
+draft's prefill) one instead of hundreds; an `expand` asks for all F. The TensorRT form keeps all F rows.
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ def build_eagle(
     lm_head_fp8: LinearFp8 | None = None,
     sink: DataSink | None = None,
     precision: Precision = CPU,
+    pick_rows: bool | None = None,
 ) -> onnx.ModelProto:
-    """The canonical EAGLE draft step graph in `precision` (weights in memory); FP8 Q/DQ where `fp8` quantizes."""
+    """The canonical EAGLE draft step graph in `precision` (weights in memory); FP8 Q/DQ where `fp8` quantizes;
+    `pick_rows` (None: for the `ort` variant) as the module docstring says."""
     cfg, act = draft.cfg, precision.act
     C, V = cfg.hidden_size, cfg.vocab_size
     check_dtype(draft.dtype, "the EAGLE draft")
@@ -53,9 +62,10 @@ def build_eagle(
     if not 1 <= top_k <= V:
         raise UserError(f"top_k must lie in 1..{V}, got {top_k}", field="top_k")
     var = make_variant(variant, cfg.head_dim, precision, chain_branch=False)  # a draft step is mostly tree levels
+    rows = variant == "ort" if pick_rows is None else pick_rows
     g = Graph("eagle_step", sink)
     fixed = {"KV": cfg.num_key_value_heads, "CAP": max_seq_len, "D": cfg.head_dim, "C": C, "K": top_k}
-    g.declare("inputs", declared(EAGLE, "inputs", fixed, precision, layers=cfg.num_hidden_layers))
+    g.declare("inputs", declared(EAGLE, "inputs", fixed, precision, layers=cfg.num_hidden_layers, rows=rows))
     with g.scope("step"):
         write_at = g.op("Add", "past_len", "write_offset")  # [B] slot of new row 0
     var.prepare(g, StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"),
@@ -68,17 +78,17 @@ def build_eagle(
         if draft.fc.bias is not None:
             x = g.op("Add", x, g.weight("fc_bias", to_numpy(draft.fc.bias, act)))  # [B, F, C]
     layers = (layer_weights(layer, fp8, i, act) for i, layer in enumerate(draft.layers))  # type: ignore[arg-type]
-    hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), final_norm=None,
-                     out="hidden_out")  # [B, F, C]  # fmt: skip
+    hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), final_norm=None, out="hidden_out",
+                     rows="out_rows" if rows else None)  # [B, F, C] ([B, R, C] with rows)  # fmt: skip
     with g.scope("lm_head"):
         head = to_numpy(lm_head_weight.to(draft.dtype).T, act) if lm_head_fp8 is None else single(lm_head_fp8)  # [C, V]
-        logits = g.op("MatMul", *operands(g, hidden, head, "lm_head", act))  # [B, F, V]
+        logits = g.op("MatMul", *operands(g, hidden, head, "lm_head", act))  # [B, F or R, V] (and below)
         if act != "float32":
             logits = g.op("Cast", logits, to=F32)  # [B, F, V] float32 (exact)
         logp = g.op("LogSoftmax", logits, axis=-1)  # [B, F, V]
         g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1,
                sorted=1)  # [B, F, K] each  # fmt: skip
-    g.declare("outputs", declared(EAGLE, "outputs", fixed, precision, layers=cfg.num_hidden_layers))
+    g.declare("outputs", declared(EAGLE, "outputs", fixed, precision, layers=cfg.num_hidden_layers, rows=rows))
     return g.model(var.opsets, doc=f"trtspec EAGLE draft step ({variant}, {act})")
 
 
@@ -93,15 +103,17 @@ def export_eagle(
     fp8: Fp8Spec | None = None,
     lm_head_fp8: LinearFp8 | None = None,
     precision: Precision = CPU,
+    pick_rows: bool | None = None,
 ) -> ExportResult:
     """Export the EAGLE draft step graph to `out_dir` (replaced as a whole): `eagle.onnx`, `eagle.ort.onnx`
     (the same graph in float32: there is no TreeVerify to decompose; the float32 lowering of a GPU-form
     graph, `builder.export.lower`), `eagle.data`, `export.json`."""
-    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
+    rows = variant == "ort" if pick_rows is None else pick_rows
+    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len, "pick_rows": rows,
                 "fp8": None if fp8 is None and lm_head_fp8 is None else {
                     "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
                     len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}, "precision": precision.as_dict()}  # fmt: skip
     with data_sink(Path(out_dir), data_name("eagle")) as sink:
         proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
-                            lm_head_fp8=lm_head_fp8, sink=sink, precision=precision)  # fmt: skip
+                            lm_head_fp8=lm_head_fp8, sink=sink, precision=precision, pick_rows=rows)  # fmt: skip
         return write_models(proto, Path(out_dir), "eagle", settings, sink)

@@ -127,11 +127,17 @@ def decoder(
     cfg: LlamaConfig,
     caches: list[LayerCache],
     final_norm: np.ndarray | None,  # [C]; None: no final norm (EAGLE), the output is the residual stream
-    out: str,  # name of the output value [B, T, C]
+    out: str,  # name of the output value [B, T, C] ([B, R, C] with `rows`)
+    rows: str | None = None,  # [B, R] int64: the only rows the last layer carries past its attention
 ) -> str:
-    """All decoder layers, then the final norm (or the last residual add); returns `out`."""
+    """All decoder layers, then the final norm (or the last residual add); returns `out`.
+
+    With `rows`, the last layer's attention still runs (and writes the KV cache) over all T rows, then its
+    attention output and residual stream are gathered to the R rows given per batch row (GatherND, batch_dims
+    1), so o_proj, the MLP and whatever the caller puts after the decoder run over R rows only."""
     eps, shape, dtype = cfg.rms_norm_eps, attn_shape(cfg), variant.precision.act
     pending: str | None = None  # the last MLP output, not yet added to the residual stream x
+    last = cfg.num_hidden_layers - 1
     for i, w in enumerate(layers):
         with g.scope(f"layer{i}"):
             if w.input_norm is None:  # identity norm: the residual add (if any) is the layer input
@@ -143,6 +149,10 @@ def decoder(
                 h, x = variant.add_norm(g, x, pending, g.weight("input_norm", w.input_norm), eps)
             h, qkv = operands(g, h, w.qkv, "qkv", dtype)
             attn = variant.attention(g, h, qkv, shape, caches[i], w.kv_scales)  # [B, T, H·D]
+            if rows is not None and i == last:
+                index = g.op("Unsqueeze", rows, g.const([2]))  # [B, R, 1]
+                attn = g.op("GatherND", attn, index, batch_dims=1)  # [B, R, H·D]
+                x = g.op("GatherND", x, index, batch_dims=1)  # [B, R, C]
             attn = g.op("MatMul", *operands(g, attn, w.o, "o_proj", dtype))  # [B, T, C]
             h, x = variant.add_norm(g, x, attn, g.weight("post_norm", w.post_norm), eps)
             pending = _mlp(g, variant, h, w, dtype)

@@ -2,7 +2,10 @@
 cache (float64). Per row: a run of (h[i], t[i+1]) pairs (rows of different lengths, right-padded),
 then tentative tree levels written after earlier tentative nodes (write_offset), each new node
 attending the committed pairs, its tentative ancestors and itself. Compared: `hidden_out`, the cache
-contents, `topk_tokens` (exact unless at a near-tie) and `topk_logprobs`.
+contents, `topk_tokens` (exact unless at a near-tie) and `topk_logprobs`. The `ort` graph picks its output
+rows (`out_rows`): the pairs call asks each row for its last pair and its first (R = 2, as `extend` asks for
+the last alone), the levels for every row; the reference still runs every row, so the picked rows are
+compared with the reference's rows of those indices and the cache with all of them.
 """
 
 from __future__ import annotations
@@ -49,9 +52,16 @@ class Rows:
         self.tentative: list[list[set[int]]] = [[] for _ in range(batch)]  # per node: ancestors-or-self
 
 
-def _call(sess: Session, rows: Rows, new: list[dict], vocab: int) -> dict[str, np.ndarray]:
+def _picks(sess: Session) -> bool:
+    return "out_rows" in [i.name for i in sess.sess.get_inputs()]
+
+
+def _call(sess: Session, rows: Rows, new: list[dict], vocab: int,
+          pick: list[list[int]] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """One graph call; new[b] = dict(tokens, hidden [n, C], positions, anc: per new row the set of
-    tentative columns it attends besides itself, tentative: bool). Checks every row."""
+    tentative columns it attends besides itself, tentative: bool). Checks every row. A graph with
+    `out_rows` is asked for pick[b] (the same count per row; default every row); the outputs then hold the
+    picked rows, returned as "picked" [B, R] beside them."""
     B, F = len(new), max(len(r["tokens"]) for r in new)
     wo = [len(t) for t in rows.tentative]
     U = max(w + F for w in wo)
@@ -60,6 +70,8 @@ def _call(sess: Session, rows: Rows, new: list[dict], vocab: int) -> dict[str, n
                  position_ids=np.zeros((B, F), np.int64), past_len=np.array(rows.past, np.int64),
                  write_offset=np.array(wo, np.int64), num_new=np.array([len(r["tokens"]) for r in new], np.int64),
                  tree_mask=np.zeros((B, F, U), bool))  # fmt: skip
+    if _picks(sess):
+        feeds["out_rows"] = np.array(pick if pick is not None else [list(range(F))] * B, np.int64)
     for b, r in enumerate(new):
         n = len(r["tokens"])
         feeds["tokens"][b, :n], feeds["hidden_in"][b, :n], feeds["position_ids"][b, :n] = (
@@ -70,6 +82,8 @@ def _call(sess: Session, rows: Rows, new: list[dict], vocab: int) -> dict[str, n
             for col in anc:  # ancestors among the pairs of this call (pairs run) or earlier tentative nodes
                 feeds["tree_mask"][b, i, col] = True
     out = sess.run(feeds)
+    out["picked"] = feeds.get("out_rows", np.broadcast_to(np.arange(F), (B, F)))
+    assert out["hidden_out"].shape[1] == out["picked"].shape[1]
     for b, r in enumerate(new):
         _check_row(sess, rows, b, r, feeds, out, wo[b])
     return out
@@ -90,12 +104,16 @@ def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dic
         kv = caches[b].k[:, 0, :, : start + n], caches[b].v[:, 0, :, : start + n]
         results.append([x.numpy() for x in (h, logp, *kv)])
     theirs, ref = results
+    at = np.flatnonzero(out["picked"][b] < n)  # the outputs that hold real rows (not padding)
+    sel = out["picked"][b][at]  # which rows they hold
+    assert len(sel)
     for i, name in ((0, "hidden_out"), (2, "keys"), (3, "values")):
-        ours = out[name][b, :n] if i == 0 else (sess.k, sess.v)[i - 2][:, b, :, : start + n]
-        assert_close(ours, theirs[i], ref[i], f"{name} row {b}")
-    ids = out["topk_tokens"][b, :n]
-    assert_ranked_like(ids, theirs[1], ref[1], f"topk_tokens row {b}")
-    assert_close_picked(out["topk_logprobs"][b, :n], ids, theirs[1], ref[1], f"topk_logprobs row {b}")
+        ours = out[name][b, at] if i == 0 else (sess.k, sess.v)[i - 2][:, b, :, : start + n]
+        assert_close(ours, theirs[i][sel] if i == 0 else theirs[i], ref[i][sel] if i == 0 else ref[i],
+                     f"{name} row {b}")  # fmt: skip
+    ids = out["topk_tokens"][b, at]
+    assert_ranked_like(ids, theirs[1][sel], ref[1][sel], f"topk_tokens row {b}")
+    assert_close_picked(out["topk_logprobs"][b, at], ids, theirs[1][sel], ref[1][sel], f"topk_logprobs row {b}")
 
 
 def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: Path, pairs=(6, 3),
@@ -109,9 +127,11 @@ def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: 
     rows, gen = Rows(draft, B), np.random.default_rng(seed)
     new = [dict(tokens=gen.integers(0, V, n).tolist(), hidden=gen.standard_normal((n, C)).astype(np.float32),
                 positions=list(range(n)), anc=[set(range(i)) for i in range(n)]) for n in pairs]  # fmt: skip
-    out = _call(sess, rows, new, V)
+    pick = [[n - 1, 0] for n in pairs]  # (a graph without out_rows returns every row)
+    out = _call(sess, rows, new, V, pick)
     rows.past = list(pairs)  # the pairs are committed (written in place at slots 0..n-1)
-    hidden = [[out["hidden_out"][b, n - 1]] for b, n in enumerate(pairs)]  # per tentative node; [0] = last pair
+    last = [int(np.flatnonzero(out["picked"][b] == n - 1)[0]) for b, n in enumerate(pairs)]
+    hidden = [[out["hidden_out"][b, last[b]]] for b in range(B)]  # per tentative node; [0] = the last pair
     depth: list[list[int]] = [[] for _ in range(B)]
     for level, counts in enumerate(levels):
         new = []
@@ -143,9 +163,11 @@ def test_files_and_io(variant: str, tmp_path: Path) -> None:
     draft, lm_head = _draft(0, 1, fc_bias=True)
     res = export_eagle(draft, lm_head, tmp_path / "e", variant=variant, top_k=TOP_K, max_seq_len=CAP)
     assert list(res.inputs) == ["tokens", "hidden_in", "position_ids", "past_len", "write_offset", "num_new",
-                                "tree_mask", "past_key_0", "past_value_0"]  # fmt: skip
+                                "tree_mask", *(["out_rows"] if variant == "ort" else []), "past_key_0",
+                                "past_value_0"]  # fmt: skip
     assert list(res.outputs) == ["hidden_out", "topk_tokens", "topk_logprobs", "present_key_0", "present_value_0"]
     model = onnx.load(str(res.ort), load_external_data=False)
     assert len(model.graph.node) == res.node_counts["ort"].total
-    assert res.node_counts["ort"].per_layer == ({"standard": 21, "ort": 9}[variant],)  # layer 0: no input norm
+    # layer 0: no input norm; the ort graph's last layer gathers its picked rows (Unsqueeze + 2 GatherND)
+    assert res.node_counts["ort"].per_layer == ({"standard": 21, "ort": 12}[variant],)
     assert dataclasses.asdict(res.node_counts["ort"]) == dataclasses.asdict(res.node_counts["canonical"])

@@ -80,6 +80,7 @@ def test_target_graphs_declare_exactly_the_contract(model, variant, mode, medusa
 def test_eagle_graphs_declare_exactly_the_contract(variant, precision):
     draft, lm_head = _draft(0, 1, fc_bias=True)
     proto = build_eagle(draft, lm_head, variant=variant, top_k=K, max_seq_len=CAP, precision=precision)
+    rows = variant == "ort"  # (the ort variant picks its output rows: `out_rows`)
     cfg = draft.cfg
     fixed = {"KV": cfg.num_key_value_heads, "CAP": CAP, "D": cfg.head_dim, "C": cfg.hidden_size, "K": K}
     forms = {"canonical": (proto, precision), "ort twin": (ort_twin(proto), CPU)}
@@ -87,7 +88,7 @@ def test_eagle_graphs_declare_exactly_the_contract(variant, precision):
         forms["tensorrt"] = (to_tensorrt(proto), precision)
     for form, (graph, prec) in forms.items():
         for which in ("inputs", "outputs"):
-            assert io_of(graph.graph, which) == contract_io(EAGLE, which, fixed, prec, layers=1), (form, which)
+            assert io_of(graph.graph, which) == contract_io(EAGLE, which, fixed, prec, layers=1, rows=rows), (form, which)
 
 
 def _session_io(session) -> dict[str, str]:
@@ -117,8 +118,9 @@ def test_ort_bindings_are_the_contract_and_the_sessions_io(model, tmp_path: Path
         engine._make_binding("greedy", 0, 2, {**x, "tokens": ((2, 5), np.int32)}, y)
     draft, lm_head = _draft(0, 1, fc_bias=True)
     net = eagle_net(draft, lm_head, tmp_path, top_k=K, capacity=CAP)
-    bound = net._build(1, 3, 5)
-    want = call_spec(EAGLE, {"B": 1, "F": 3, "U": 5, "C": draft.cfg.hidden_size, "K": K})
+    assert net.pick_rows  # the ort variant's graph
+    bound = net._build_rows(0, 1, 3, 5, 2)
+    want = call_spec(EAGLE, {"B": 1, "F": 3, "U": 5, "R": 2, "C": draft.cfg.hidden_size, "K": K}, rows=True)
     assert {k: (v.shape, v.dtype) for k, v in (*bound.x.items(), *bound.y.items())} == {**want[0], **want[1]}
     declared_io = _session_io(net.session)
     assert all(declared_io[n] == f"tensor({_ort_type(a.dtype)})" for n, a in (*bound.x.items(), *bound.y.items()))

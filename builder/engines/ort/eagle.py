@@ -23,12 +23,13 @@ class OrtEagleNet(EagleHost):
         kv = KVBuffers(layers, max_batch_size, kv_heads, capacity, head_dim)
         super().__init__(kv, hidden_size=hidden_size, top_k=top_k, capacity=capacity, max_batch_size=max_batch_size)
         self.kv: KVBuffers = kv
+        self.pick_rows = any(i.name == "out_rows" for i in self.session.get_inputs())  # (`builder.export.eagle`)
 
     ranged = True  # any row range binds: OrtValues over rows r0..r1 of the KV buffer
 
-    def _build_rows(self, r0: int, r1: int, f: int, u: int) -> Bound:
-        inputs, outputs = self.io(r1 - r0, f, u)
+    def _build_rows(self, r0: int, r1: int, f: int, u: int, r: int) -> Bound:
+        inputs, outputs = self.io(r1 - r0, f, u, r)
         return Bound(self.session, inputs, outputs, self.kv.ortvalues(r0, r1))
 
     def _build(self, b: int, f: int, u: int) -> Bound:
-        return self._build_rows(0, b, f, u)
+        return self._build_rows(0, b, f, u, f)

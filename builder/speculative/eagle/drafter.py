@@ -15,6 +15,10 @@ Fusing the extend into the target step graph instead would save no work: on the 
 extend takes 1.19 ms against 0.61 ms per expand level, the difference being the first read after a target
 step of the draft layer + LM head (18.4 MB, cold in cache), which a fused graph pays inside the step, and the
 graph would have to run the draft layer over every tree node (the accepted chain is known only after verify).
+Of the extend's pairs only the last one's output is used: the ONNX Runtime graph runs o_proj, the MLP and the
+LM head for that row alone (`builder.export.eagle`'s `pick_rows`; the earlier pairs only write their KV), so a
+step's extend costs about what a one-node level does, and a prompt's pairs about one row's MLP more than
+their KV.
 A sequence's prompt pairs run when it starts (`start`: the draft's own prefill, right after the target's),
 so its first step costs no more than any other. Host work per level is a fixed number of NumPy calls over
 the batch; in the steady state (the same sequences as the previous step) the extend reads the previous
