@@ -193,7 +193,53 @@ def plain_twin(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.output[:]
     out.graph.output.extend(kept)
     out.graph.output.append(helper.make_tensor_value_info(PLAIN_LOGITS, F, [b, tv, "V"]))
+    _last_layer_on_verify_rows(out.graph)
     return prune(out)
+
+
+def _last_layer_on_verify_rows(graph: onnx.GraphProto) -> None:
+    """In place: the last layer's o_proj, MLP and the final norm run over the verify nodes only.
+
+    Only the verify nodes' logits leave a plain-steps graph, and a row's last-layer o_proj and MLP feed nothing but
+    its own final hidden state (its keys and values are written before them), so the verify nodes' GatherND moves
+    from the final norm's output up to the last GroupQueryAttention's output and the residual stream beside it:
+    a prompt of T tokens (Tv = 1) then runs the last layer's o_proj and MLP for one row instead of T — on the tiny
+    fixture (4 layers) a fifth of a prefill's FLOPs — and a step whose nodes are all verified (T = Tv) copies a few
+    rows. The `hidden` output goes (the plain-steps engines run method none and n-gram, which read no hidden
+    state). Left as it is when anything but that GatherND reads `hidden` (fused Medusa heads)."""
+    nodes = list(graph.node)
+    readers = [n for n in nodes if "hidden" in n.input]
+    gqa = [n for n in nodes if n.op_type == "GroupQueryAttention"]
+    if len(readers) != 1 or readers[0].op_type != "GatherND" or list(readers[0].input)[0] != "hidden" or not gqa:
+        return
+    gather, attn = readers[0], gqa[-1].output[0]
+    o_proj = [n for n in nodes if attn in n.input]
+    if len(o_proj) != 1 or o_proj[0].op_type != "MatMul":
+        return
+    post = [n for n in nodes if o_proj[0].output[0] in n.input]
+    if len(post) != 1 or post[0].op_type != "SkipSimplifiedLayerNormalization" or post[0].input[1] != o_proj[0].output[0]:
+        return
+    index = gather.input[1]  # [B, Tv, 1]: Unsqueeze(verify_index), made from graph inputs and constants only
+    made = [n for n in nodes if index in n.output]
+    if len(made) != 1 or made[0].op_type != "Unsqueeze" or made[0].input[0] != "verify_index":
+        return
+    residual = post[0].input[0]
+    picks = [helper.make_node("GatherND", [attn, index], [f"{attn}/verify_rows"], name=f"{gqa[-1].name}/verify_rows",
+                              batch_dims=1),
+             helper.make_node("GatherND", [residual, index], [f"{residual}/verify_rows"],
+                              name=f"{post[0].name}/verify_rows", batch_dims=1)]  # fmt: skip
+    o_proj[0].input[0], post[0].input[0] = picks[0].output[0], picks[1].output[0]
+    for n in nodes:  # the verify GatherND's readers read the final norm's output (already the verify rows)
+        for i, name in enumerate(n.input):
+            if name == gather.output[0]:
+                n.input[i] = "hidden"
+    at = nodes.index(o_proj[0])
+    nodes = [n for n in nodes[:at] if n is not made[0]] + [made[0], *picks] + [n for n in nodes[at:] if n is not gather]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    kept = [o for o in graph.output if o.name != "hidden"]
+    del graph.output[:]
+    graph.output.extend(kept)
 
 
 GQA_BIAS = 10  # com.microsoft GroupQueryAttention's attention_bias input index

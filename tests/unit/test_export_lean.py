@@ -343,7 +343,11 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     plain = onnx.load(str(res.plain), load_external_data=False)
     assert not any(n.op_type in ("If", "ArgMax") for n in plain.graph.node)  # greedy tokens: the host's (NumPy)
     outs = {o.name for o in plain.graph.output}
-    assert "verify_logits" in outs and not outs & {"node_argmax", "output_tokens", "best_path", "accepted_len"}
+    assert "verify_logits" in outs and not outs & {"node_argmax", "output_tokens", "best_path", "accepted_len", "hidden"}
+    gqa_out = [n for n in plain.graph.node if n.op_type == "GroupQueryAttention"][-1].output[0]
+    o_proj = next(n for n in plain.graph.node if n.op_type == "MatMul" and n.input[0].startswith(gqa_out))
+    picked = next(n for n in plain.graph.node if n.output[0] == o_proj.input[0])  # the last layer runs the verify rows
+    assert picked.op_type == "GatherND" and picked.input[0] == gqa_out
     gqa = [n for n in plain.graph.node if n.op_type == "GroupQueryAttention"]
     assert gqa and all(len(n.input) <= 10 or n.input[10] == "" for n in gqa)
     cfg = model.cfg

@@ -52,6 +52,9 @@ def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_b
                       m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, plain)  # fmt: skip
     if trees is None:
         trees = not chains_only(config)
+    if not trees and config["method"] == "eagle" and plain is not None:
+        raise ValueError("EAGLE reads the target's hidden states, which the plain-steps graph does not return: "
+                         "open the engine with trees=True (or None)")
     engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads, plain_only=not trees)
     net = None
     if config["method"] == "eagle":

@@ -53,7 +53,9 @@ class OrtEngine(BatchedTarget):
                  plain_only: bool = False) -> None:  # fmt: skip
         """`plain_only`: greedy steps hold chains only (root-only included: method none, n-gram with one candidate),
         run by `spec.plain` where there is one, their verdict made on the host (`_verify_on_host`); any other tree
-        is then refused (the plain graph has neither tree attention nor tree verification)."""
+        is then refused (the plain graph has neither tree attention nor tree verification). The plain graph returns no
+        hidden states either (its last layer runs the verify nodes only: `plain_twin`): a prefill's and a step's
+        `hidden` are zeros, which method none and n-gram never read (EAGLE needs them: `open_engine` refuses it)."""
         self.check_capacity(max_seq_len, spec.capacity)
         self.spec, self.threads = spec, threads
         kv = KVBuffers(spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim)
