@@ -56,6 +56,7 @@ class EagleHost:
         self._bound = LruBindings()
         self._rows_key: tuple[int, list[int]] | None = None
         self._rows_cache: np.ndarray = np.zeros(0, np.int64)
+        self._masked: dict[int, np.ndarray | None] = {}  # id(binding) -> the read-only tree mask its input holds
 
     def start(self, seqs: Sequence[int]) -> None:
         if len(set(seqs)) != len(seqs) or any(s in self._ids for s in seqs):
@@ -148,10 +149,13 @@ class EagleHost:
             x["tokens"][:] = tokens  # when built: see `_call`)
             x["hidden_in"][:] = hidden
             x["position_ids"][:] = position_ids
-            x["tree_mask"][:] = tree_mask
+            if tree_mask.flags.writeable or self._masked.get(id(bound)) is not tree_mask:  # a read-only mask (a
+                x["tree_mask"][:] = tree_mask  # static tree's, cached by the drafter) already there stays
+                self._masked[id(bound)] = None if tree_mask.flags.writeable else tree_mask
             bound.run()
             y = bound.y  # the binding's own output arrays, not copies: valid until this binding runs again
             return DraftOutput(y["hidden_out"], y["topk_tokens"], y["topk_logprobs"])
+        self._masked.pop(id(bound), None)
         if b < len(past):
             x["tree_mask"][:, arange(f), write_offset + arange(f)] = True  # idle rows: each node itself
         x["tokens"][local] = tokens
@@ -187,6 +191,9 @@ class EagleHost:
         here), an extend's or a prompt's for one per sequence (R = 1, set per call)."""
         expand = kind == "expand"
         bound = self._build_rows(r0, r1, f, u, f if expand else 1)
+        if len(self._masked) > 256:  # (entries of evicted bindings)
+            self._masked.clear()
+        self._masked.pop(id(bound), None)  # a new binding (its id may be an evicted one's): its mask is zeros
         if expand:
             bound.x["write_offset"][:] = u - f
             bound.x["num_new"][:] = f

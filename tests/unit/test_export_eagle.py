@@ -171,3 +171,53 @@ def test_files_and_io(variant: str, tmp_path: Path) -> None:
     # layer 0: no input norm; the ort graph's last layer gathers its picked rows (Unsqueeze + 2 GatherND)
     assert res.node_counts["ort"].per_layer == ({"standard": 21, "ort": 12}[variant],)
     assert dataclasses.asdict(res.node_counts["ort"]) == dataclasses.asdict(res.node_counts["canonical"])
+
+
+def test_eagle_net_picking_rows_answers_as_the_all_rows_graph(tmp_path: Path) -> None:
+    """`OrtEagleNet` over the `ort` graph (picks its output rows: an extend asks for each row's last pair) against
+    the same net over the graph without `out_rows` (every row out, the host picks): extends of several pairs and
+    expands whose tree masks change between calls on the same binding — read-only ones for the first net (its host
+    skips re-copying a read-only mask its binding already holds, and must notice a different one), writeable copies
+    (always copied) for the second — alone and in a batch of two."""
+    from builder.engines.ort.eagle import OrtEagleNet
+
+    draft, lm_head = _draft(3, 1, fc_bias=True)
+    cfg = draft.cfg
+    nets = []
+    for pick in (True, False):
+        res = export_eagle(draft, lm_head, tmp_path / str(pick), variant="ort", top_k=TOP_K, max_seq_len=CAP,
+                           pick_rows=pick)  # fmt: skip
+        nets.append(OrtEagleNet(res.ort, layers=1, kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                                hidden_size=cfg.hidden_size, top_k=TOP_K, capacity=CAP, max_batch_size=2))  # fmt: skip
+    assert [n.pick_rows for n in nets] == [True, False]
+    gen = np.random.default_rng(0)
+    eye, tril = np.eye(2, dtype=bool)[None], np.tril(np.ones((2, 2), bool))[None]
+    for m in (eye, tril):
+        m.flags.writeable = False
+
+    def same(a, b) -> None:
+        np.testing.assert_allclose(a.hidden, b.hidden, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(a.topk_tokens, b.topk_tokens)
+        np.testing.assert_allclose(a.topk_logprobs, b.topk_logprobs, rtol=1e-5, atol=1e-5)
+
+    for seqs in ([7], [8, 9]):
+        b = len(seqs)
+        for n in nets:
+            n.start(seqs)
+        for step, num in enumerate(([5] * b, [3, 1][:b], [4, 2][:b])):
+            tokens = gen.integers(0, cfg.vocab_size, (b, max(num)))
+            hidden = gen.standard_normal((b, max(num), cfg.hidden_size)).astype(np.float32)
+            outs = [n.extend(seqs, tokens, hidden, np.array(num)) for n in nets]
+            same(*outs)
+            assert outs[0].hidden.shape == (b, 1, cfg.hidden_size)
+            pos = np.stack([n.committed_lens(seqs) for n in nets])[0][:, None] + np.array([[0, 0]])
+            for mask in (eye, tril, tril, eye)[step:]:  # the same binding (F 2, U 2), masks changing
+                toks = gen.integers(0, cfg.vocab_size, (b, 2))
+                hid = gen.standard_normal((b, 2, cfg.hidden_size)).astype(np.float32)
+                full = np.ascontiguousarray(np.broadcast_to(mask, (b, 2, 2)))
+                full.flags.writeable = False
+                given = full if b > 1 else mask  # read-only for the picking net, a writeable copy for the other
+                same(*[n.expand(seqs, toks, hid, pos, 0, given if i == 0 else given.copy()) for i, n in enumerate(nets)])
+        for n in nets:
+            for s in seqs:
+                n.release(s)

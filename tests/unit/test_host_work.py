@@ -311,7 +311,8 @@ class _RecordingNet:
 
 @pytest.mark.parametrize("b", [1, 3])
 def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int) -> None:
-    """EAGLE-1's per-(tree, B) level masks (`EagleDrafter._static_masks`) against brute force — slot u (the frontier
+    """EAGLE-1's per-(tree, B) level masks (`EagleDrafter._static_masks`, served with the parents' rows by
+    `_static_levels`) against brute force — slot u (the frontier
     nodes of depth ≥ 1, level by level) is attended by frontier node f iff u is f or one of its ancestors — and the
     whole propose (every expand's inputs, the drafts) against the same drafter with the cache off (each level's
     mask and parents' outputs gathered per row, as for EAGLE-2), over two steps and a budget change."""
@@ -326,7 +327,7 @@ def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int)
             rng = np.random.default_rng(b)
             d = EagleDrafter(net, tree)
             if not cached:
-                d._static_masks = lambda *_: None  # type: ignore[method-assign]
+                d._static_levels = lambda *_: None  # type: ignore[method-assign]
             seqs = list(range(len(drafts) * b, (len(drafts) + 1) * b))
             prompts = [[int(t) for t in rng.integers(0, VOCAB, 5)] for _ in seqs]
             d.start(seqs, prompts, PrefillResult(np.array([p[-1] for p in prompts]),

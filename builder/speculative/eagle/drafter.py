@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, _rows
+from builder.speculative.eagle_tree import _plan
 from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
@@ -83,6 +84,7 @@ class EagleDrafter:
         self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
         self._started: set[int] = set()
         self._masks: dict[tuple[int, int], tuple[Tree, list[np.ndarray]]] = {}  # (id(tree), B) -> static level masks
+        self._levels: dict[tuple[int, int], tuple[Tree, list[tuple[np.ndarray, np.ndarray | None]]]] = {}  # the same
         self._workspaces: dict = {}  # EAGLE-2's buffers by shape, reused every step (`DynamicTrees`)
 
     def set_budget(self, nodes: int | None) -> None:
@@ -177,19 +179,42 @@ class EagleDrafter:
         positions = np.empty((b, levels, width), np.int64)  # [B, level, F] every level's positions (F <= width):
         np.add(self.net.committed_lens(seqs)[:, None, None] - 1, _levels(levels), out=positions)  # root + level
         used, level, bi = 0, 1, _rows(b)  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
-        masks = self._static_masks(t, b) if isinstance(grow, StaticTrees) else None
+        static = self._static_levels(t, b) if isinstance(grow, StaticTrees) else None
         while not grow.done:
-            tokens, parents = grow.frontier()  # [B, F] each
-            f = tokens.shape[1]
-            if masks is not None:  # a static tree: every row's frontier, parents and mask are the tree's
-                hidden, mask = outs[:, parents[0]], masks[level - 1]
+            if static is not None:  # a static tree: every row's frontier, parents and mask are the tree's
+                tokens = grow.frontier_tokens()  # [B, F]
+                mask, pick = static[level - 1]
+                hidden = outs if pick is None else outs[:, pick]  # [B, F, C] the parents' outputs
             else:
+                tokens, parents = grow.frontier()  # [B, F] each
                 hidden = outs[bi, parents]  # [B, F, C] the parents' outputs
                 mask = _level_mask(anc, parents, used, bi)
+            f = tokens.shape[1]
             out = self.net.expand(seqs, tokens, hidden, positions[:, level, :f], used, mask)
             grow.answer(out.topk_tokens, out.topk_logprobs)
             outs, anc, used, level = out.hidden, mask, used + f, level + 1
         return grow.drafts()
+
+    def _static_levels(self, tree: Tree, b: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Per level of a static tree at batch size B (after the root's): its [B, F, U] tree mask (`_static_masks`)
+        and which of the previous frontier's outputs its nodes read (their parents' rows; None where that is every
+        output in order — a chain's levels — so the outputs pass as they are, with no gather)."""
+        key = (id(tree), b)
+        cached = self._levels.get(key)
+        if cached is not None and cached[0] is tree:
+            return cached[1]
+        plan, levels = _plan(tree), []
+        for d, mask in enumerate(self._static_masks(tree, b), start=1):
+            parents, width = plan.frontier_parents[d], len(plan.frontiers[d - 1])
+            same = len(parents) == width and bool((parents == np.arange(width)).all())
+            pick = None if same else parents.copy()
+            if pick is not None:
+                pick.flags.writeable = False
+            levels.append((mask, pick))
+        if len(self._levels) >= 8:  # (as `_masks`)
+            self._levels.pop(next(iter(self._levels)))
+        self._levels[key] = (tree, levels)
+        return levels
 
     def _static_masks(self, tree: Tree, b: int) -> list[np.ndarray]:
         """Each level's [B, F, U] tree mask of a static tree at batch size B (the rows' trees are alike), built

@@ -62,14 +62,17 @@ class StaticTrees:
         return self.level >= self.tree.max_depth
 
     def frontier(self) -> tuple[np.ndarray, np.ndarray]:
-        nodes = self.plan.frontiers[self.level]  # [F] the same nodes in every tree
         parents = self.plan.frontier_parents[self.level]  # [F]
-        return self.tokens[:, nodes], np.repeat(parents[None], len(self.tokens), axis=0)
+        return self.frontier_tokens(), np.repeat(parents[None], len(self.tokens), axis=0)
+
+    def frontier_tokens(self) -> np.ndarray:
+        """`frontier()`'s tokens alone [B, F] (a static tree's parents are the plan's, the same in every row)."""
+        return self.tokens[:, self.plan.frontiers[self.level]]  # the same nodes in every tree
 
     def answer(self, topk_tokens: np.ndarray, topk_logprobs: np.ndarray) -> None:
         d = self.level
         tok, lp = _topk_arrays(topk_tokens, topk_logprobs, len(self.tokens), len(self.plan.frontiers[d]))
-        if not (lp <= 0).all():  # (NaN <= 0 is False too)
+        if not lp.max() <= 0:  # (a NaN maximum fails too; one NumPy call: after a session call each costs ~10+ µs)
             raise ValueError("expand returned log-probs that are NaN or > 0")
         rows, ranks = self.plan.child_rows[d], self.plan.child_ranks[d]
         if self.plan.max_ranks[d] >= tok.shape[2]:
