@@ -109,7 +109,8 @@ def export_eagle(
     (the same graph in float32: there is no TreeVerify to decompose; the float32 lowering of a GPU-form
     graph, `builder.export.lower`), `eagle.data`, `export.json`."""
     rows = variant == "ort" if pick_rows is None else pick_rows
-    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len, "pick_rows": rows,
+    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
+                "pick_rows": rows,
                 "fp8": None if fp8 is None and lm_head_fp8 is None else {
                     "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
                     len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}, "precision": precision.as_dict()}  # fmt: skip

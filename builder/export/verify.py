@@ -217,7 +217,8 @@ def _last_layer_on_verify_rows(graph: onnx.GraphProto) -> None:
     if len(o_proj) != 1 or o_proj[0].op_type != "MatMul":
         return
     post = [n for n in nodes if o_proj[0].output[0] in n.input]
-    if len(post) != 1 or post[0].op_type != "SkipSimplifiedLayerNormalization" or post[0].input[1] != o_proj[0].output[0]:
+    skip_norm = "SkipSimplifiedLayerNormalization"
+    if len(post) != 1 or post[0].op_type != skip_norm or post[0].input[1] != o_proj[0].output[0]:
         return
     index = gather.input[1]  # [B, Tv, 1]: Unsqueeze(verify_index), made from graph inputs and constants only
     made = [n for n in nodes if index in n.output]

@@ -217,7 +217,8 @@ def test_eagle_net_picking_rows_answers_as_the_all_rows_graph(tmp_path: Path) ->
                 full = np.ascontiguousarray(np.broadcast_to(mask, (b, 2, 2)))
                 full.flags.writeable = False
                 given = full if b > 1 else mask  # read-only for the picking net, a writeable copy for the other
-                same(*[n.expand(seqs, toks, hid, pos, 0, given if i == 0 else given.copy()) for i, n in enumerate(nets)])
+                masks = (given, given.copy())
+                same(*[n.expand(seqs, toks, hid, pos, 0, m) for n, m in zip(nets, masks)])
         for n in nets:
             for s in seqs:
                 n.release(s)
