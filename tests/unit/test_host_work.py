@@ -311,9 +311,8 @@ class _RecordingNet:
 
 @pytest.mark.parametrize("b", [1, 3])
 def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int) -> None:
-    """EAGLE-1's per-(tree, B) level masks (`EagleDrafter._static_masks`, served with the parents' rows by
-    `_static_levels`) against brute force — slot u (the frontier
-    nodes of depth ≥ 1, level by level) is attended by frontier node f iff u is f or one of its ancestors — and the
+    """EAGLE-1's per-(tree, B) level masks (`EagleDrafter._static_levels`, with the parents' rows) against brute
+    force — slot u (the frontier nodes of depth ≥ 1, level by level) is attended by frontier node f iff u is f or one of its ancestors — and the
     whole propose (every expand's inputs, the drafts) against the same drafter with the cache off (each level's
     mask and parents' outputs gathered per row, as for EAGLE-2), over two steps and a budget change."""
     from builder.speculative.eagle.drafter import EagleDrafter

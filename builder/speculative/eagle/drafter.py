@@ -39,7 +39,6 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, _rows
-from builder.speculative.eagle_tree import _plan
 from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
@@ -83,8 +82,8 @@ class EagleDrafter:
         self._pairs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> (tokens [m], hidden [m, C]) waiting
         self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
         self._started: set[int] = set()
-        self._masks: dict[tuple[int, int], tuple[Tree, list[np.ndarray]]] = {}  # (id(tree), B) -> static level masks
-        self._levels: dict[tuple[int, int], tuple[Tree, list[tuple[np.ndarray, np.ndarray | None]]]] = {}  # the same
+        self._levels: dict[tuple[int, int], tuple[Tree, list[tuple[np.ndarray, np.ndarray | None]]]] = {}  # (id(tree),
+        # B) -> a static tree's levels (`_static_levels`)
         self._workspaces: dict = {}  # EAGLE-2's buffers by shape, reused every step (`DynamicTrees`)
 
     def set_budget(self, nodes: int | None) -> None:
@@ -196,46 +195,31 @@ class EagleDrafter:
         return grow.drafts()
 
     def _static_levels(self, tree: Tree, b: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Per level of a static tree at batch size B (after the root's): its [B, F, U] tree mask (`_static_masks`)
-        and which of the previous frontier's outputs its nodes read (their parents' rows; None where that is every
-        output in order — a chain's levels — so the outputs pass as they are, with no gather)."""
+        """Per level of a static tree at batch size B (after the root's, the extend's answer), built once per (tree,
+        B): its [B, F, U] tree mask, by the same rule as a dynamic level's (the rows' trees are alike), and which of
+        the previous frontier's outputs its nodes read (their parents' rows; None where that is every output in order
+        — a chain's levels — so the outputs pass as they are, with no gather). Read-only arrays."""
         key = (id(tree), b)
         cached = self._levels.get(key)
         if cached is not None and cached[0] is tree:
             return cached[1]
-        plan, levels = _plan(tree), []
-        for d, mask in enumerate(self._static_masks(tree, b), start=1):
-            parents, width = plan.frontier_parents[d], len(plan.frontiers[d - 1])
-            same = len(parents) == width and bool((parents == np.arange(width)).all())
-            pick = None if same else parents.copy()
-            if pick is not None:
-                pick.flags.writeable = False
+        grow, bi = StaticTrees(tree, np.zeros(b, np.int64)), np.arange(b)[:, None]
+        anc, used, levels = np.zeros((b, 1, 0), bool), 0, []
+        for d in range(1, tree.max_depth):
+            grow.level = d
+            parents = grow.frontier()[1]  # [B, F]
+            mask = _level_mask(anc, parents, used, bi)
+            width = anc.shape[1]  # the previous frontier's size
+            pick = None if np.array_equal(parents[0], np.arange(width)) else parents[0].copy()
+            for a in (mask, pick):
+                if a is not None:
+                    a.flags.writeable = False
             levels.append((mask, pick))
-        if len(self._levels) >= 8:  # (as `_masks`)
+            anc, used = mask, used + parents.shape[1]
+        if len(self._levels) >= 8:  # a few shapes at most (budgets, batch sizes)
             self._levels.pop(next(iter(self._levels)))
         self._levels[key] = (tree, levels)
         return levels
-
-    def _static_masks(self, tree: Tree, b: int) -> list[np.ndarray]:
-        """Each level's [B, F, U] tree mask of a static tree at batch size B (the rows' trees are alike), built
-        once per (tree, B) by the same rule as a dynamic level's (read-only)."""
-        key = (id(tree), b)
-        cached = self._masks.get(key)
-        if cached is not None and cached[0] is tree:
-            return cached[1]
-        grow, bi = StaticTrees(tree, np.zeros(b, np.int64)), np.arange(b)[:, None]
-        anc, used, masks = np.zeros((b, 1, 0), bool), 0, []
-        for d in range(1, tree.max_depth):  # (level 0, the root's, is the extend's answer)
-            grow.level = d
-            parents = grow.frontier()[1]
-            mask = _level_mask(anc, parents, used, bi)
-            mask.flags.writeable = False
-            masks.append(mask)
-            anc, used = mask, used + parents.shape[1]
-        if len(self._masks) >= 8:  # a few shapes at most (budgets, batch sizes)
-            self._masks.pop(next(iter(self._masks)))
-        self._masks[key] = (tree, masks)
-        return masks
 
     def _root_level(self, seqs: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each sequence's root-level answer: its waiting pairs run in one extend (or the one `start` computed)."""
