@@ -28,6 +28,7 @@ tables: builder/bench/decode_table.py; several fixtures in one run: builder/benc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -42,7 +43,7 @@ from builder.bench.rows import _check, _interleave, _OurRun, _peer_run, _Run, _t
 from builder.bench.tuned import Tuned
 from builder.data.humaneval import heldout_prompts
 from builder.errors import UserError
-from builder.stages.decoders import load_tokenizer
+from builder.stages.decoders import Decoder, load_tokenizer
 from builder.stages.parts import local_dir
 from builder.recipe.loader import LoadedRecipe
 
@@ -106,7 +107,8 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
             runs.append(_peer_run(make, f"llama.cpp {key}"))
     vocab = int(json.loads((base / "config.json").read_text())["vocab_size"])
     if "ours" in rows:
-        runs += [_OurRun(d, vocab) for d in decoders(loaded, "onnxruntime")]
+        ours = decoders(loaded, "onnxruntime")
+        runs += [_OurRun(d, vocab) for d in [*ours, *private_pools(ours)]]
         runs += [_tuned_run(t, vocab) for t in tuned]
     _interleave([r for r in runs if isinstance(r, _Run)], prompts, max_new)
     out += [r if isinstance(r, dict) else r.row(oracle) for r in runs]
@@ -120,6 +122,22 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
         "torch_threads": torch.get_num_threads(), "machine": platform.platform(), "cpus": os.cpu_count(),
         "versions": _versions("torch", "transformers", "onnxruntime"), "rows": out,
     }  # fmt: skip
+
+
+def private_pools(decs: Sequence[Decoder]) -> list[Decoder]:
+    """For each n-gram decoder with a shared pool, its twin without one (the same engine; each request drafts from
+    its own text only, as ORT GenAI's n-gram does), so the table shows what the pool adds."""
+    from builder.speculative.drafters import NGRAM_KEYS, label
+    from builder.speculative.ngram.drafter import NgramFactory
+
+    out = []
+    for d in decs:
+        f = d.make_drafter
+        if isinstance(f, NgramFactory) and f.settings[5]:
+            private = (*f.settings[:5], False)
+            name = label({"method": "ngram", **dict(zip(NGRAM_KEYS, private))})
+            out.append(dataclasses.replace(d, make_drafter=NgramFactory(private), label=name))
+    return out
 
 
 def _versions(*dists: str) -> dict[str, str | None]:

@@ -2,7 +2,8 @@
 
     {"method": "none"}
     {"method": "lookahead", "window": W, "ngram": N, "verification_set": G}
-    {"method": "ngram", "max_draft": K, "max_match": M, "min_match": m, "candidates": C, "adaptive": bool}
+    {"method": "ngram", "max_draft": K, "max_match": M, "min_match": m, "candidates": C, "adaptive": bool,
+     "shared_pool": bool}  (shared_pool absent in engine folders built before it: false)
     {"method": "medusa", "choices": [[0], [0, 0], …]}
     {"method": "eagle", "version": 1, "choices": […]}  |  {"method": "eagle", "version": 2, "dynamic": {depth, top_k, total_nodes}}
 
@@ -31,11 +32,9 @@ def drafter_factory(config: dict[str, Any], eagle_net: EagleNet | None = None) -
         LookaheadDrafter(w, n, g)  # validate now
         return lambda: LookaheadDrafter(w, n, g)
     if method == "ngram":
-        from builder.speculative.ngram.drafter import NgramDrafter
+        from builder.speculative.ngram.drafter import NgramFactory
 
-        settings = ngram_settings(config)
-        NgramDrafter(*settings)  # validate now
-        return lambda: NgramDrafter(*settings)
+        return NgramFactory(ngram_settings(config))  # validates now
     if method == "medusa":
         from builder.speculative.medusa.drafter import MedusaDrafter
         from builder.speculative.tree import tree_from_choices
@@ -83,15 +82,16 @@ def label(config: dict[str, Any]) -> str:
     if m == "lookahead":
         return f"lookahead(W={config['window']},N={config['ngram']},G={config['verification_set']})"
     if m == "ngram":
-        k, big, small, c, adaptive = ngram_settings(config)
-        return f"ngram(K={k},M={big},m={small},C={c}{'' if adaptive else ',fixed'})"
+        k, big, small, c, adaptive, shared = ngram_settings(config)
+        return f"ngram(K={k},M={big},m={small},C={c}{'' if adaptive else ',fixed'}{',shared' if shared else ''})"
     return f"eagle-{config['version']}" if m == "eagle" else m
 
 
-NGRAM_KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive")
+NGRAM_KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive", "shared_pool")
 
 
-def ngram_settings(config: dict[str, Any]) -> tuple[int, int, int, int, bool]:
-    """(max_draft, max_match, min_match, candidates, adaptive) of an n-gram drafter config."""
-    k, big, small, c, adaptive = (config[key] for key in NGRAM_KEYS)
-    return k, big, small, c, adaptive
+def ngram_settings(config: dict[str, Any]) -> tuple[int, int, int, int, bool, bool]:
+    """(max_draft, max_match, min_match, candidates, adaptive, shared_pool) of an n-gram drafter config (a config
+    without shared_pool, as engine folders built before it store: false)."""
+    k, big, small, c, adaptive = (config[key] for key in NGRAM_KEYS[:5])
+    return k, big, small, c, adaptive, bool(config.get("shared_pool", False))

@@ -104,7 +104,7 @@ class Parts:
         s = self.spec
         return (s.window, s.ngram, s.verification_set) if s.method == "lookahead" else DEFAULT_LOOKAHEAD
 
-    def ngram(self) -> tuple[int, int, int, int, bool]:
+    def ngram(self) -> tuple[int, int, int, int, bool, bool]:
         s = self.spec
         return s.settings if s.method == "ngram" else DEFAULT_NGRAM
 

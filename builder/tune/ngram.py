@@ -10,7 +10,11 @@ setting is decoded; `tests/unit/test_tune_ngram.py` checks the replay against th
 A setting's score is then exact for these prompts: E[τ] = tokens / steps and c = Σ c(b, T_step) / steps (one
 number per setting, as `Scored` wants; the draft length varies per step, which is why the static tuners' one
 tree per setting does not describe n-gram). Candidates: max_draft over `DRAFTS` (and the room the engine has),
-suffix lengths over `MATCHES`, the recipe's own candidates and adaptive flag, and the recipe's setting. At batch
+suffix lengths over `MATCHES`, the recipe's own candidates and adaptive flag, the shared pool off and — where the
+recipe allows it (shared_pool: true) — on, and the recipe's setting. With the pool the texts replay in order
+through one pool, as requests one after another fill it; whether its drafts pay depends on the curve (a short chain
+costs little more than a plain step when the step is memory-bound, ~2× on the tiny fixture with AVX2), so the
+tuner keeps it only where it scores higher, and never turns on a pool the recipe did not allow. At batch
 size b the texts decode b at a time and each step is charged c(rows, its widest row's T), as a batch pads to its
 widest draft; the draft schedule's budgets are the pick replayed with a node cap.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from builder.speculative.drafters import NGRAM_KEYS
+from builder.speculative.drafters import ngram_settings
 from builder.speculative.ngram.config import ngram_nodes
 from builder.tune.calibrate import Calibration
 from builder.tune.choose import Scored, best
@@ -59,16 +63,17 @@ def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[s
            budget: int | None = None) -> Replayed:  # fmt: skip
     """Each (prompt, greedy output) decoded to `max_new` tokens as the decoding loop would with this n-gram
     setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end."""
-    from builder.speculative.ngram.drafter import NgramDrafter
+    from builder.speculative.ngram.drafter import NgramFactory
     from builder.speculative.engine import PrefillResult
 
     steps = tokens = 0
     nodes: list[int] = []
     accepted: list[int] = []
     lengths: list[int] = []
+    factory = NgramFactory(ngram_settings(setting))  # one pool for every text (with shared_pool)
     for seq, (prompt, out) in enumerate(texts):
         first = steps
-        drafter = NgramDrafter(*(setting[k] for k in NGRAM_KEYS))
+        drafter = factory()
         drafter.set_budget(budget)
         drafter.start([seq], [list(prompt)], PrefillResult(None, []))  # type: ignore[arg-type] - unused by n-gram
         done = 1  # the prefill's token, out[0]
@@ -116,14 +121,16 @@ def score(r: Replayed, curve: StepCurve, batch: int, host: Host, setting: dict[s
 
 def grid(current: dict[str, Any], room: int) -> list[dict[str, Any]]:
     """The candidate settings within `room` nodes (the recipe's own first)."""
-    c, adaptive = current["candidates"], current["adaptive"]
+    c, adaptive, shared = current["candidates"], current["adaptive"], current.get("shared_pool", False)
     drafts = sorted({k for k in (*DRAFTS, (room - 1) // c) if 1 <= k and ngram_nodes(k, c) <= room})
     out = [dict(current)] if ngram_nodes(current["max_draft"], c) <= room else []
-    for k in drafts:
-        for big, small in MATCHES:
-            s = {"max_draft": k, "max_match": big, "min_match": small, "candidates": c, "adaptive": adaptive}
-            if s not in out:
-                out.append(s)
+    for pool in (True, False) if shared else (False,):
+        for k in drafts:
+            for big, small in MATCHES:
+                s = {"max_draft": k, "max_match": big, "min_match": small, "candidates": c, "adaptive": adaptive,
+                     "shared_pool": pool}  # fmt: skip
+                if s not in out:
+                    out.append(s)
     return out
 
 

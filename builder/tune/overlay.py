@@ -4,7 +4,7 @@
     EAGLE-1     speculative.tree: {type: static, choices: [[0], …]}
     EAGLE-2     speculative.tree: {type: dynamic, depth, top_k, total_nodes}
     lookahead   speculative: {window, ngram, verification_set}
-    ngram       speculative: {max_draft, max_match, min_match, candidates, adaptive}
+    ngram       speculative: {max_draft, max_match, min_match, candidates, adaptive, shared_pool}
     all         triton.draft_schedule: [[max_batch, max_nodes], …]   ([] = the full draft at every batch size;
                 not on target.backend trtllm, whose C++ runtime decides the draft per step)
                 build.max_draft_len when the tuned recipe sets it (it must match the new draft)
@@ -41,7 +41,7 @@ def overlay_fields(loaded: LoadedRecipe, setting: dict[str, Any], schedule: list
         fields = {"speculative": {k: setting[k] for k in ("window", "ngram", "verification_set")}}
     elif spec.method == "ngram":
         fields = {"speculative": {k: setting[k] for k in ("max_draft", "max_match", "min_match", "candidates",
-                                                          "adaptive")}}  # fmt: skip
+                                                          "adaptive", "shared_pool")}}  # fmt: skip
     else:
         raise ValueError(f"nothing to tune for method {spec.method!r}")
     if loaded.recipe.target.engine_backend != "trtllm":  # TensorRT-LLM's runtime decides its drafts per step

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 _SETTING_KEYS = ("depth", "top_k", "total_nodes", "window", "ngram", "verification_set", "max_draft", "max_match",
-                 "min_match", "candidates")
+                 "min_match", "candidates", "shared_pool")
 
 
 def describe(row: dict[str, Any]) -> str:

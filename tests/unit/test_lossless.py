@@ -2,7 +2,8 @@
 
 Random-weight tiny Llama 3 (GQA 4q/2kv, rope θ 500000) with random Medusa heads and a random EAGLE
 draft; 20 prompts × 64 new tokens per method, one request at a time and 4 requests of different
-lengths batched. fp32 equality is the rule; a mismatch is accepted only at a demonstrated near-tie
+lengths batched (n-gram also with a shared pool, where later requests draft from released ones' texts).
+fp32 equality is the rule; a mismatch is accepted only at a demonstrated near-tie
 (`tests/unit/numerics.assert_near_tie`: both tokens within the fp32 error bound of the float64 top
 logit of HF), and reported.
 """
@@ -27,7 +28,7 @@ from builder.speculative.eagle_tree import static_tree
 from builder.speculative.engine import Draft
 from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
-from builder.speculative.ngram.drafter import NgramDrafter
+from builder.speculative.ngram.drafter import NgramDrafter, NgramFactory
 from builder.speculative.tree import tree_from_choices
 from tests.unit.engine_cases import draft_from
 from tests.unit.model_utils import hf_float64, hf_greedy_continuations
@@ -91,14 +92,16 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
         tree = tree_from_choices(MC)
         medusa = dict(medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1)
     nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1,
-             "ngram": NgramDrafter(*NGRAM).max_nodes}.get(method, 64)  # fmt: skip
+             "ngram": NgramDrafter(*NGRAM).max_nodes,
+             "ngram-shared": NgramDrafter(*NGRAM).max_nodes}.get(method, 64)  # fmt: skip
     if kind == "torch":
         engine: Any = TorchEngine(model, max_seq_len=MAX_SEQ, max_batch_size=batch, **(medusa or {}))
     else:
         engine = target_engine(model, cache, max_seq_len=MAX_SEQ, max_nodes=nodes, max_batch_size=batch, **(medusa or {}))
-    if method in ("none", "lookahead", "medusa", "ngram"):
+    if method in ("none", "lookahead", "medusa", "ngram", "ngram-shared"):
         return engine, {"none": lambda: None, "lookahead": lambda: LookaheadDrafter(4, 4, 4),
-                        "medusa": lambda: MedusaDrafter(tree), "ngram": lambda: NgramDrafter(*NGRAM)}[method]  # fmt: skip
+                        "medusa": lambda: MedusaDrafter(tree), "ngram": lambda: NgramDrafter(*NGRAM),
+                        "ngram-shared": NgramFactory((*NGRAM, True, True))}[method]  # fmt: skip
     draft = random_eagle(model)
     shape = static_tree(MC) if method == "eagle1" else EAGLE2
     top_k, tentative = (int(shape.rank.max()) + 1, 64) if method == "eagle1" else (8, EAGLE2.depth * EAGLE2.top_k)
@@ -114,7 +117,7 @@ def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine
     return make_method("torch", model, method, batch, Path())
 
 
-METHODS = ["medusa", "eagle1", "eagle2", "lookahead", "ngram"]
+METHODS = ["medusa", "eagle1", "eagle2", "lookahead", "ngram", "ngram-shared"]
 NGRAM = (8, 4, 1, 2)  # two candidates: its drafts are trees, not only chains
 ENGINES = ["torch", "onnxruntime"]
 

@@ -5,6 +5,10 @@
 * the draft's tree against the engine's own draft checks (`check_draft`) and a brute-force trie (one node per
   distinct prefix of the continuations, one path per maximal continuation);
 * node budgets, the adaptive length rule, and the text the drafter learns against the real decode's output;
+* the shared pool (`pool.SharedPool`): its lookup against a brute-force scan of the kept texts (with eviction), its
+  drafts only where the own text has none, the adaptive length left alone by them, what the real decoding loop
+  puts in it (lossless, and it drafts a repeated request's output); the benchmark's warm-up leaves it empty and
+  its private twin row (`private_pools`);
 * the recipe section: cross-field error (exit 2, field and allowed values), the trtllm backend's refusal, `trtspec
   generate --method ngram` on a recipe of another method (`trtspec tune` on n-gram: tests/unit/test_tune_ngram.py).
 Losslessness of decoding with it: tests/unit/test_lossless.py (random model, trees of 2 candidates, both engines,
@@ -23,6 +27,8 @@ import pytest
 
 from builder.speculative.engine import PrefillResult, StepResult, check_draft
 from builder.speculative.ngram.drafter import ADAPT_AFTER, ADAPT_FLOOR, ADAPT_START, ADAPT_UP, SCAN, NgramDrafter, NgramState
+from builder.speculative.ngram.drafter import NgramFactory
+from builder.speculative.ngram.pool import POOL_DRAFT, POOL_MIN_MATCH, SharedPool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -200,6 +206,136 @@ def test_the_text_learned_is_the_prompt_and_the_decoded_output() -> None:
     assert state.text[: len(prompt)] == prompt
     learned = state.text[len(prompt) :]  # the last step may emit past max_new: the loop cuts, the drafter saw all
     assert learned[: len(g.token_ids)] == g.token_ids[: len(learned)] and len(learned) >= len(g.token_ids) - 1
+
+
+def brute_pool(texts: list[list[int]], query: list[int], max_match: int, min_match: int, limit: int) -> tuple[int, ...]:
+    """The pool's rule by scanning: the longest suffix of `query` (max_match..min_match tokens) that occurs in a
+    kept text followed by at least one token; of its occurrences the newest (latest text, then latest place); the
+    `limit` tokens after it, not past that text's end."""
+    size = len(query)
+    for n in range(min(max_match, size), min_match - 1, -1):
+        suffix = query[size - n :]
+        for text in reversed(texts):
+            ends = [e for e in range(n, len(text)) if text[e - n : e] == suffix]
+            if ends:
+                return tuple(text[ends[-1] : ends[-1] + limit])
+    return ()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pool_lookup_equals_the_brute_force_scan(seed: int) -> None:
+    """Texts added one after another into a small pool (so the oldest go): the kept texts are the newest ones whose
+    tokens fit, every lookup equals the scan over them, and the pool never holds more than its capacity."""
+    gen = np.random.default_rng(100 + seed)
+    cap = int(gen.integers(30, 120))
+    big = int(gen.integers(2, 6))
+    small = int(gen.integers(1, big + 1))
+    pool, added = SharedPool(big, small, capacity=cap), []
+    for _ in range(25):
+        text = looped_text(gen, int(gen.integers(1, 50)), vocab=int(gen.integers(3, 9)))
+        pool.add(text)
+        added.append(text[-(cap // 2) :])
+        assert len(pool) <= cap
+        starts = [0, *pool.ends[:-1]]
+        kept = [pool.tokens[a:b] for a, b in zip(starts, pool.ends)]
+        assert kept == added[len(added) - len(kept) :] and kept[-1] == added[-1]  # the newest texts, in order
+        for _ in range(10):
+            query = looped_text(gen, int(gen.integers(1, 12)), vocab=int(gen.integers(3, 9)))
+            limit = int(gen.integers(0, 7))
+            assert pool.lookup(query, limit) == (brute_pool(kept, query, big, small, limit) if limit >= 1 else ())
+
+
+def test_shared_pool_drafts_only_where_the_own_text_has_none() -> None:
+    """With a pool, a state drafts what it drafts without one wherever its own text has a match; where it has none,
+    the pool's continuation of at most POOL_DRAFT tokens (and the budget's room); such a step's update leaves the
+    adaptive length alone, an own draft's moves it as before."""
+    gen = np.random.default_rng(5)
+    pool = SharedPool(4)
+    for _ in range(12):
+        pool.add([int(t) for t in gen.integers(0, 6, 80)])
+    pooled = 0
+    for _ in range(300):
+        text = looped_text(gen, int(gen.integers(1, 8)), vocab=6)
+        budget = None if gen.random() < 0.6 else int(gen.integers(1, 8))
+        root = int(gen.integers(0, 6))
+        a, b = NgramState(text, 10, 4, 1, 1, pool=pool), NgramState(text, 10, 4, 1, 1)
+        a.length = b.length = int(gen.integers(2, 11))
+        got, own = a.propose_chain(root, budget), b.propose_chain(root, budget)
+        if len(own) > 1 or budget == 1:
+            assert got == own and not a.pooled
+            continue
+        room = min(POOL_DRAFT, 10, 1 << 30 if budget is None else budget - 1)
+        want = brute_pool([pool.tokens[x:y] for x, y in zip([0, *pool.ends[:-1]], pool.ends)], a.text, 4,
+                          POOL_MIN_MATCH, room)  # fmt: skip
+        assert got == [root, *want] and a.pooled == bool(want)
+        if want:
+            pooled += 1
+            before = a.length
+            a.update([root], len(want))  # rejected at once: an own draft would fall to ADAPT_AFTER
+            assert a.length == before
+    assert pooled > 20  # the pool answered often enough to test it
+    s = NgramState([7, 8, 9] * 5, 10, 3, 2, 1, pool=pool)
+    d = s.propose(7, None)
+    s.update([8], d.width - 1)
+    assert not s.pooled and s.length == max(ADAPT_FLOOR, ADAPT_AFTER)  # an own draft still moves it
+
+
+def test_shared_pool_drafts_a_repeated_requests_output_losslessly() -> None:
+    """Through the real decoding loop (torch reference engine), one factory's drafters: the second request of the
+    same prompt finds the first's text in the pool and accepts more drafts than a private drafter does on it; every
+    output equals plain greedy; the pool holds each released request's prompt + output."""
+    import tempfile
+
+    from builder.model.loader import load_model
+    from builder.speculative.decoding import generate
+    from tests.unit.speculative_models import make_hf_llama
+    from tests.unit.test_lossless import torch_method
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(make_hf_llama(Path(tmp) / "m"))
+    engine, _ = torch_method(model, "none")
+    shared, private = NgramFactory((6, 3, 1, 1, True, True)), NgramFactory((6, 3, 1, 1, True, False))
+    prompts = [[11, 40, 3, 17, 22, 5], [30, 31, 32, 33, 34, 35, 36], [11, 40, 3, 17, 22, 5]]
+    gens = []
+    for p in prompts:
+        want = generate(engine, p, 40).token_ids
+        g = generate(engine, p, 40, shared())
+        assert g.token_ids == want  # lossless
+        gens.append(g)
+        assert shared.pool is not None
+        last = shared.pool.tokens[([0, *shared.pool.ends])[-2] :]  # the newest text: this request's
+        rest = last[len(p) :]  # (the last step may emit past max_new: the loop cuts, the drafter saw all)
+        assert last[: len(p)] == p and rest[: len(want)] == want[: len(rest)] and len(rest) >= len(want) - 1
+    alone = generate(engine, prompts[2], 40, private())
+    assert sum(gens[2].accepted_per_step) > sum(alone.accepted_per_step)  # the pool drafted the first's output
+    assert gens[2].steps < alone.steps and private.pool is None
+
+
+def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
+    """The decode benchmark's row: after its warm-up prompt the shared pool is empty (the first timed prompt is
+    the warm-up's), after a timed one it holds it; `private_pools` adds the same engine without a pool."""
+    import tempfile
+
+    from builder.bench.decode import private_pools
+    from builder.bench.rows import _OurRun
+    from builder.model.loader import load_model
+    from builder.stages.decoders import Decoder
+    from tests.unit.speculative_models import make_hf_llama
+    from tests.unit.test_lossless import torch_method
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(make_hf_llama(Path(tmp) / "m"))
+    engine, _ = torch_method(model, "none")
+    factory = NgramFactory((6, 3, 1, 1, True, True))
+    dec = Decoder(engine, None, factory, "ngram", "ngram(K=6,M=3,m=1,C=1,shared)", [])
+    run = _OurRun(dec, 512)
+    run.warm([11, 40, 3, 17, 22, 5], 20)
+    assert factory.pool is not None and len(factory.pool) == 0
+    run.once([11, 40, 3, 17, 22, 5], 20)
+    assert len(factory.pool) > 20
+    (twin,) = private_pools([dec, Decoder(engine, None, NgramFactory((6, 3, 1, 1, True, False)), "ngram", "x", [])])
+    assert twin.engine is engine and twin.make_drafter.settings == (6, 3, 1, 1, True, False)
+    assert twin.label == "ngram(K=6,M=3,m=1,C=1)" and twin.make_drafter().pool is None
 
 
 def _trtspec(*args: str) -> subprocess.CompletedProcess:

@@ -1,8 +1,8 @@
 """`trtspec tune` on n-gram recipes (builder/tune/ngram.py), against oracles:
 
 * the replay against the decoding loop itself: the torch reference engine decoding with the same n-gram drafter
-  (one and two candidates, with and without a node budget) takes exactly the replayed steps, tree sizes and
-  accepted counts;
+  (one and two candidates, with and without a node budget, with and without a shared pool — then one factory's
+  drafters, request after request) takes exactly the replayed steps, tree sizes and accepted counts;
 * the score against a brute-force sum of the curve over the replayed steps;
 * end to end on the tiny fixture: the pick is the argmax of E[τ] / c over the candidates, within the engine's
   room, and the overlay validates and carries it.
@@ -19,7 +19,8 @@ import pytest
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, DraftSchedule, Request, generate
 from builder.speculative.ngram.config import ngram_nodes
-from builder.speculative.ngram.drafter import NgramDrafter
+from builder.speculative.drafters import NGRAM_KEYS
+from builder.speculative.ngram.drafter import NgramFactory
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
 from builder.tune.ngram import grid, replay, score
@@ -54,24 +55,29 @@ def engine():
     return TorchEngine(model, 400, 1)
 
 
-@pytest.mark.parametrize("setting,budget", [((6, 3, 1, 1, True), None), ((8, 4, 2, 1, False), None),
-                                            ((5, 3, 1, 2, True), None), ((6, 3, 1, 1, True), 3)])  # fmt: skip
+@pytest.mark.parametrize("setting,budget", [((6, 3, 1, 1, True, False), None), ((8, 4, 2, 1, False, False), None),
+                                            ((5, 3, 1, 2, True, False), None), ((6, 3, 1, 1, True, False), 3),
+                                            ((6, 3, 1, 1, True, True), None),
+                                            ((5, 4, 1, 2, True, True), 4)])  # fmt: skip
 def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
-    keys = ("max_draft", "max_match", "min_match", "candidates", "adaptive")
-    s = dict(zip(keys, setting))
-    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9, 8], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [11, 40, 3, 17, 22, 5]]
+    s = dict(zip(NGRAM_KEYS, setting))
+    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9, 8], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [11, 40, 3, 17, 22, 5],
+               [11, 40, 3, 17, 22, 5]]  # (the 4th again: a shared pool drafts its first decode's output)
     max_new = 40
     texts = [(p, generate(engine, p, max_new + s["max_draft"] + 1).token_ids) for p in prompts]
     r = replay(texts, s, max_new, budget)
     tap = _Taps(engine)
     sched = DraftSchedule([[1, budget]] if budget else ())
-    gens = [Decoder(tap, NgramDrafter(*setting), sched).run([Request(tuple(p), max_new)])[0] for p in prompts]
+    factory = NgramFactory(setting)  # a fresh drafter per request; with shared_pool they share the pool
+    gens = [Decoder(tap, factory(), sched).run([Request(tuple(p), max_new)])[0] for p in prompts]
     assert r.accepted == tuple(a for g in gens for a in g.accepted_per_step)
     assert r.steps == sum(g.steps for g in gens) and tuple(tap.nodes) == r.nodes
     assert sum(r.accepted) > 0  # the prompts made it draft, and drafts were accepted
     assert all(g.token_ids == t[:max_new] for g, (_, t) in zip(gens, texts))  # lossless: the texts replayed
     if budget:
         assert max(r.nodes) <= budget
+    if s["shared_pool"]:  # the pool drafted: fewer steps than the same setting without one
+        assert r.steps < replay(texts, {**s, "shared_pool": False}, max_new, budget).steps
 
 
 def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
@@ -93,6 +99,10 @@ def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
     room = 9
     assert all(ngram_nodes(g["max_draft"], g["candidates"]) <= room for g in grid(s, room))
     assert grid(s, room)[0] == s and len({tuple(sorted(g.items())) for g in grid(s, room)}) == len(grid(s, room))
+    # the pool: tried on and off where the recipe allows it, never turned on where it does not
+    assert {g["shared_pool"] for g in grid({**s, "shared_pool": True}, room)} == {True, False}
+    assert {g["shared_pool"] for g in grid({**s, "shared_pool": False}, room)} == {False}
+    assert {g.get("shared_pool", False) for g in grid(s, room)} == {False}
 
 
 def test_tune_ngram_end_to_end(tmp_path: Path) -> None:

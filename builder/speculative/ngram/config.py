@@ -15,8 +15,8 @@ from pydantic import Field
 
 from builder.section import VERIFICATION_DOC, Section
 
-# max_draft, max_match, min_match, candidates, adaptive: the section's defaults, also `--method ngram` on a recipe of
-# another method (24 nodes at most: the room every engine is exported with, Lookahead's default). One chain beat
+# max_draft, max_match, min_match, candidates, adaptive, shared_pool: the section's defaults, also `--method ngram`
+# on a recipe of another method (24 nodes at most: the room every engine is exported with). One chain beat
 # two candidates (scripts/bench_decode.py, interleaved rows). Length and match lengths were chosen by replaying
 # greedy decodes (the drafts of any setting and their acceptance follow from the target's greedy output alone)
 # against the engines' measured chain step-cost curves, on the second half of HumanEval, and checked on the first
@@ -27,7 +27,13 @@ from builder.section import VERIFICATION_DOC, Section
 # after a partial acceptance instead of -2 gave 1.029x / 1.019x (second half / first 20) on its measured curve,
 # 1.018x / 1.012x on a flat one (c(T) = 1 + 0.09 (T - 1)), 0.99x / 1.00x on a made-up memory-bound one; measured
 # interleaved on that machine: tiny 1.006x / 1.020x / 1.030x, regime 1.003x / 1.007x the tokens/s of the -2 rule.
-DEFAULT_NGRAM = (23, 5, 1, 1, True)
+# Tried by the same replay on 2026-12-03 and not kept (first 20 prompts, out of sample): a length from the matched
+# occurrence's true match length (up to 64 tokens back; it predicts acceptance well: >= 12 tokens -> 15-21 accepted
+# on average) on its own or with the adaptive length, a per-bucket length table fitted on the second half, and
+# picking the occurrence with the longest match or the most frequent next token: 0.96-1.00x. A perfect length
+# oracle would give 1.14-1.16x. The pool (`shared_pool`, pool.py) drafts the third of steps that have no match.
+# shared_pool (the last): off by default (`pool.py` says why and what it gave); recipes/methods/ngram.yaml turns it on.
+DEFAULT_NGRAM = (23, 5, 1, 1, True, False)
 
 
 def ngram_nodes(max_draft: int, candidates: int) -> int:
@@ -44,11 +50,15 @@ class NgramConfig(Section):
     adaptive: bool = Field(DEFAULT_NGRAM[4], description="Draft length per sequence: from 2, +8 after a draft "
                            "accepted in full, its accepted drafts + 2 after one that was not, within 2..max_draft; "
                            "false: always max_draft.")  # fmt: skip
+    shared_pool: bool = Field(DEFAULT_NGRAM[5], description="Where a sequence's own text has no match, draft up to "
+                              "4 tokens from the texts of earlier finished requests (TensorRT-LLM's is_public_pool). "
+                              "Faster on related requests; one request's output then changes another's speed, "
+                              "never its tokens.")  # fmt: skip
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
 
     @property
-    def settings(self) -> tuple[int, int, int, int, bool]:
-        return (self.max_draft, self.max_match, self.min_match, self.candidates, self.adaptive)
+    def settings(self) -> tuple[int, int, int, int, bool, bool]:
+        return (self.max_draft, self.max_match, self.min_match, self.candidates, self.adaptive, self.shared_pool)
 
     @property
     def draft_len(self) -> int:

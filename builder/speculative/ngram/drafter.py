@@ -14,6 +14,11 @@ assisted-generation heuristic is +2 / −1; ours grows faster, +8, and falls to 
 draft long and prose short. The rule was chosen by replaying greedy decodes against the engines' step-cost curves
 (`config.DEFAULT_NGRAM` says how and what it gave).
 
+Shared pool (`shared_pool`, `pool.SharedPool`): where the sequence's own text has no match at all, the texts of
+the sequences this drafter (or another of its factory's, `NgramFactory`) has released are looked up instead and
+up to POOL_DRAFT tokens drafted from them; those steps leave the adaptive length alone. Released texts enter
+the pool in `release`.
+
 The continuations become one tree: a trie under the root (shared prefixes are one node), paths to its leaves.
 Its structure (parents) decides mask, depth and paths; those arrays are made once per structure, read-only, and
 reused (chains of each length, recurring trees), so a step allocates only its token array. No match, or a node
@@ -27,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
+from builder.speculative.ngram.pool import POOL_DRAFT, SharedPool
 
 SCAN = 16  # occurrences read per lookup at most (newest first)
 ADAPT_START, ADAPT_UP, ADAPT_AFTER, ADAPT_FLOOR = 2, 8, 2, 2  # adaptive draft length (module docstring)
@@ -69,7 +75,7 @@ class NgramState:
     """One sequence's text and its n-gram index (module docstring)."""
 
     def __init__(self, prompt: Sequence[int], max_draft: int, max_match: int, min_match: int, candidates: int,
-                 adaptive: bool = True) -> None:  # fmt: skip
+                 adaptive: bool = True, pool: SharedPool | None = None) -> None:  # fmt: skip
         if not (max_draft >= 1 and 1 <= min_match <= max_match and candidates >= 1):
             raise ValueError(f"need max_draft >= 1, 1 <= min_match <= max_match, candidates >= 1; got "
                              f"{max_draft}, {min_match}, {max_match}, {candidates}")  # fmt: skip
@@ -80,6 +86,8 @@ class NgramState:
         self.root_in_text = False  # the text already ends with the next step's root (after an update)
         self.adaptive = adaptive
         self.length = min(ADAPT_START, max_draft) if adaptive else max_draft  # tokens per continuation now
+        self.pool = pool  # other sequences' texts, looked up where this one's has no match (None: not shared)
+        self.pooled = False  # the newest draft came from the pool
         self.extend([int(t) for t in prompt])
 
     def extend(self, tokens: Sequence[int]) -> None:
@@ -127,7 +135,14 @@ class NgramState:
             self.extend((root,))
             self.root_in_text = True
         room = self.length if budget is None else min(self.length, budget - 1)
-        return self.continuations(room) if room >= 1 else []
+        conts = self.continuations(room) if room >= 1 else []
+        self.pooled = False
+        if not conts and self.pool is not None:
+            cap = min(POOL_DRAFT, self.max_draft, 1 << 30 if budget is None else budget - 1)
+            cont = self.pool.lookup(self.text, cap)  # () when cap < 1
+            if cont:
+                self.pooled, conts = True, [cont]
+        return conts
 
     def propose_chain(self, root: int, budget: int | None) -> list[int]:
         """One candidate's draft as tokens, root first (`propose`'s chain, or the root alone): for `candidates` 1."""
@@ -166,7 +181,7 @@ class NgramState:
     def update(self, emitted: Sequence[int], depth: int = 0) -> None:
         """Learn a step's emitted tokens (accepted drafts, then the bonus token: the next root); `depth`: the draft's
         deepest path (0: a root-only step, which leaves the draft length alone)."""
-        if self.adaptive and depth > 0:
+        if self.adaptive and depth > 0 and not self.pooled:
             accepted = len(emitted) - 1
             length = self.length + ADAPT_UP if accepted >= depth else accepted + ADAPT_AFTER
             self.length = max(min(ADAPT_FLOOR, self.max_draft), min(self.max_draft, length))
@@ -178,9 +193,12 @@ class NgramState:
 class NgramDrafter:
     """N-gram speculation for a batch of sequences (one `NgramState` each)."""
 
-    def __init__(self, max_draft: int, max_match: int, min_match: int, candidates: int, adaptive: bool = True) -> None:
+    def __init__(self, max_draft: int, max_match: int, min_match: int, candidates: int, adaptive: bool = True,
+                 shared_pool: bool = False, pool: SharedPool | None = None) -> None:  # fmt: skip
         self.settings = (max_draft, max_match, min_match, candidates, adaptive)
         NgramState((), *self.settings)  # validate now
+        # the released sequences' texts: the factory's pool (shared by its drafters) or this drafter's own
+        self.pool = (pool if pool is not None else SharedPool(max_match)) if shared_pool else None
         self.max_nodes = 1 + max_draft * candidates
         self._seqs: dict[int, NgramState] = {}
         self._budget: int | None = None
@@ -191,7 +209,7 @@ class NgramDrafter:
 
     def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:
         for s, p in zip(seqs, prompts):
-            self._seqs[s] = NgramState(p, *self.settings)
+            self._seqs[s] = NgramState(p, *self.settings, pool=self.pool)
 
     def propose(self, seqs: Sequence[int], roots: Sequence[int]) -> list[Draft]:
         return [self._seqs[s].propose(r, self._budget) for s, r in zip(seqs, roots)]
@@ -217,4 +235,25 @@ class NgramDrafter:
         self._seqs[seq].update(emitted, depth)
 
     def release(self, seq: int) -> None:
-        self._seqs.pop(seq, None)
+        state = self._seqs.pop(seq, None)
+        if state is not None and self.pool is not None:
+            self.pool.add(state.text)
+
+
+class NgramFactory:
+    """Makes `NgramDrafter`s of one setting (max_draft, max_match, min_match, candidates, adaptive, shared_pool); with
+    shared_pool they share one `SharedPool`, so a fresh drafter per request (as the benchmarks make them) still
+    drafts from the requests before it."""
+
+    def __init__(self, settings: tuple[int, int, int, int, bool, bool]) -> None:
+        self.settings = settings
+        NgramDrafter(*settings)  # validate now
+        self.pool: SharedPool | None = None
+        self.reset()
+
+    def __call__(self) -> NgramDrafter:
+        return NgramDrafter(*self.settings, pool=self.pool)
+
+    def reset(self) -> None:
+        """Forget the pool (a benchmark's warm-up request must not seed the timed ones)."""
+        self.pool = SharedPool(self.settings[1]) if self.settings[5] else None
