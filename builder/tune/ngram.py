@@ -14,7 +14,8 @@ suffix lengths over `MATCHES`, the recipe's own candidates and adaptive flag, th
 recipe allows it (shared_pool: true) — on, and the recipe's setting. With the pool the texts replay in order
 through one pool, as requests one after another fill it; whether its drafts pay depends on the curve (a short chain
 costs little more than a plain step when the step is memory-bound, ~2× on the tiny fixture with AVX2), so the
-tuner keeps it only where it scores higher, and never turns on a pool the recipe did not allow. At batch
+tuner keeps it only where it scores higher, and never turns on a pool the recipe did not allow (at batch b > 1 the
+pool is the sequential replay's, an approximation: texts decoding side by side would not see each other's). At batch
 size b the texts decode b at a time and each step is charged c(rows, its widest row's T), as a batch pads to its
 widest draft; the draft schedule's budgets are the pick replayed with a node cap.
 """

@@ -116,6 +116,7 @@ def test_tune_ngram_end_to_end(tmp_path: Path) -> None:
     assert rate(rep["pick"]) >= rate(rep["current"]) * (1 - 1e-9)
     assert all(r["nodes"] <= rep["cost"]["max_nodes"] and r["tau"] >= 1 for r in rep["candidates"])
     spec = load_recipe(tmp_path / "t.yaml").recipe.speculative
-    assert (spec.max_draft, spec.max_match, spec.min_match) == tuple(rep["pick"][k] for k in (
-        "max_draft", "max_match", "min_match"))
+    assert (spec.max_draft, spec.max_match, spec.min_match, spec.shared_pool) == tuple(rep["pick"][k] for k in (
+        "max_draft", "max_match", "min_match", "shared_pool"))
+    assert {r["shared_pool"] for r in rep["candidates"]} == {True, False}  # the recipe allows the pool: both tried
     assert rep["calibration"]["replayed_steps"] > 0
