@@ -338,6 +338,15 @@ def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
     assert twin.label == "ngram(K=6,M=3,m=1,C=1)" and twin.make_drafter().pool is None
 
 
+def test_a_pool_looks_up_what_the_drafter_does() -> None:
+    """A drafter whose suffixes are shorter than POOL_MIN_MATCH gets a pool of its own max_match (not one that can
+    never match); a longer one the pool's minimum."""
+    for big in (1, 2, POOL_MIN_MATCH, 5):
+        pool = NgramFactory((6, big, 1, 1, True, True)).pool
+        assert pool is not None and pool.max_match == big and pool.min_match == min(POOL_MIN_MATCH, big)
+        assert NgramDrafter(6, big, 1, 1, True, True).pool.min_match == pool.min_match
+
+
 def _trtspec(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)  # fmt: skip

@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
-from builder.speculative.ngram.pool import POOL_DRAFT, SharedPool
+from builder.speculative.ngram.pool import POOL_DRAFT, SharedPool, shared_pool_for
 
 SCAN = 16  # occurrences read per lookup at most (newest first)
 ADAPT_START, ADAPT_UP, ADAPT_AFTER, ADAPT_FLOOR = 2, 8, 2, 2  # adaptive draft length (module docstring)
@@ -198,7 +198,7 @@ class NgramDrafter:
         self.settings = (max_draft, max_match, min_match, candidates, adaptive)
         NgramState((), *self.settings)  # validate now
         # the released sequences' texts: the factory's pool (shared by its drafters) or this drafter's own
-        self.pool = (pool if pool is not None else SharedPool(max_match)) if shared_pool else None
+        self.pool = (pool if pool is not None else shared_pool_for(max_match)) if shared_pool else None
         self.max_nodes = 1 + max_draft * candidates
         self._seqs: dict[int, NgramState] = {}
         self._budget: int | None = None
@@ -256,4 +256,4 @@ class NgramFactory:
 
     def reset(self) -> None:
         """Forget the pool (a benchmark's warm-up request must not seed the timed ones)."""
-        self.pool = SharedPool(self.settings[1]) if self.settings[5] else None
+        self.pool = shared_pool_for(self.settings[1]) if self.settings[5] else None

@@ -3,7 +3,7 @@
 A sequence's own text (prompt and output) holds no earlier occurrence of its newest token on about a third of
 the steps of a HumanEval decode (the tiny fixture, the benchmark's 20 prompts): those steps draft nothing. Other
 requests' texts often continue such a suffix (code idioms, a prompt's boilerplate), so a drafter with a shared
-pool looks the newest max_match … POOL_MIN_MATCH tokens up in the texts of the sequences it has released
+pool looks the newest max_match … POOL_MIN_MATCH tokens (down to max_match where that is smaller) up in the texts of the sequences it has released
 (prompt + output, newest text last) and drafts the POOL_DRAFT tokens that followed the newest occurrence,
 never past the end of that text. TensorRT-LLM's NGram drafter does the same across requests
 (`NGramDecodingConfig.is_public_pool`, on by default there); ours is off unless the recipe asks, because a shared
@@ -32,6 +32,11 @@ from typing import Sequence
 POOL_MIN_MATCH = 3  # shortest suffix looked up in the pool
 POOL_DRAFT = 4  # tokens drafted from the pool at most (a fixed length: the adaptive one is the own text's)
 POOL_TOKENS = 1 << 16  # tokens the pool keeps at most (~ a few hundred requests' texts)
+
+
+def shared_pool_for(max_match: int) -> "SharedPool":
+    """The pool of a drafter that looks up suffixes of at most max_match tokens (POOL_MIN_MATCH or fewer)."""
+    return SharedPool(max_match, min(POOL_MIN_MATCH, max_match))
 
 
 class SharedPool:
