@@ -24,6 +24,7 @@ import yaml
 
 from builder.recipe.checks import check_recipe
 from builder.recipe.loader import LoadedRecipe, RecipeErrors, load_recipe
+from builder.speculative.drafters import NGRAM_KEYS
 
 
 def overlay_fields(loaded: LoadedRecipe, setting: dict[str, Any], schedule: list[list[int]],
@@ -40,8 +41,7 @@ def overlay_fields(loaded: LoadedRecipe, setting: dict[str, Any], schedule: list
     elif spec.method == "lookahead":
         fields = {"speculative": {k: setting[k] for k in ("window", "ngram", "verification_set")}}
     elif spec.method == "ngram":
-        fields = {"speculative": {k: setting[k] for k in ("max_draft", "max_match", "min_match", "candidates",
-                                                          "adaptive", "shared_pool")}}  # fmt: skip
+        fields = {"speculative": {k: setting[k] for k in NGRAM_KEYS}}
     else:
         raise ValueError(f"nothing to tune for method {spec.method!r}")
     if loaded.recipe.target.engine_backend != "trtllm":  # TensorRT-LLM's runtime decides its drafts per step

@@ -43,6 +43,8 @@ from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResu
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.tree import Tree
 
+Level = tuple[np.ndarray, "np.ndarray | None"]  # a static tree level's [B, F, U] mask and parents' rows (or None)
+
 
 @dataclass(frozen=True)
 class DynamicSpec:
@@ -82,8 +84,7 @@ class EagleDrafter:
         self._pairs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> (tokens [m], hidden [m, C]) waiting
         self._ready: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # seq -> root level (hidden, tok, lp)
         self._started: set[int] = set()
-        self._levels: dict[tuple[int, int], tuple[Tree, list[tuple[np.ndarray, np.ndarray | None]]]] = {}  # (id(tree),
-        # B) -> a static tree's levels (`_static_levels`)
+        self._levels: dict[tuple[int, int], tuple[Tree, list[Level]]] = {}  # (id(tree), B) -> `_static_levels`
         self._workspaces: dict = {}  # EAGLE-2's buffers by shape, reused every step (`DynamicTrees`)
 
     def set_budget(self, nodes: int | None) -> None:
@@ -194,7 +195,7 @@ class EagleDrafter:
             outs, anc, used, level = out.hidden, mask, used + f, level + 1
         return grow.drafts()
 
-    def _static_levels(self, tree: Tree, b: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    def _static_levels(self, tree: Tree, b: int) -> list[Level]:
         """Per level of a static tree at batch size B (after the root's, the extend's answer), built once per (tree,
         B): its [B, F, U] tree mask, by the same rule as a dynamic level's (the rows' trees are alike), and which of
         the previous frontier's outputs its nodes read (their parents' rows; None where that is every output in order

@@ -138,8 +138,8 @@ class NgramState:
         conts = self.continuations(room) if room >= 1 else []
         self.pooled = False
         if not conts and self.pool is not None:
-            cap = min(POOL_DRAFT, self.max_draft, 1 << 30 if budget is None else budget - 1)
-            cont = self.pool.lookup(self.text, cap)  # () when cap < 1
+            cap = min(POOL_DRAFT, self.max_draft)
+            cont = self.pool.lookup(self.text, cap if budget is None else min(cap, budget - 1))  # () when < 1
             if cont:
                 self.pooled, conts = True, [cont]
         return conts
