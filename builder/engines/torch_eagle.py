@@ -72,6 +72,5 @@ class TorchEagleNet:
         return d(torch.from_numpy(np.asarray(tokens, dtype=np.int64))[None], x, pos, mask[None], cache, start)[0]
 
     def _topk(self, out: torch.Tensor) -> DraftOutput:  # out [B, F, C]
-        logp = torch.log_softmax(self.draft.logits(out).float(), dim=-1)  # (B, F, V)
-        top = logp.topk(self.top_k, dim=-1)
-        return DraftOutput(out.float().numpy(), top.indices.numpy(), top.values.numpy())
+        logp, tokens = self.draft.draft_topk(out, self.top_k)  # (B, F, K) each
+        return DraftOutput(out.float().numpy(), tokens.numpy(), logp.numpy())

@@ -2,7 +2,8 @@
 
 fc([embed(t[i+1]); h[i]]) → draft decoder layer(s) (layer 0 without input norm; variant attention, KV
 written at past_len + write_offset + i) → `hidden_out` (un-normed, as `EagleDraft.forward`) → the
-target's LM head → log_softmax → top-K. FP8 Q/DQ where the `Fp8Spec` quantizes (the draft's own names:
+target's LM head (its rows for the draft vocabulary only, where `EagleDraft.set_draft_vocab` set one; the
+top-K ranks are then gathered back to target token ids) → log_softmax → top-K. FP8 Q/DQ where the `Fp8Spec` quantizes (the draft's own names:
 "fc", "layers.{i}.…"; the LM head is the target's, FP8 when `lm_head_fp8` is given).
 
 `precision` (`builder.export.contract.Precision`): float32 (the CPU form), or bfloat16 / float16 for the GPU
@@ -28,10 +29,10 @@ from builder.errors import UserError
 from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
 from builder.export.contract import CPU, EAGLE, Precision, declared
-from builder.export.graph import F32, DataSink, Graph, data_sink
+from builder.export.graph import F32, I64, DataSink, Graph, data_sink
 from builder.export.llama import (attn_shape, check_dtype, decoder, layer_caches, layer_weights, operands, rope_tables,
                                   to_numpy)  # fmt: skip
-from builder.export.qdq import Fp8Spec, LinearFp8, scales_in, single
+from builder.export.qdq import Fp8Spec, LinearFp8, rows_of, scales_in, single
 from builder.speculative.eagle.draft_model import EagleDraft
 
 
@@ -59,8 +60,9 @@ def build_eagle(
     if tuple(lm_head_weight.shape) != (V, C):
         raise UserError(f"LM head shape {tuple(lm_head_weight.shape)} does not fit the draft ({V}, {C})",
                         field="lm_head")  # fmt: skip
-    if not 1 <= top_k <= V:
-        raise UserError(f"top_k must lie in 1..{V}, got {top_k}", field="top_k")
+    vocab = V if draft.vocab_ids is None else len(draft.vocab_ids)
+    if not 1 <= top_k <= vocab:
+        raise UserError(f"top_k must lie in 1..{vocab} (the draft vocabulary), got {top_k}", field="top_k")
     var = make_variant(variant, cfg.head_dim, precision, chain_branch=False)  # a draft step is mostly tree levels
     rows = variant == "ort" if pick_rows is None else pick_rows
     g = Graph("eagle_step", sink)
@@ -80,14 +82,24 @@ def build_eagle(
     layers = (layer_weights(layer, fp8, i, act) for i, layer in enumerate(draft.layers))  # type: ignore[arg-type]
     hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), final_norm=None, out="hidden_out",
                      rows="out_rows" if rows else None)  # [B, F, C] ([B, R, C] with rows)  # fmt: skip
+    ids = None if draft.vocab_ids is None else draft.vocab_ids.numpy()  # the draft vocabulary's target ids
     with g.scope("lm_head"):
-        head = to_numpy(lm_head_weight.to(draft.dtype).T, act) if lm_head_fp8 is None else single(lm_head_fp8)  # [C, V]
+        if lm_head_fp8 is None:
+            w = lm_head_weight.to(draft.dtype)
+            head = to_numpy((w if ids is None else w[torch.from_numpy(ids)]).T, act)  # [C, V] (V: the draft's)
+        else:
+            head = single(lm_head_fp8 if ids is None else rows_of(lm_head_fp8, ids))
         logits = g.op("MatMul", *operands(g, hidden, head, "lm_head", act))  # [B, F or R, V] (and below)
         if act != "float32":
             logits = g.op("Cast", logits, to=F32)  # [B, F, V] float32 (exact)
         logp = g.op("LogSoftmax", logits, axis=-1)  # [B, F, V]
-        g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1,
-               sorted=1)  # [B, F, K] each  # fmt: skip
+        if ids is None:
+            g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1,
+                   sorted=1)  # [B, F, K] each  # fmt: skip
+        else:  # draft rows -> target token ids
+            _, rank = g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", ""], axis=-1, largest=1, sorted=1)
+            tokens = g.op("Gather", g.weight("draft_vocab", ids.astype("int32")), rank, axis=0)  # int32: TensorRT's
+            g.op("Cast", tokens, out="topk_tokens", to=I64)
     g.declare("outputs", declared(EAGLE, "outputs", fixed, precision, layers=cfg.num_hidden_layers, rows=rows))
     return g.model(var.opsets, doc=f"trtspec EAGLE draft step ({variant}, {act})")
 
@@ -110,7 +122,7 @@ def export_eagle(
     graph, `builder.export.lower`), `eagle.data`, `export.json`."""
     rows = variant == "ort" if pick_rows is None else pick_rows
     settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
-                "pick_rows": rows,
+                "pick_rows": rows, "draft_vocab": None if draft.vocab_ids is None else len(draft.vocab_ids),
                 "fp8": None if fp8 is None and lm_head_fp8 is None else {
                     "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
                     len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}, "precision": precision.as_dict()}  # fmt: skip

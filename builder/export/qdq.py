@@ -90,6 +90,12 @@ def pack(parts: list[LinearFp8]) -> Fp8Weight:
     return Fp8Weight(np.ascontiguousarray(data), np.ascontiguousarray(scale), parts[0].input_scale.astype(np.float32))
 
 
+def rows_of(linear: LinearFp8, rows: np.ndarray) -> LinearFp8:
+    """The linear's output rows `rows` only (a per-row weight scale sliced with them)."""
+    scale = linear.weight_scale[rows] if linear.weight_scale.ndim else linear.weight_scale
+    return replace(linear, weight=np.ascontiguousarray(linear.weight[rows]), weight_scale=scale)
+
+
 def single(linear: LinearFp8, transposed: bool = False) -> Fp8Weight:
     w = linear.weight if transposed else linear.weight.T
     return Fp8Weight(np.ascontiguousarray(w), linear.weight_scale.astype(np.float32),

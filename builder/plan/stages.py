@@ -180,6 +180,15 @@ TRTLLM_STAGES = [  # target.backend: trtllm (TensorRT-LLM 1.2.x)
 ]
 
 
+def _source_identity(loaded: LoadedRecipe) -> str:
+    """The calibration source EAGLE's draft vocabulary is counted from: a builtin name, or a file's name and hash."""
+    src = loaded.recipe.quantization.calibration.source
+    if src.startswith("builtin:"):
+        return src
+    path = Path(src) if Path(src).is_absolute() else loaded.dir_of(("quantization", "calibration", "source")) / src
+    return f"{src}#{hashlib.sha256(path.read_bytes()).hexdigest()}" if path.is_file() else f"{src}#missing"
+
+
 def stage_table(loaded: LoadedRecipe) -> list[tuple[str, str, list[str]]]:
     """The recipe's stages in order: (name, what it does, recipe fields it reads)."""
     return TRTLLM_STAGES if loaded.recipe.target.engine_backend == "trtllm" else STAGES
@@ -203,6 +212,8 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
             choices = tree_choices_spec(recipe)  # the tree's contents, not only its name or file path
             if choices is not None:
                 stage.inputs["speculative.tree#choices"] = load_choices(choices, loaded.dir_of(tree_field(recipe)))
+        if name == "export" and getattr(recipe.speculative, "draft_vocab", None) is not None:
+            stage.inputs["quantization.calibration.source"] = _source_identity(loaded)  # the counted text
         if name == "load":
             stage.inputs["model.checkpoint#files"] = checkpoint_identity(
                 recipe.model.checkpoint, loaded.dir_of(("model", "checkpoint")))

@@ -47,6 +47,10 @@ def check_speculative(c: Findings) -> None:
             c.add(field, problem)
         if not choices:
             c.add(field, "the tree has no draft nodes")
+        elif spec.method == "eagle":
+            _draft_vocab(c, 1 + max(ch[-1] for ch in choices))
+    elif spec.method == "eagle" and spec.tree.type == "dynamic":
+        _draft_vocab(c, spec.tree.top_k)
     size = tree_size(c.recipe, c.loaded.dir_of(field))
     _draft_len(c, size)
     if build.max_batch_size > BATCH_WARN:
@@ -69,6 +73,20 @@ def _eagle_version(c: Findings) -> None:
         if t.total_nodes > most:
             c.add(("speculative", "tree", "total_nodes"), f"total_nodes={t.total_nodes} exceeds the "
                   f"{most} candidates depth={t.depth}, top_k={t.top_k} can produce", allowed=f"1..{most}")
+
+
+def _draft_vocab(c: Findings, top_k: int) -> None:
+    """EAGLE's draft vocabulary: no larger than the target's, no smaller than the top-k a tree level takes."""
+    spec, arch = c.recipe.speculative, c.recipe.model.architecture
+    if spec.draft_vocab is None:
+        return
+    vocab = None if arch is None else arch.vocab_size
+    if vocab is not None and spec.draft_vocab > vocab:
+        c.add(("speculative", "draft_vocab"), f"draft_vocab={spec.draft_vocab} exceeds the target's vocab_size={vocab}",
+              allowed=f"{top_k}..{vocab}, or null (the whole vocabulary)")
+    elif spec.draft_vocab < top_k:
+        c.add(("speculative", "draft_vocab"), f"draft_vocab={spec.draft_vocab} is smaller than the {top_k} candidates "
+              "a tree level takes (the tree's top-k)", allowed=f">= {top_k}, or null (the whole vocabulary)")
 
 
 def _draft_len(c: Findings, size: int) -> None:

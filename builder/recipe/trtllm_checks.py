@@ -83,6 +83,10 @@ def _method(c: Findings) -> None:
               "matrices list no pipeline parallelism; examples/eagle/README.md: 'Pipeline parallelism is not "
               "supported')", allowed="1 (use parallelism.tp)")
     if spec.method == "eagle":
+        if spec.draft_vocab is not None:
+            c.add(("speculative", "draft_vocab"), f"{UPSTREAM}'s engine-path EAGLE drafts through the target's whole "
+                  "LM head (no draft-to-target token map; EAGLE-3's d2t belongs to the PyTorch flow): a reduced draft "
+                  "vocabulary is trtspec's own engines only", allowed="null (the whole vocabulary)")
         if spec.tree.type == "dynamic":
             c.add(("speculative", "tree", "type"), f"{UPSTREAM}'s Triton inflight_batcher_llm backend builds EAGLE "
                   "from eagle_choices only (model_instance_state.cc: EagleConfig(eagleChoices), useDynamicTree "

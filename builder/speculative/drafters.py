@@ -6,6 +6,7 @@
      "shared_pool": bool}  (shared_pool absent in engine folders built before it: false)
     {"method": "medusa", "choices": [[0], [0, 0], …]}
     {"method": "eagle", "version": 1, "choices": […]}  |  {"method": "eagle", "version": 2, "dynamic": {depth, top_k, total_nodes}}
+      (+ "draft_vocab": N where the net drafts over N tokens: baked into its graph, only named here)
 
 EAGLE needs the draft network (`EagleNet`) the engine opened; Medusa needs an engine with fused heads.
 """
@@ -84,7 +85,9 @@ def label(config: dict[str, Any]) -> str:
     if m == "ngram":
         k, big, small, c, adaptive, shared = ngram_settings(config)
         return f"ngram(K={k},M={big},m={small},C={c}{'' if adaptive else ',fixed'}{',shared' if shared else ''})"
-    return f"eagle-{config['version']}" if m == "eagle" else m
+    if m == "eagle":  # a draft vocabulary (`speculative.draft_vocab`) is part of the net, named for the reader
+        return f"eagle-{config['version']}" + (f"(V={config['draft_vocab']})" if config.get("draft_vocab") else "")
+    return m
 
 
 NGRAM_KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive", "shared_pool")

@@ -121,7 +121,26 @@ class Parts:
     def eagle(self, model):
         from builder.speculative.eagle.draft_model import load_eagle
 
-        return load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype)
+        draft = load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype)
+        draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
+        return draft
+
+    def draft_vocab(self, vocab_size: int):
+        """EAGLE's draft vocabulary (`speculative.draft_vocab`): [Vd] ascending target token ids, or None."""
+        size = getattr(self.spec, "draft_vocab", None)
+        if size is None:
+            return None
+        if size > vocab_size:
+            raise UserError(f"draft_vocab={size} exceeds the target's vocab_size={vocab_size}",
+                            field="speculative.draft_vocab", allowed=f"1..{vocab_size}, or null")  # fmt: skip
+        from builder.quantize.calibration import FIELD, documents
+        from builder.speculative.eagle.vocab import frequent_tokens
+        from builder.stages.decoders import load_tokenizer
+
+        src = self.loaded.recipe.quantization.calibration.source
+        texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
+        return frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size, vocab_size,
+                               keep=stop_ids(self.base_dir()))  # fmt: skip
 
     def drafter_config(self) -> dict[str, Any]:
         """The drafter as plain data (stored in engine.json; see `drafter_from_config`)."""
@@ -136,5 +155,6 @@ class Parts:
             t = self.spec.tree
             shape = ({"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
                      if t.type == "dynamic" else {"choices": [list(c) for c in self.choices()]})  # fmt: skip
-            return {"method": "eagle", "version": self.spec.version, **shape}
+            vocab = {} if self.spec.draft_vocab is None else {"draft_vocab": self.spec.draft_vocab}  # (in the graph)
+            return {"method": "eagle", "version": self.spec.version, **shape, **vocab}
         return {"method": "none"}

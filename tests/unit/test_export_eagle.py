@@ -112,6 +112,14 @@ def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dic
         assert_close(ours, theirs[i][sel] if i == 0 else theirs[i], ref[i][sel] if i == 0 else ref[i],
                      f"{name} row {b}")  # fmt: skip
     ids = out["topk_tokens"][b, at]
+    vocab = rows.drafts[0].vocab_ids
+    if vocab is not None:  # a draft vocabulary: the log-softmax over its tokens' columns; ids -> columns
+        v = vocab.numpy()
+        assert np.isin(ids, v).all(), f"row {b}: drafted tokens outside the draft vocabulary"
+        ids = np.searchsorted(v, ids)
+        for k in (0, 1):
+            logits = (rows.drafts[k].logits(torch.from_numpy(theirs[0] if k == 0 else ref[0])))[:, vocab]
+            (theirs, ref)[k][1] = torch.log_softmax(logits, dim=-1).detach().numpy()
     assert_ranked_like(ids, theirs[1][sel], ref[1][sel], f"topk_tokens row {b}")
     assert_close_picked(out["topk_logprobs"][b, at], ids, theirs[1][sel], ref[1][sel], f"topk_logprobs row {b}")
 
@@ -156,6 +164,21 @@ def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: 
 def test_pairs_then_tentative_levels_match_eagle_draft(variant: str, layers: int, tmp_path: Path) -> None:
     draft, lm_head = _draft(layers, layers, fc_bias=layers == 1)
     _scenario(draft, lm_head, variant, tmp_path, seed=layers)
+
+
+@pytest.mark.parametrize("variant", ["standard", "ort"])
+def test_draft_vocabulary_levels_match_eagle_draft_over_those_tokens(variant: str, tmp_path: Path) -> None:
+    """`set_draft_vocab`: the graph's LM head keeps a random third of the rows; its top-K must be the
+    reference's ranking of those columns (log-softmax over them only), mapped back to target token ids."""
+    draft, lm_head = _draft(5, 1, fc_bias=True)
+    V = draft.cfg.vocab_size
+    draft.set_draft_vocab(np.sort(np.random.default_rng(5).choice(V, V // 3, replace=False)))
+    _scenario(draft, lm_head, variant, tmp_path, seed=5)
+    with pytest.raises(ValueError, match="ascending"):
+        draft.set_draft_vocab([3, 2])
+    with pytest.raises(Exception, match="draft vocabulary"):
+        draft.set_draft_vocab([0, 1, 2])
+        export_eagle(draft, lm_head, tmp_path / "small", variant=variant, top_k=TOP_K, max_seq_len=CAP)
 
 
 @pytest.mark.parametrize("variant", ["standard", "ort"])

@@ -2,7 +2,8 @@
 
 Random-weight tiny Llama 3 (GQA 4q/2kv, rope θ 500000) with random Medusa heads and a random EAGLE
 draft; 20 prompts × 64 new tokens per method, one request at a time and 4 requests of different
-lengths batched (n-gram also with a shared pool, where later requests draft from released ones' texts).
+lengths batched (n-gram also with a shared pool, where later requests draft from released ones' texts; EAGLE
+also over a draft vocabulary of half the tokens).
 fp32 equality is the rule; a mismatch is accepted only at a demonstrated near-tie
 (`tests/unit/numerics.assert_near_tie`: both tokens within the fp32 error bound of the float64 top
 logit of HF), and reported.
@@ -103,6 +104,10 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
                         "medusa": lambda: MedusaDrafter(tree), "ngram": lambda: NgramDrafter(*NGRAM),
                         "ngram-shared": NgramFactory((*NGRAM, True, True))}[method]  # fmt: skip
     draft = random_eagle(model)
+    if method.endswith("-vocab"):  # a draft vocabulary: a random half of the tokens (builder.speculative.eagle.vocab)
+        V = model.cfg.vocab_size
+        draft.set_draft_vocab(np.sort(np.random.default_rng(7).choice(V, V // 2, replace=False)))
+        method = method.removesuffix("-vocab")
     shape = static_tree(MC) if method == "eagle1" else EAGLE2
     top_k, tentative = (int(shape.rank.max()) + 1, 64) if method == "eagle1" else (8, EAGLE2.depth * EAGLE2.top_k)
     if kind == "torch":
@@ -117,7 +122,7 @@ def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine
     return make_method("torch", model, method, batch, Path())
 
 
-METHODS = ["medusa", "eagle1", "eagle2", "lookahead", "ngram", "ngram-shared"]
+METHODS = ["medusa", "eagle1", "eagle2", "eagle1-vocab", "eagle2-vocab", "lookahead", "ngram", "ngram-shared"]
 NGRAM = (8, 4, 1, 2)  # two candidates: its drafts are trees, not only chains
 ENGINES = ["torch", "onnxruntime"]
 

@@ -45,6 +45,8 @@ CASES: list[tuple[str, Callable[[], dict], str, str]] = [
      "parallelism.tp", "dup_kv_weight"),
     ("medusa-sampling", lambda: _trtllm(speculative__verification="rejection"), "speculative.verification",
      "allowed: greedy"),
+    ("eagle-draft-vocab", lambda: _trtllm(speculative={**EAGLE1, "draft_vocab": 32768}),
+     "speculative.draft_vocab", "no draft-to-target token map"),
     ("eagle2-triton", lambda: _trtllm(speculative={**EAGLE1, "version": 2, "tree": {"type": "dynamic"}}),
      "speculative.tree.type", "EAGLE-2 dynamic trees are not served through Triton"),
     ("speculation-pp", lambda: _trtllm(speculative=LOOKAHEAD, parallelism__pp=2, target__gpus=2),

@@ -85,7 +85,9 @@ def eagle_net(draft, lm_head_weight, base: Path, *, top_k: int, capacity: int, m
     from builder.export.eagle import export_eagle
 
     variant = pick_variant(variant, draft.cfg.head_dim, CPU)
-    folder = base / f"eagle-{variant}-k{top_k}-cap{capacity}-{exporter_digest()}"
+    ids = draft.vocab_ids
+    vocab = "" if ids is None else f"-v{len(ids)}.{hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:12]}"
+    folder = base / f"eagle-{variant}-k{top_k}-cap{capacity}{vocab}-{exporter_digest()}"
     graph = _cached(folder, lambda out: export_eagle(draft, lm_head_weight, out, variant=variant, top_k=top_k,
                                                      max_seq_len=capacity)) / "eagle.ort.onnx"  # fmt: skip
     c = draft.cfg

@@ -44,3 +44,10 @@ class EagleConfig(Section):
     verification: Literal["greedy", "rejection"] = Field(
         "rejection", description=VERIFICATION_DOC
     )
+    draft_vocab: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="Draft over this many tokens only: the target LM head's rows for the tokens most frequent in "
+        "quantization.calibration.source (stop tokens always kept), as EAGLE-3's d2t / FR-Spec do. Cuts what a "
+        "draft level reads (on Llama 3 the 128256-row LM head is most of it); lossless (the target verifies). "
+        "Null: the whole vocabulary. At most model.architecture.vocab_size and at least the tree's top-k.",
+    )
