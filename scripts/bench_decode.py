@@ -5,7 +5,7 @@ engines, every method (default and, with --tuned, tuned trees), one table with a
 
     .venv/bin/python scripts/bench_decode.py [FIXTURE | RECIPE ...] --threads 1 [--rows hf,ortgenai,llamacpp,ours]
         [--tuned [--tune-prompts 8] [--tune-max-new-tokens 32] | --tuned-dir DIR] [--torch]
-        [--num-prompts 20] [--max-new-tokens 128]
+        [--num-prompts 20] [--max-new-tokens 128] [--draft-vocab none,512]
         [--out out/bench_decode.json] [--md out/bench_decode.md]
 
 FIXTURE: tiny-llama3 (default: the trained 4.9 M-parameter fixture, L3-resident) and/or regime-llama3
@@ -18,6 +18,9 @@ method's row. Ratios are within a fixture.
 (--tune-prompts calibration prompts × --tune-max-new-tokens) and writes the overlays (validated, `extends:` the
 recipe) and tune reports under --tuned-dir (default out/tuned); --tuned-dir alone benches overlays written
 earlier. Tuned rows are labelled "(tuned)" with the picked setting.
+
+--draft-vocab adds, per EAGLE recipe, a row for each listed draft vocabulary (`speculative.draft_vocab`; none: the
+whole vocabulary) beside the recipe's own, the same engines' variants interleaved prompt by prompt.
 
 Writes the JSON (--out) and a markdown file (--md, default: --out with .md) holding the table and, for a
 memory-bound fixture, our per-method speedups over ours plain beside the seed articles'.
@@ -62,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tuned-dir", type=Path, help="where --tuned writes the overlays (default out/tuned); "
                     "without --tuned: bench the overlays already there")
     ap.add_argument("--llama-cpp-src", help="llama-cpp-python sdist or llama.cpp tree holding convert_hf_to_gguf.py")
+    ap.add_argument("--draft-vocab", default="", help="comma-separated draft vocabulary sizes (or none) to add as "
+                    "rows beside each EAGLE recipe's own")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_decode.json")
     ap.add_argument("--md", type=Path, help="markdown tables (default: --out with the suffix .md)")
     args = ap.parse_args()
@@ -69,9 +74,33 @@ def parse_args() -> argparse.Namespace:
         ap.error("--tune-prompts and --tune-max-new-tokens must be ≥ 1")
     try:
         args.paths = resolve_recipes(args.recipes, REPO / "recipes")
+        args.vocabs = [None if v.strip() == "none" else int(v) for v in args.draft_vocab.split(",") if v.strip()]
     except UserError as e:
         ap.error(str(e))  # exit 2, no traceback
+    except ValueError:
+        ap.error(f"--draft-vocab takes sizes or none, comma-separated; got {args.draft_vocab!r}")
+    if any(v is not None and v < 1 for v in args.vocabs):
+        ap.error("--draft-vocab sizes must be ≥ 1")
     return args
+
+
+def with_draft_vocabs(groups, sizes):
+    """Each group with, after each EAGLE recipe, copies of it drafting over the other `sizes` (None: all tokens)."""
+    import copy
+
+    out = []
+    for group in groups:
+        extra = []
+        for rec in group:
+            if rec.recipe.speculative.method != "eagle":
+                continue
+            for size in sizes:
+                if size != rec.recipe.speculative.draft_vocab:
+                    twin = copy.deepcopy(rec)
+                    twin.recipe.speculative.draft_vocab = size
+                    extra.append(twin)
+        out.append([*group, *extra])
+    return out
 
 
 def main() -> None:
@@ -86,7 +115,7 @@ def main() -> None:
         tuning = Tuning(args.tuned_dir or REPO / "out" / "tuned", args.tune_prompts if args.tuned else 0,
                         args.tune_max_new_tokens, say)  # fmt: skip
     t0 = time.perf_counter()
-    report = bench_fixtures(group_recipes(args.paths), args.num_prompts, args.max_new_tokens, rows=rows,
+    report = bench_fixtures(with_draft_vocabs(group_recipes(args.paths), args.vocabs), args.num_prompts, args.max_new_tokens, rows=rows,
                             threads=args.threads, lookup=args.lookup, llama_cpp_src=args.llama_cpp_src,
                             tuning=tuning)  # fmt: skip
     report["run_seconds"] = round(time.perf_counter() - t0, 1)
