@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
-from builder.stages.parts import Parts, local_dir, stop_ids
+from builder.stages.parts import Parts, load_tokenizer, local_dir, stop_ids  # load_tokenizer: re-exported
 
 ENGINES = ("torch", "onnxruntime", "tensorrt")
 
@@ -35,14 +35,6 @@ class Decoder:
     stop_ids: list[int]
 
 
-def load_tokenizer(path: Path):
-    """A tokenizers.Tokenizer from tokenizer.json (a file, or the directory holding it)."""
-    from tokenizers import Tokenizer
-
-    path = path / "tokenizer.json" if path.is_dir() else path
-    if not path.is_file():
-        raise UserError(f"no tokenizer.json at {path}", field="model.tokenizer")
-    return Tokenizer.from_file(str(path))
 
 
 def build_decoder(loaded: LoadedRecipe, method: str | None = None, engine: str = "onnxruntime",

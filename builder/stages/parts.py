@@ -43,6 +43,16 @@ def local_dir(loaded: LoadedRecipe, field: tuple[str, ...], text: str) -> Path:
                         "checkpoint to a local directory", field=".".join(field)) from None
 
 
+def load_tokenizer(path: Path):
+    """A tokenizers.Tokenizer from tokenizer.json (a file, or the directory holding it)."""
+    from tokenizers import Tokenizer
+
+    path = path / "tokenizer.json" if path.is_dir() else path
+    if not path.is_file():
+        raise UserError(f"no tokenizer.json at {path}", field="model.tokenizer")
+    return Tokenizer.from_file(str(path))
+
+
 def stop_ids(directory: Path) -> list[int]:
     """eos_token_id(s) from generation_config.json, else config.json."""
     for name in ("generation_config.json", "config.json"):
@@ -135,8 +145,6 @@ class Parts:
                             field="speculative.draft_vocab", allowed=f"1..{vocab_size}, or null")  # fmt: skip
         from builder.quantize.calibration import FIELD, documents
         from builder.speculative.eagle.vocab import frequent_tokens
-        from builder.stages.decoders import load_tokenizer
-
         src = self.loaded.recipe.quantization.calibration.source
         texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
         return frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size, vocab_size,
