@@ -145,6 +145,7 @@ class Parts:
                             field="speculative.draft_vocab", allowed=f"1..{vocab_size}, or null")  # fmt: skip
         from builder.quantize.calibration import FIELD, documents
         from builder.speculative.eagle.vocab import frequent_tokens
+
         src = self.loaded.recipe.quantization.calibration.source
         texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
         return frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size, vocab_size,

@@ -91,7 +91,7 @@ class EagleDraft(nn.Module):
         vocabulary (all of it without `set_draft_vocab`), in float32."""
         if self.lm_head_weight.numel() == 0:
             raise RuntimeError("no LM head attached: call set_lm_head or pass base_lm_head to load_eagle")
-        ids = self.vocab_ids
+        ids = None if self.vocab_ids is None else self.vocab_ids.to(self.lm_head_weight.device)
         head = self.lm_head_weight if ids is None else self.lm_head_weight[ids]
         top = torch.log_softmax((draft_hidden @ head.T).float(), dim=-1).topk(k, dim=-1)
         return top.values, (top.indices if ids is None else ids[top.indices])
