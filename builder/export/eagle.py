@@ -2,9 +2,9 @@
 
 fc([embed(t[i+1]); h[i]]) → draft decoder layer(s) (layer 0 without input norm; variant attention, KV
 written at past_len + write_offset + i) → `hidden_out` (un-normed, as `EagleDraft.forward`) → the
-target's LM head (its rows for the draft vocabulary only, where `EagleDraft.set_draft_vocab` set one; the
-top-K ranks are then gathered back to target token ids) → log_softmax → top-K. FP8 Q/DQ where the `Fp8Spec` quantizes (the draft's own names:
-"fc", "layers.{i}.…"; the LM head is the target's, FP8 when `lm_head_fp8` is given).
+target's LM head → log_softmax → top-K (with a draft vocabulary, `EagleDraft.set_draft_vocab`: the LM head's rows
+for those tokens only, and the top-K ranks gathered back to target token ids). FP8 Q/DQ where the `Fp8Spec`
+quantizes (the draft's own names: "fc", "layers.{i}.…"; the LM head is the target's, FP8 when `lm_head_fp8` is given).
 
 `precision` (`builder.export.contract.Precision`): float32 (the CPU form), or bfloat16 / float16 for the GPU
 form, where the LM head's logits are cast to float32 before the log-softmax (`topk_logprobs` is float32 in

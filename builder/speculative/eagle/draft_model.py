@@ -61,8 +61,9 @@ class EagleDraft(nn.Module):
         # The target's LM head, attached by `load_eagle` / `set_lm_head`; never part of the state dict.
         self.register_buffer("lm_head_weight", torch.empty(0), persistent=False)
         # The draft vocabulary (`set_draft_vocab`, `builder.speculative.eagle.vocab`): target token ids of the
-        # LM head rows the draft keeps, ascending; None: all of them.
+        # LM head rows the draft keeps, ascending; None: all of them. `draft_head_weight`: those rows, made once.
         self.vocab_ids: torch.Tensor | None = None
+        self.register_buffer("draft_head_weight", torch.empty(0), persistent=False)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -74,27 +75,34 @@ class EagleDraft(nn.Module):
             raise UserError(f"LM head shape {tuple(weight.shape)} does not fit the draft "
                             f"({self.cfg.vocab_size}, {self.cfg.hidden_size})", field="lm_head")
         self.lm_head_weight = weight.detach().to(self.dtype)
+        self._draft_head()
 
     def set_draft_vocab(self, ids) -> None:  # [Vd] int, ascending target token ids; None: the whole vocabulary
         """Draft over these target tokens only (`draft_topk`, and the exported graph's LM head)."""
         if ids is None:
             self.vocab_ids = None
+            self._draft_head()
             return
         t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
         V = self.cfg.vocab_size
         if not len(t) or int(t.min()) < 0 or int(t.max()) >= V or not bool((t[1:] > t[:-1]).all()):
             raise ValueError(f"draft vocabulary ids must be ascending, distinct and in 0..{V - 1}")
         self.vocab_ids = t
+        self._draft_head()
+
+    def _draft_head(self) -> None:
+        ids, head = self.vocab_ids, self.lm_head_weight
+        self.draft_head_weight = head[ids.to(head.device)] if ids is not None and head.numel() else torch.empty(0)
 
     def draft_topk(self, draft_hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probs, target token ids) of the k best draft tokens, [..., k] each: a log-softmax over the draft
         vocabulary (all of it without `set_draft_vocab`), in float32."""
         if self.lm_head_weight.numel() == 0:
             raise RuntimeError("no LM head attached: call set_lm_head or pass base_lm_head to load_eagle")
-        ids = None if self.vocab_ids is None else self.vocab_ids.to(self.lm_head_weight.device)
-        head = self.lm_head_weight if ids is None else self.lm_head_weight[ids]
+        ids = self.vocab_ids
+        head = self.lm_head_weight if ids is None else self.draft_head_weight
         top = torch.log_softmax((draft_hidden @ head.T).float(), dim=-1).topk(k, dim=-1)
-        return top.values, (top.indices if ids is None else ids[top.indices])
+        return top.values, (top.indices if ids is None else ids.to(top.indices.device)[top.indices])
 
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
         """An empty KV cache for this draft (same commit/compaction semantics as the target's)."""
