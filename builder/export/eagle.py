@@ -60,7 +60,7 @@ def build_eagle(
     if tuple(lm_head_weight.shape) != (V, C):
         raise UserError(f"LM head shape {tuple(lm_head_weight.shape)} does not fit the draft ({V}, {C})",
                         field="lm_head")  # fmt: skip
-    vocab = V if draft.vocab_ids is None else len(draft.vocab_ids)
+    vocab = draft.draft_vocab_size or V
     if not 1 <= top_k <= vocab:
         raise UserError(f"top_k must lie in 1..{vocab} (the draft vocabulary), got {top_k}", field="top_k")
     var = make_variant(variant, cfg.head_dim, precision, chain_branch=False)  # a draft step is mostly tree levels
@@ -122,7 +122,7 @@ def export_eagle(
     graph, `builder.export.lower`), `eagle.data`, `export.json`."""
     rows = variant == "ort" if pick_rows is None else pick_rows
     settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
-                "pick_rows": rows, "draft_vocab": None if draft.vocab_ids is None else len(draft.vocab_ids),
+                "pick_rows": rows, "draft_vocab": draft.draft_vocab_size,
                 "fp8": None if fp8 is None and lm_head_fp8 is None else {
                     "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
                     len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}, "precision": precision.as_dict()}  # fmt: skip

@@ -186,7 +186,10 @@ def _source_identity(loaded: LoadedRecipe) -> str:
     if src.startswith("builtin:"):
         return src
     path = Path(src) if Path(src).is_absolute() else loaded.dir_of(("quantization", "calibration", "source")) / src
-    return f"{src}#{hashlib.sha256(path.read_bytes()).hexdigest()}" if path.is_file() else f"{src}#missing"
+    if not path.is_file():
+        return f"{src}#missing"
+    with FileHashes() as hashes:
+        return f"{src}#{hashes.sha256(path)}"
 
 
 def stage_table(loaded: LoadedRecipe) -> list[tuple[str, str, list[str]]]:

@@ -110,14 +110,14 @@ def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: 
     draft = parts.eagle(model)
     cap = parts.max_seq_len + shape["tentative"] + 1
     head = None if fp8 is None else fp8.linears.get("lm_head")
-    vocab = "" if draft.vocab_ids is None else f", draft vocabulary {len(draft.vocab_ids)}"
+    vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
     say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab})")
     export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap,
                  lm_head_fp8=head, precision=precision)  # fmt: skip
     c = draft.cfg
     return {"layers": c.num_hidden_layers, "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim,
             "hidden": c.hidden_size, "top_k": shape["top_k"], "capacity": cap,
-            "draft_vocab": None if draft.vocab_ids is None else len(draft.vocab_ids)}  # fmt: skip
+            "draft_vocab": draft.draft_vocab_size}  # fmt: skip
 
 
 def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: int = 1):

@@ -34,7 +34,7 @@ def run(ctx: StageContext, out: Path) -> None:
     if parts.method in ("medusa", "eagle"):
         draft = parts.draft_dir()
         ctx.say(f"checking the {parts.method} draft {draft}")
-        parts.medusa(model) if parts.method == "medusa" else parts.eagle(model)
+        parts.medusa(model) if parts.method == "medusa" else parts.eagle(model, draft_vocab=False)
         source["draft"] = {"dir": str(draft), "files": _files(draft)}
     (out / SOURCE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
     ctx.info.update(parameters=sum(p.numel() for p in model.parameters()), dtype=str(model.dtype))

@@ -9,7 +9,7 @@ the engine folder stores so an engine can be opened without the recipe.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ def stop_ids(directory: Path) -> list[int]:
 class Parts:
     loaded: LoadedRecipe
     method: str  # the method to run: the recipe's own, or one of ZERO_WEIGHT
+    _vocabs: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -128,11 +129,14 @@ class Parts:
                             field="speculative.num_heads")  # fmt: skip
         return heads
 
-    def eagle(self, model):
+    def eagle(self, model, draft_vocab: bool = True):
+        """The EAGLE draft over the target `model`, drafting over the recipe's draft vocabulary (`draft_vocab`
+        False: the checkpoint alone, as the load stage checks it)."""
         from builder.speculative.eagle.draft_model import load_eagle
 
         draft = load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype)
-        draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
+        if draft_vocab:
+            draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
         return draft
 
     def draft_vocab(self, vocab_size: int):
@@ -146,10 +150,12 @@ class Parts:
         from builder.quantize.calibration import FIELD, documents
         from builder.speculative.eagle.vocab import frequent_tokens
 
-        src = self.loaded.recipe.quantization.calibration.source
-        texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
-        return frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size, vocab_size,
-                               keep=stop_ids(self.base_dir()))  # fmt: skip
+        if (size, vocab_size) not in self._vocabs:  # counted once (the FP8 quality report exports twice)
+            src = self.loaded.recipe.quantization.calibration.source
+            texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
+            self._vocabs[size, vocab_size] = frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size,
+                                                             vocab_size, keep=stop_ids(self.base_dir()))  # fmt: skip
+        return self._vocabs[size, vocab_size]
 
     def drafter_config(self) -> dict[str, Any]:
         """The drafter as plain data (stored in engine.json; see `drafter_from_config`)."""

@@ -90,6 +90,11 @@ class EagleDraft(nn.Module):
         self.vocab_ids = t
         self._draft_head()
 
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """How many tokens the draft drafts over (None: the whole vocabulary)."""
+        return None if self.vocab_ids is None else len(self.vocab_ids)
+
     def _draft_head(self) -> None:
         ids, head = self.vocab_ids, self.lm_head_weight
         self.draft_head_weight = head[ids.to(head.device)] if ids is not None and head.numel() else torch.empty(0)

@@ -38,11 +38,5 @@ def frequent_tokens(tokenizer, texts: Iterable[str], size: int, vocab_size: int,
         if seen >= COUNT_TOKENS:
             break
     order = np.lexsort((np.arange(vocab_size), -counts))  # most frequent first, ties to the lower id
-    chosen = [int(t) for t in keep]
-    kept = set(chosen)
-    for t in order:
-        if len(chosen) == size:
-            break
-        if int(t) not in kept:
-            chosen.append(int(t))
-    return np.sort(np.asarray(chosen, np.int64))
+    rest = order[~np.isin(order, keep)][: size - len(keep)]
+    return np.sort(np.concatenate([np.asarray(keep, np.int64), rest.astype(np.int64)]))
