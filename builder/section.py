@@ -19,3 +19,11 @@ VERIFICATION_DOC = (
     "(temperature > 0) by tree rejection sampling, which keeps the target's distribution; both step "
     "graphs are built. greedy: only the greedy step graph is built and sampled requests are refused."
 )
+
+DRAFT_WEIGHTS_DOC = (
+    "cpu targets: the draft's weight MatMuls in the graph ONNX Runtime runs as block-quantized int8 or int4 "
+    "(com.microsoft MatMulNBits, block 32, int8 activations), so a draft call reads a quarter / an eighth of "
+    "float32's bytes — the CPU's form of a GPU draft's one-byte FP8 weights. Lossless (the target verifies every "
+    "token); the acceptance rate may move a little. Null (default): float32. GPU targets refuse it (their draft's "
+    "precision follows quantization)."
+)

@@ -23,15 +23,18 @@ from builder.commands.options import echo_warnings, load_checked, set_option
               help="Write a recipe overlay (extends RECIPE + the picked fields), validated, to this file.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=".trtspec-cache", show_default=True,
               help="Build cache (the engines whose step curve and speed are measured).")
+@click.option("--curve", type=click.Choice(["now", "engine"]), default="now", show_default=True,
+              help="cpu: time the engine's step curve now, in the same minutes as the host's share of a step "
+                   "(now), or take the one the engine stage timed (engine.json; another hour of a shared host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @set_option
-def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, as_json, overrides):
+def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, curve, as_json, overrides):
     """Pick RECIPE's draft (tree, total_nodes, W/N/G, n-gram lengths) and draft schedule from measured
     acceptance and step cost.
 
     \b
-    cpu targets: the cost is the engine stage's step(T) curve measured on this host, and the speedup is
-    also MEASURED (HumanEval prompts, plain vs current vs tuned, one run, alternating).
+    cpu targets: the cost is the engine's step(T) curve timed on this host (again now, unless --curve
+    engine), and the speedup is also MEASURED (HumanEval prompts, plain vs current vs tuned, one run, alternating).
     GPU targets: the cost is a roofline of the recipe's GPU — the speedups are PREDICTIONS.
     """
     from builder.tune.overlay import write_overlay
@@ -43,7 +46,7 @@ def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, as_
     echo_warnings(findings, loaded)
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"tune: {m}", err=True))
     opts = Options(prompts=prompts, max_new_tokens=max_new_tokens, measure_prompts=measure_prompts,
-                   cache=Path(cache_dir), say=say)  # fmt: skip
+                   cache=Path(cache_dir), say=say, curve=curve)  # fmt: skip
     report = run_tune(loaded, opts)
     if write and "overlay" in report:
         header = (f"trtspec tune {recipe}: {describe(report['pick'])}, predicted {report['pick']['speedup']:.2f}x "

@@ -22,18 +22,20 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import onnx
 
 from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, prune, save, save_sharing_data,
                                   staged_dir)  # fmt: skip
 from builder.export.lower import lower
+from builder.export.nbits import BLOCK, quantize_matmuls
 from builder.export.qdq import ort_foldable
 from builder.export.verify import lean_greedy, plain_twin
 from plugins.tree_verify import onnx_op
 
 MANIFEST = "export.json"
+NBits = tuple[int, Callable[[str], bool]]  # (bits, which MatMuls by node name): `write_models`
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,11 @@ def data_name(stem: str) -> str:
 
 
 def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dict[str, Any],
-                 sink: DataSink | None = None) -> ExportResult:  # fmt: skip
+                 sink: DataSink | None = None, nbits: NBits | None = None) -> ExportResult:  # fmt: skip
     """Check and write `model` and its ORT twin to `out_dir` (replaced as a whole; see module doc).
-    `sink`: the `DataSink` the graph's weights were streamed to (its location must be `data_name(stem)`)."""
+    `sink`: the `DataSink` the graph's weights were streamed to (its location must be `data_name(stem)`).
+    `nbits`: (bits, which MatMuls by node name) of the ORT twin's weights to block-quantize (`builder.export.nbits`;
+    the canonical graph keeps its float weights); the manifest's "nbits" says how many were."""
     out_dir = Path(out_dir)
     onnx_op.register_schema()
     names = {"canonical": f"{stem}.onnx", "ort": f"{stem}.ort.onnx", "data": data_name(stem)}
@@ -69,6 +73,11 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
         check(tmp / names["canonical"])
         lean = settings.get("variant") == "ort"
         ort_model = ort_twin(model, lean=lean)
+        if nbits is not None:  # (a copy: the twin may share its protos with `model`)
+            ort_model, twin = onnx.ModelProto(), ort_model
+            ort_model.CopyFrom(twin)
+            settings = {**settings, "nbits": {"bits": nbits[0], "block": BLOCK,
+                                              "matmuls": quantize_matmuls(ort_model, nbits[0], tmp, nbits[1])}}
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         if lean and stem == "target" and settings.get("mode") == "greedy":

@@ -116,10 +116,12 @@ def export_eagle(
     lm_head_fp8: LinearFp8 | None = None,
     precision: Precision = CPU,
     pick_rows: bool | None = None,
+    nbits: int | None = None,
 ) -> ExportResult:
     """Export the EAGLE draft step graph to `out_dir` (replaced as a whole): `eagle.onnx`, `eagle.ort.onnx`
     (the same graph in float32: there is no TreeVerify to decompose; the float32 lowering of a GPU-form
-    graph, `builder.export.lower`), `eagle.data`, `export.json`."""
+    graph, `builder.export.lower`; `nbits` 8 or 4: its weight MatMuls block-quantized, `builder.export.nbits`),
+    `eagle.data`, `export.json`."""
     rows = variant == "ort" if pick_rows is None else pick_rows
     settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
                 "pick_rows": rows, "draft_vocab": draft.draft_vocab_size,
@@ -129,4 +131,5 @@ def export_eagle(
     with data_sink(Path(out_dir), data_name("eagle")) as sink:
         proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
                             lm_head_fp8=lm_head_fp8, sink=sink, precision=precision, pick_rows=rows)  # fmt: skip
-        return write_models(proto, Path(out_dir), "eagle", settings, sink)
+        return write_models(proto, Path(out_dir), "eagle", settings, sink,
+                            None if nbits is None else (nbits, lambda _name: True))  # fmt: skip

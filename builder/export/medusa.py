@@ -15,6 +15,8 @@ from builder.export.graph import Graph
 from builder.export.llama import to_numpy
 from builder.speculative.medusa.heads import MedusaHeads
 
+SCOPE = "medusa"  # the heads' node names start with "medusa/" (`builder.export.target` may block-quantize them)
+
 
 def medusa_topk(g: Graph, variant: Variant, h: str, heads: MedusaHeads, k: int, out: str) -> str:
     """h [B, C] → `out` [B, Hm, K] int64: each head's top-K token ids (ties: lower id first)."""
@@ -25,7 +27,7 @@ def medusa_topk(g: Graph, variant: Variant, h: str, heads: MedusaHeads, k: int, 
     sd = {key: to_numpy(t, act) for key, t in heads.state_dict().items()}  # upstream keys: "{head}.{layer}.linear.weight"
     w_t = lambda j: [sd[f"{i}.{j}.linear.weight"].T for i in range(n)]  # noqa: E731  # [C, C] per head
     bias = lambda j: [sd[f"{i}.{j}.linear.bias"] for i in range(n)]  # noqa: E731  # [C] per head
-    with g.scope("medusa"):
+    with g.scope(SCOPE):
         w0, b0 = np.concatenate(w_t(0), axis=1), np.concatenate(bias(0))  # [C, Hm·C], [Hm·C]
         y = g.op("Gemm", h, g.weight("res0_w", w0), g.weight("res0_b", b0))  # [B, Hm·C]
         y = g.op("Reshape", variant.silu(g, y), g.const([0, n, C]))  # [B, Hm, C]

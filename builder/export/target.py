@@ -24,6 +24,7 @@ from builder.export.attention import StepValues, make_variant
 from builder.export.contract import CPU, TARGET, Precision, declared
 from builder.export.graph import F32, I32, I64, DataSink, Graph, data_sink
 from builder.export.llama import attn_shape, check_dtype, decoder, layer_caches, layer_weights, rope_tables, to_numpy
+from builder.export.medusa import SCOPE as MEDUSA_SCOPE
 from builder.export.medusa import medusa_topk as emit_medusa
 from builder.export.qdq import Fp8Spec, fake_quant, scales_in, single
 from builder.export.qdq import weight as fp8_weight
@@ -108,10 +109,12 @@ def export_target(
     medusa_topk: int | None = None,
     fp8: Fp8Spec | None = None,
     precision: Precision = CPU,
+    medusa_nbits: int | None = None,
 ) -> ExportResult:
     """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
     trtspec::TreeVerify, in `precision`), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime; the
-    float32 lowering of a bfloat16 / float16 / FP8-cache graph, `builder.export.lower`), `target.data`,
+    float32 lowering of a bfloat16 / float16 / FP8-cache graph, `builder.export.lower`; `medusa_nbits` 8 or 4:
+    the Medusa heads' weight MatMuls block-quantized there, `builder.export.nbits`), `target.data`,
     `export.json`."""
     settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
                 "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk,
@@ -119,7 +122,12 @@ def export_target(
     with data_sink(Path(out_dir), data_name("target")) as sink:
         proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
                              medusa_topk=medusa_topk, fp8=fp8, sink=sink, precision=precision)  # fmt: skip
-        return write_models(proto, Path(out_dir), "target", settings, sink)
+        heads = None if medusa is None or medusa_nbits is None else (medusa_nbits, _in_medusa_heads)
+        return write_models(proto, Path(out_dir), "target", settings, sink, heads)
+
+
+def _in_medusa_heads(node_name: str) -> bool:
+    return node_name.startswith(MEDUSA_SCOPE + "/")
 
 
 def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:

@@ -23,6 +23,9 @@ def check_speculative(c: Findings) -> None:
         return
     if spec.method == "eagle":
         _eagle_version(c)
+    if getattr(spec, "draft_weights", None) is not None and c.recipe.target.device != "cpu":
+        c.add(("speculative", "draft_weights"), f"draft_weights={spec.draft_weights} is for cpu targets' ONNX Runtime "
+              f"engines; on {c.recipe.target.device} the draft's precision follows quantization", allowed="null")
     if spec.method == "ngram" and spec.min_match > spec.max_match:
         c.add(("speculative", "min_match"), f"min_match={spec.min_match} exceeds max_match={spec.max_match}",
               allowed=f"1..{spec.max_match}")

@@ -7,6 +7,8 @@
     {"method": "medusa", "choices": [[0], [0, 0], …]}
     {"method": "eagle", "version": 1, "choices": […]}  |  {"method": "eagle", "version": 2, "dynamic": {depth, top_k, total_nodes}}
       (+ "draft_vocab": N where the net drafts over N tokens: baked into its graph, only named here)
+    (medusa and eagle: + "draft_weights": "int8" | "int4" where the draft's weights are block-quantized in the graph
+     ONNX Runtime runs, `speculative.draft_weights`: likewise only named here)
 
 EAGLE needs the draft network (`EagleNet`) the engine opened; Medusa needs an engine with fused heads.
 """
@@ -85,9 +87,12 @@ def label(config: dict[str, Any]) -> str:
     if m == "ngram":
         k, big, small, c, adaptive, shared = ngram_settings(config)
         return f"ngram(K={k},M={big},m={small},C={c}{'' if adaptive else ',fixed'}{',shared' if shared else ''})"
-    if m == "eagle":  # a draft vocabulary (`speculative.draft_vocab`) is part of the net, named for the reader
-        return f"eagle-{config['version']}" + (f"(V={config['draft_vocab']})" if config.get("draft_vocab") else "")
-    return m
+    # a draft vocabulary (`speculative.draft_vocab`) and quantized draft weights (`speculative.draft_weights`) are
+    # part of the graphs, named for the reader
+    about = ([f"V={config['draft_vocab']}"] if config.get("draft_vocab") else []) + (
+        [config["draft_weights"]] if config.get("draft_weights") else [])
+    name = f"eagle-{config['version']}" if m == "eagle" else m
+    return name + (f"({','.join(about)})" if about else "")
 
 
 NGRAM_KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive", "shared_pool")

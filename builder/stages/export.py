@@ -80,6 +80,7 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     """Export the recipe's graphs for `model` (FP8 where `fp8` says) into `out` in the (target, draft)
     `precision`; the export.json data."""
     from builder.engines.ort.build import pick_variant
+    from builder.export.nbits import BITS
     from builder.export.target import export_target
 
     config = parts.drafter_config()
@@ -90,30 +91,34 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     k = shape["top_k"] if medusa is not None else None
     tag = ("" if fp8 is None else ", FP8") + ("" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}")
     modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
+    nbits = BITS[parts.draft_weights] if parts.draft_weights is not None and precision[0] == CPU else None
+    heads = "" if medusa is None or nbits is None else f", Medusa heads {parts.draft_weights}"
     for mode in modes:
-        say(f"exporting the target step graph ({mode}, {variant}{tag})")
+        say(f"exporting the target step graph ({mode}, {variant}{tag}{heads})")
         export_target(model, out / f"target-{mode}", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
-                      medusa_topk=k, fp8=fp8, precision=precision[0])  # fmt: skip
+                      medusa_topk=k, fp8=fp8, precision=precision[0], medusa_nbits=nbits)  # fmt: skip
     info: dict[str, Any] = {"variant": variant, "capacity": cap, "max_seq_len": parts.max_seq_len, "drafter": config,
                             "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
                             "eagle": None, "fp8": fp8 is not None, "precision": precision[0].as_dict(),
-                            "draft_precision": precision[1].as_dict()}  # fmt: skip
+                            "draft_precision": precision[1].as_dict(),
+                            "draft_weights": None if nbits is None else parts.draft_weights}  # fmt: skip
     if parts.method == "eagle":
-        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8, precision[1])
+        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8, precision[1], nbits)
     return info
 
 
 def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: str, shape: dict[str, int],
-           fp8, precision: Precision = CPU) -> dict[str, Any]:  # fmt: skip
+           fp8, precision: Precision = CPU, nbits: int | None = None) -> dict[str, Any]:  # fmt: skip
     from builder.export.eagle import export_eagle
 
     draft = parts.eagle(model)
     cap = parts.max_seq_len + shape["tentative"] + 1
     head = None if fp8 is None else fp8.linears.get("lm_head")
     vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
-    say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab})")
+    weights = "" if nbits is None else f", weights {parts.draft_weights}"
+    say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
     export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap,
-                 lm_head_fp8=head, precision=precision)  # fmt: skip
+                 lm_head_fp8=head, precision=precision, nbits=nbits)  # fmt: skip
     c = draft.cfg
     return {"layers": c.num_hidden_layers, "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim,
             "hidden": c.hidden_size, "top_k": shape["top_k"], "capacity": cap,

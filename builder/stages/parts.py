@@ -157,6 +157,11 @@ class Parts:
                                                              vocab_size, keep=stop_ids(self.base_dir()))  # fmt: skip
         return self._vocabs[size, vocab_size]
 
+    @property
+    def draft_weights(self) -> str | None:
+        """`speculative.draft_weights` (int8 / int4, or None): Medusa and EAGLE (the recipe's own method) only."""
+        return getattr(self.spec, "draft_weights", None) if self.method in ("medusa", "eagle") else None
+
     def drafter_config(self) -> dict[str, Any]:
         """The drafter as plain data (stored in engine.json; see `drafter_from_config`)."""
         if self.method == "lookahead":
@@ -164,12 +169,13 @@ class Parts:
             return {"method": "lookahead", "window": w, "ngram": n, "verification_set": g}
         if self.method == "ngram":
             return {"method": "ngram", **dict(zip(NGRAM_KEYS, self.ngram()))}
+        weights = {} if self.draft_weights is None else {"draft_weights": self.draft_weights}  # (in the graph)
         if self.method == "medusa":
-            return {"method": "medusa", "choices": [list(c) for c in self.choices()]}
+            return {"method": "medusa", "choices": [list(c) for c in self.choices()], **weights}
         if self.method == "eagle":
             t = self.spec.tree
             shape = ({"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
                      if t.type == "dynamic" else {"choices": [list(c) for c in self.choices()]})  # fmt: skip
             vocab = {} if self.spec.draft_vocab is None else {"draft_vocab": self.spec.draft_vocab}  # (in the graph)
-            return {"method": "eagle", "version": self.spec.version, **shape, **vocab}
+            return {"method": "eagle", "version": self.spec.version, **shape, **vocab, **weights}
         return {"method": "none"}

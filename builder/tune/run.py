@@ -1,8 +1,9 @@
 """`trtspec tune RECIPE`: acceptance from calibration prompts, c(T) from the step curve, the best setting.
 
-    1. cost     cpu: the engine stage's measured curve (engine.json "step_curve", built first, cached) plus the
-                host's share of a step measured on that engine (`builder.tune.host`); GPU: the roofline of the
-                recipe's GPU (`builder.tune.roofline`), stated as a prediction
+    1. cost     cpu: the engine's step curve, timed again on its engine (built first, cached) right before the host's
+                share of a step is measured on it (`builder.tune.host`), so both describe the same minutes of
+                this host (`Options.curve`; "engine": engine.json's "step_curve" as the engine stage timed it);
+                GPU: the roofline of the recipe's GPU (`builder.tune.roofline`), stated as a prediction
     2. accept   calibration decodes with the torch reference (`builder.tune.methods`)
     3. choose   the pick at batch 1 and the per-batch-size draft schedule (`builder.tune.choose.schedule`)
     4. overlay  the recipe fields of the pick (`builder.tune.overlay`), validated
@@ -36,6 +37,10 @@ class Options:
     cache: Path = field(default_factory=lambda: Path(".trtspec-cache"))
     threads: int = 1
     say: Callable[[str], None] = lambda _m: None
+    # cpu: "now" times the step curve again before the host share is measured (the host share is wall time minus
+    # the curve's graph time: a curve from the hour the engine was built, on a host whose speed drifts ±20 % from
+    # hour to hour, moved the host share per EAGLE draft level between 0.5 and 2.4 ms); "engine": engine.json's
+    curve: str = "now"
 
 
 def method_key(loaded: LoadedRecipe) -> str:
@@ -72,7 +77,10 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
                         "`trtspec build --force`", field="engine")  # fmt: skip
     curve = StepCurve.from_json(meta["step_curve"])
     here = host_about(opts.threads)
-    if any(curve.about.get(k) != here[k] for k in SAME_HOST):
+    if opts.curve == "now":
+        opts.say("timing the engine's step curve now (the host's share is measured against it next)")
+        curve = StepCurve.from_json(measure_folder(folder, int(meta["max_batch_size"]), threads=opts.threads))
+    elif any(curve.about.get(k) != here[k] for k in SAME_HOST):
         # A pulled cache, or a machine of the same name at another instruction-set level: the curve does not
         # describe this host, and the picks depend on it. Measured again here (about a second per graph); the
         # cached engine is left as it is.
@@ -109,6 +117,7 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     sched = schedule(tuned.options, curve.batches, tuned.pick.nodes)
     report.update({
         "cost": {"source": curve.source, "about": curve.about, "max_nodes": room, "plain_ms": round(plain, 5),
+                 "curve_timed": None if folder is None else opts.curve,
                  "host": {"source": host.source, "base_ms": host.base_ms, "draft_ms": host.draft_ms,
                           "per_unit_ms": host.per_unit_ms},
                  "batch1_ms": {str(t): round(ms, 5) for t, ms in sorted(curve.target[1].items())}},

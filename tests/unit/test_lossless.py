@@ -89,9 +89,16 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
     from builder.engines.ort.build import eagle_net, target_engine
 
     medusa = tree = None
+    bits = None  # block-quantized draft weights (ONNX Runtime only: builder.export.nbits)
+    for suffix, b in (("-int8", 8), ("-int4", 4)):
+        if method.endswith(suffix):
+            assert kind == "onnxruntime", "quantized draft weights are an ONNX Runtime graph rewrite"
+            method, bits = method.removesuffix(suffix), b
     if method == "medusa":
         tree = tree_from_choices(MC)
         medusa = dict(medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1)
+        if bits is not None:
+            medusa["medusa_nbits"] = bits
     nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1,
              "ngram": NgramDrafter(*NGRAM).max_nodes,
              "ngram-shared": NgramDrafter(*NGRAM).max_nodes}.get(method, 64)  # fmt: skip
@@ -114,7 +121,7 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
         net: Any = TorchEagleNet(draft, top_k, MAX_SEQ + tentative + 1, batch)
     else:
         net = eagle_net(draft, model.lm_head.weight, cache, top_k=top_k, capacity=MAX_SEQ + tentative + 1,
-                        max_batch_size=batch)  # fmt: skip
+                        max_batch_size=batch, nbits=bits)  # fmt: skip
     return engine, lambda: EagleDrafter(net, shape)
 
 
@@ -123,6 +130,7 @@ def torch_method(model: Llama, method: str, batch: int = 1) -> tuple[TorchEngine
 
 
 METHODS = ["medusa", "eagle1", "eagle2", "eagle1-vocab", "eagle2-vocab", "lookahead", "ngram", "ngram-shared"]
+QUANTIZED = ["medusa-int8", "eagle1-int8", "eagle2-vocab-int4"]  # drafts over block-quantized weights (ORT only)
 NGRAM = (8, 4, 1, 2)  # two candidates: its drafts are trees, not only chains
 ENGINES = ["torch", "onnxruntime"]
 
@@ -140,8 +148,10 @@ def test_plain_greedy_equals_hf(setup, hf_pair, hf_greedy, ort_cache, kind):
         assert_lossless(hf_pair, p, ref, generate(engine, p, NEW).token_ids, f"{kind} plain")
 
 
-@pytest.mark.parametrize("kind", ENGINES)
-@pytest.mark.parametrize("method", METHODS)
+CASES = [(kind, m) for kind in ENGINES for m in METHODS] + [("onnxruntime", m) for m in QUANTIZED]
+
+
+@pytest.mark.parametrize("kind,method", CASES)
 def test_speculative_equals_plain_and_hf(setup, hf_pair, hf_greedy, ort_cache, method, kind):
     _, model, prompts = setup
     engine, make = make_method(kind, model, method, 1, ort_cache)
@@ -154,8 +164,7 @@ def test_speculative_equals_plain_and_hf(setup, hf_pair, hf_greedy, ort_cache, m
     assert steps <= len(prompts) * (NEW - 1)  # never more target steps than plain decoding
 
 
-@pytest.mark.parametrize("kind", ENGINES)
-@pytest.mark.parametrize("method", ["none", *METHODS])
+@pytest.mark.parametrize("kind,method", [(kind, "none") for kind in ENGINES] + CASES)
 def test_batched_requests_equal_hf(setup, hf_pair, hf_greedy, ort_cache, method, kind):
     """All 20 prompts through one Decoder with 4 slots (requests join as others finish)."""
     _, model, prompts = setup

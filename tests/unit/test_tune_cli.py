@@ -15,6 +15,7 @@ from builder.engines.ort.load import read_meta
 from builder.recipe.loader import load_recipe
 from builder.stages.runner import build
 from builder.stages.engine import batch_grid, size_grid
+from builder.tune.curve import StepCurve
 from tests.unit.recipe_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +44,7 @@ def test_tune_lookahead_end_to_end_with_measured_speedup(tmp_path):
     rep = tune("tiny-llama3-lookahead.yaml", "--measure-prompts", "1", "--write", str(tmp_path / "tuned.yaml"))
     check_consistent(rep)
     assert rep["cost"]["source"] == "measured" and rep["calibration"]["source"] == "builtin:stdlib"
+    assert rep["cost"]["curve_timed"] == "now"
     m = rep["measured"]
     assert [r["row"] for r in m["rows"]] == ["plain", "current", "tuned"] and m["tokens_equal"] is True
     assert m["rows"][0]["speedup"] == 1.0 and all(r["tokens_per_s"] > 0 for r in m["rows"])
@@ -103,18 +105,24 @@ def test_tune_user_errors(tmp_path):
 
 
 def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
-    """A cached engine's step curve measured where the CPU, its instruction-set level or the threads differ (a
-    pulled cache; a VM of the same CPU name with AVX-512 hidden) does not describe this host: tune measures the
-    curve again here and says so; on the same host it takes the engine's curve as it is. (The other host is a
-    stand-in: `host_about` reports another ISA level; the curve is really measured again.)"""
+    """With `--curve engine`: a cached engine's step curve measured where the CPU, its instruction-set level or the
+    threads differ (a pulled cache; a VM of the same CPU name with AVX-512 hidden) does not describe this host: tune
+    measures the curve again here and says so; on the same host it takes the engine's curve as it is. (The other host
+    is a stand-in: `host_about` reports another ISA level; the curve is really measured again.) By default the curve
+    is timed again in any case, in the minutes the host share is measured against it, the engine left as it was."""
     import builder.stages.engine as engine_stage
     from builder.tune.run import Options, cost_curve
 
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
     said: list[str] = []
-    opts = Options(cache=Path(CACHE), say=said.append)
-    curve, folder = cost_curve(loaded, opts)
+    now, folder = cost_curve(loaded, Options(cache=Path(CACHE), say=said.append))
     stored = read_meta(folder)["step_curve"]
+    assert any("timing the engine's step curve now" in m for m in said)
+    assert now.to_json()["target"] != stored["target"] and now.max_nodes == StepCurve.from_json(stored).max_nodes
+    assert read_meta(folder)["step_curve"] == stored
+    said.clear()
+    opts = Options(cache=Path(CACHE), say=said.append, curve="engine")
+    curve, folder = cost_curve(loaded, opts)
     assert curve.about == stored["about"] and not any("measuring it here" in m for m in said)
     real = engine_stage.host_about
     other = {**real(1), "isa": "x86-64-v1" if real(1)["isa"] != "x86-64-v1" else "x86-64-v4"}

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
-from builder.section import VERIFICATION_DOC, Section
+from builder.section import DRAFT_WEIGHTS_DOC, VERIFICATION_DOC, Section
 
 
 class StaticTree(Section):
@@ -51,3 +51,4 @@ class EagleConfig(Section):
         "draft level reads (on Llama 3 the 128256-row LM head is most of it); lossless (the target verifies). "
         "Null: the whole vocabulary. At most model.architecture.vocab_size and at least the tree's top-k.",
     )
+    draft_weights: Literal["int8", "int4"] | None = Field(None, description=DRAFT_WEIGHTS_DOC)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from builder.section import VERIFICATION_DOC, Section
+from builder.section import DRAFT_WEIGHTS_DOC, VERIFICATION_DOC, Section
 
 Choices = list[list[int]]
 
@@ -27,3 +27,4 @@ class MedusaConfig(Section):
         "At most 1024 draft nodes, 64 levels, ranks 0..1023 (checked for every source).",
     )
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
+    draft_weights: Literal["int8", "int4"] | None = Field(None, description=DRAFT_WEIGHTS_DOC)
