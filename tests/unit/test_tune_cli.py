@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,25 @@ def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
     assert again.about["isa"] == other["isa"]  # measured just now, by `measure_folder` under this host's about
     assert again.max_nodes == curve.max_nodes and again.target_ms(1, 1) > 0
     assert read_meta(folder)["step_curve"] == stored  # the cached engine is left as it was
+
+
+def test_extend_is_timed_after_a_target_step():
+    """The step curve times an EAGLE extend as a decoding loop runs it: right after a plain target step
+    (`plain_steps`, run untimed before each timed call: its time is not in the figure)."""
+    from builder.engines.ort.load import open_engine
+    from builder.stages.engine import _timed, plain_steps
+
+    calls: list[str] = []
+    ms = _timed(lambda: calls.append("fn"), 0.0, before=lambda: (calls.append("before"), time.sleep(0.02)))
+    assert calls[::2] == ["before"] * (len(calls) // 2) and calls[1::2] == ["fn"] * (len(calls) // 2)
+    assert ms < 10  # the 20 ms before each call are not timed
+    loaded = load_recipe(REPO / "recipes" / "tiny-llama3-eagle1.yaml")
+    engine = open_engine(build(loaded, CACHE, until="engine").folder("engine"), max_batch_size=1, trees=True).engine
+    with plain_steps(engine) as step:
+        step()
+        (seq,) = engine.rows.ids
+        first = engine.committed_len(seq)
+        step()
+        step()
+        assert engine.committed_len(seq) == first + 2  # one plain step (one token) each
+    assert len(engine.rows) == 0  # released at the end
