@@ -54,9 +54,11 @@ def quantize_matmuls(model: onnx.ModelProto, bits: int, base_dir: Path, select: 
 
         MatMul  A [..., K] @ W [K, N]                     -> MatMulNBits
         Gemm    A [M, K] @ W [K, N] + bias [N] (plain)    -> MatMulNBits, Add bias
-        MatMul  A [H, ..., K] @ W [H, K, N] (per head)    -> Split A on axis 0, H MatMulNBits, Concat
+        MatMul  A [H, M, K] @ W [H, K, N] (per head)      -> Split A on axis 0, H MatMulNBits, Concat
 
-    `base_dir`: where external initializer data lives. Returns how many nodes were rewritten."""
+    (the per-head form takes A's first axis for W's: a selected node must not broadcast A's batch axes otherwise, as
+    the Medusa heads' projection does not). `base_dir`: where external initializer data lives. Returns how many
+    nodes were rewritten."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     made: dict[tuple[str, int], tuple[str, str, int, int]] = {}  # (weight, head) -> (packed, scales, K, N)
