@@ -102,8 +102,8 @@ def _step_curve(ctx: StageContext, out: Path, meta: dict) -> None:
 # costs what any T-node tree costs: the graph's work depends on T, not on the mask's shape. EAGLE engines also
 # time their draft graph: `expand` over F tentative nodes and `extend` committing M pairs, each as a decoding
 # loop runs it — `extend`, a step's first draft call, right after a plain target step (`after_target`), whose
-# weights stream through the cache first (on the regime fixture a float32 draft level's 15 MB fit in the L3 only
-# back to back: 0.3-0.4 ms there against ~1.2 ms after a target step), the `expand` levels back to back, as they
+# weights stream through the cache first (a regime fixture's draft level stays in the L3 only back to back: its
+# int8 extend took 0.17-0.29 ms so, 0.52-0.81 ms after a target step), the `expand` levels back to back, as they
 # follow one another. Bounded: each point gets budget / points seconds (MIN..MAX_REPEATS steps, plus the target
 # steps before each extend), so a tiny engine's curve costs about a second.
 

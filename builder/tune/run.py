@@ -40,6 +40,7 @@ class Options:
     # cpu: "now" times the step curve again before the host share is measured (the host share is wall time minus
     # the curve's graph time: a curve from the hour the engine was built, on a host whose speed drifts ±20 % from
     # hour to hour, moved the host share per EAGLE draft level between 0.5 and 2.4 ms); "engine": engine.json's
+    # curve, as the engine stage timed it (measured again only where it comes from another host)
     curve: str = "now"
 
 
