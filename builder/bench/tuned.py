@@ -39,15 +39,16 @@ _LABELS = {"lookahead": "lookahead", "medusa": "medusa", "eagle1": "eagle-1", "e
 
 
 def tunable(loaded: list[LoadedRecipe]) -> list[LoadedRecipe]:
-    """The recipes with a draft to tune, one per method (the first recipe of each wins)."""
+    """The recipes with a draft to tune, each recipe file once: two recipes of one method (a float32 and an int8
+    draft, two vocabularies) are tuned each, as their rows are benched each (their overlays: one per file stem)."""
     from builder.tune.run import method_key
 
     out, seen = [], set()
     for rec in loaded:
-        key = method_key(rec)
-        if key in _LABELS and key not in seen:
+        path = Path(rec.path).resolve()
+        if method_key(rec) in _LABELS and path not in seen:
             out.append(rec)
-            seen.add(key)
+            seen.add(path)
     return out
 
 

@@ -149,3 +149,16 @@ def test_wall_split_into_first_token_and_decode() -> None:
     assert split_columns(1.5, 0.3, 3, 30) == {"first_token_ms": 100.0, "decode_us_per_token": round(1.2e6 / 27, 1)}
     assert split_columns(1.5, None, 3, 30) == {"first_token_ms": None, "decode_us_per_token": None}
     assert split_columns(0.3, 0.3, 3, 3)["decode_us_per_token"] is None  # one token per prompt: no decode
+
+
+def test_every_recipe_with_a_draft_is_tuned_once_even_two_of_one_method():
+    """`--tuned` over a float32 and an int8 EAGLE-1 recipe tunes both (their rows are benched both); the same file
+    named twice (a fixture group and its recipe) once; a recipe without a draft (method none) not at all."""
+    from builder.bench.tuned import tunable
+    from builder.recipe.loader import load_recipe
+
+    names = ["regime-llama3-eagle1", "regime-llama3-eagle1-int8", "regime-llama3-none", "regime-llama3-lookahead"]
+    loaded = [load_recipe(str(REPO / "recipes" / f"{n}.yaml")) for n in names]
+    again = load_recipe(str(REPO / "recipes" / ".." / "recipes" / "regime-llama3-eagle1.yaml"))
+    picked = [Path(r.path).stem for r in tunable([*loaded, again])]
+    assert picked == ["regime-llama3-eagle1", "regime-llama3-eagle1-int8", "regime-llama3-lookahead"]
