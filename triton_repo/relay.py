@@ -17,12 +17,20 @@ spec_decoder answers lines {"text", "output_tokens", "steps", "accepted_tokens",
 "finish_reason", "final"} or, last, {"error", "kind", "final": true}. Inputs are rebuilt with each tensor's
 declared dtype (`triton_repo.tensors`), so spec_decoder checks them exactly as a Triton request's. The
 sockets live in a 0700 directory per server (`socket_dir`); a socket is removed when its stub stops serving.
+
+spec_decoder's messages are written by its one scheduler thread, which steps every request: a front relay that stops
+reading (its thread stuck in a Triton call) would fill the socket's buffer (a few hundred messages) and then block that
+thread, and with it every other request. So spec_decoder's side writes with a bound (`Connection.send`, SEND_TIMEOUT_S
+without the socket taking the message): past it the request is dropped as one that lost its client (the scheduler
+frees its slot and KV), the socket is closed, and the front's relay ends with RelayClosed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import socket
 import tempfile
 import threading
@@ -34,6 +42,7 @@ import numpy as np
 from triton_repo import tensors as T
 
 MAX_LINE = 16 << 20  # a request line is at most this many bytes (prompts are bounded far below)
+SEND_TIMEOUT_S = 10.0  # spec_decoder drops a request whose front relay took none of a message for this long
 _DTYPES = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "BOOL": np.bool_, "STRING": np.object_}
 _SPEC = {t.name: t for t in T.SPEC_DECODER_INPUTS}
 
@@ -79,13 +88,31 @@ def decode_inputs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     return fields
 
 
-def _write(sock: socket.socket, message: dict[str, Any], lock: threading.Lock | None = None) -> None:
+def _write(sock: socket.socket, message: dict[str, Any], lock: threading.Lock | None = None,
+           timeout: float | None = None) -> None:  # fmt: skip
+    """One message as a line; `timeout`: TimeoutError when the socket takes none of it for that long (the socket
+    itself stays blocking: its reader thread waits on it for the whole request)."""
     data = (json.dumps(message) + "\n").encode()
-    if lock is None:
-        sock.sendall(data)
-    else:
-        with lock:
+    with lock if lock is not None else contextlib.nullcontext():
+        if timeout is None:
             sock.sendall(data)
+        else:
+            _send_within(sock, data, timeout)
+
+
+def _send_within(sock: socket.socket, data: bytes, timeout: float) -> None:
+    """sendall, but each wait for room in the socket's buffer lasts at most `timeout` s (TimeoutError then)."""
+    view = memoryview(data)
+    poller = None
+    while view:
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+        except BlockingIOError:
+            if poller is None:
+                poller = select.poll()
+                poller.register(sock, select.POLLOUT)
+            if not poller.poll(timeout * 1000):
+                raise TimeoutError(f"the reader took nothing for {timeout:g} s") from None
 
 
 def _lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
@@ -105,8 +132,8 @@ def _lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
 class Connection:
     """spec_decoder's side of one relayed request: send messages; `closed` once the front hung up."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.lock = sock, threading.Lock()
+    def __init__(self, sock: socket.socket, send_timeout_s: float = SEND_TIMEOUT_S) -> None:
+        self.sock, self.lock, self.send_timeout_s = sock, threading.Lock(), send_timeout_s
         self.closed = threading.Event()
         self.on_hang_up: Callable[[], None] | None = None  # called (reader thread) when the front hangs up
 
@@ -118,7 +145,11 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self.closed.is_set():
             raise RelayClosed("the front model closed this request")
-        _write(self.sock, message, self.lock)
+        try:
+            _write(self.sock, message, self.lock, self.send_timeout_s)
+        except TimeoutError as exc:  # (module docstring) the scheduler drops the request; the front sees EOF
+            self.close()
+            raise RelayClosed(f"the front model stopped reading this request: {exc}") from None
         if message.get("final"):
             self.close()
 
@@ -135,8 +166,8 @@ class RelayServer:
     """Accepts the front model's requests on `path`; `on_request(conn, inputs, parameters, request_id)` per request."""
 
     def __init__(self, path: Path, on_request: Callable[[Connection, dict, dict, str], None],
-                 log: Callable[[str], None] = lambda _m: None) -> None:  # fmt: skip
-        self.path, self.on_request, self.log = Path(path), on_request, log
+                 log: Callable[[str], None] = lambda _m: None, send_timeout_s: float = SEND_TIMEOUT_S) -> None:  # fmt: skip
+        self.path, self.on_request, self.log, self.send_timeout_s = Path(path), on_request, log, send_timeout_s
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if self.path.exists():
             self.path.unlink()  # a stale socket of a dead stub with our pid
@@ -158,7 +189,7 @@ class RelayServer:
             threading.Thread(target=self._serve, args=(sock,), name="trtspec-relay", daemon=True).start()
 
     def _serve(self, sock: socket.socket) -> None:
-        conn = Connection(sock)
+        conn = Connection(sock, self.send_timeout_s)
         lines = _lines(sock)
         try:
             first = next(lines)
