@@ -166,7 +166,8 @@ class RelayServer:
     """Accepts the front model's requests on `path`; `on_request(conn, inputs, parameters, request_id)` per request."""
 
     def __init__(self, path: Path, on_request: Callable[[Connection, dict, dict, str], None],
-                 log: Callable[[str], None] = lambda _m: None, send_timeout_s: float = SEND_TIMEOUT_S) -> None:  # fmt: skip
+                 log: Callable[[str], None] = lambda _m: None,
+                 send_timeout_s: float = SEND_TIMEOUT_S) -> None:  # fmt: skip
         self.path, self.on_request, self.log, self.send_timeout_s = Path(path), on_request, log, send_timeout_s
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if self.path.exists():

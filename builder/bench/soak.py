@@ -14,7 +14,9 @@ error, a wrong text, no answer within `answer_timeout_s` — is an unexpected er
 Measured on the server (`triton_repo.metrics`, /proc): RSS of tritonserver and its stubs, sampled through the
 run (growth after warm-up = last sample / first sample after `warmup_s` − 1), and at the end, once idle,
 that no request is queued or active and the engine holds no sequence (no slot or KV leak).
-Pass: no unexpected error, RSS growth < `max_rss_growth`, nothing left in the server.
+Pass: no unexpected error, RSS growth < `max_rss_growth`, nothing left in the server. At the first request that got
+no answer in time, every stub's Python threads' stacks are asked for (`TritonServer.dump_stacks`) and the server
+log's tail then is the result's `stall_log`: where the server was stuck.
 """
 
 from __future__ import annotations
@@ -69,10 +71,19 @@ class Tally:
     unexpected: list[str] = field(default_factory=list)
     tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    on_stall: Callable[[], str] | None = None  # called once, at the first request that got no answer
+    stall_log: str | None = None
 
     def bad(self, what: str) -> None:
         with self.lock:
             self.unexpected.append(what)
+
+    def stalled(self) -> None:
+        """A request got no answer in time: the server's threads' stacks, once (`soak`'s on_stall)."""
+        with self.lock:
+            first, self.on_stall = self.on_stall, None
+        if first is not None:
+            self.stall_log = first()
 
 
 class _Stream:
@@ -163,6 +174,7 @@ def _worker(i: int, urls: dict[str, str], s: Settings, oracle: dict[str, list[st
                 _one(stream, kind, target, rid, s, oracle, tally, rng)
             except queue.Empty:
                 tally.bad(f"{rid} ({kind}, {target}): no answer within {s.answer_timeout_s:.0f} s")
+                tally.stalled()
                 stream.restart()
     finally:
         stream.close()
@@ -268,7 +280,7 @@ def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log
     """Run the soak against a started, ready `TritonServer`; the figures and the verdict (JSON-ready)."""
     from builder.bench.serve_metrics import scrape, server_delta, total
 
-    tally, rng = Tally(), random.Random(s.seed)
+    tally, rng = Tally(on_stall=lambda: _stacks(server)), random.Random(s.seed)
     before = scrape(server.endpoints["metrics"])
     t0 = time.monotonic()
     stop_at = t0 + s.duration_s
@@ -296,10 +308,17 @@ def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log
         "unexpected": len(tally.unexpected), "unexpected_samples": tally.unexpected[:20],
         "requests_per_s": sum(tally.sent.values()) / wall, "good_tokens_per_s": tally.tokens / wall,
         "rss_mib": [(t, round(b / 2**20, 1)) for t, b in rss], "rss_growth_after_warmup": growth,
-        "left_in_server": left, "server": server_delta(before, after),
+        "left_in_server": left, "server": server_delta(before, after), "stall_log": tally.stall_log,
     }  # fmt: skip
     result["passed"] = (not tally.unexpected and growth is not None and growth < s.max_rss_growth and not any(left.values()))
     return result
+
+
+def _stacks(server: Any) -> str:
+    """Every Python thread's stack of the server's stubs (`TritonServer.dump_stacks`), as the log then reads."""
+    stubs = server.dump_stacks()
+    time.sleep(1.0)
+    return f"stacks asked of {len(stubs)} stub(s) at the first unanswered request:\n{server.log_tail(400)}"
 
 
 def _idle(server: Any, scrape: Callable, total: Callable, timeout: float = 30.0) -> Any:

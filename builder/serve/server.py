@@ -45,6 +45,8 @@ from typing import Sequence
 
 from builder import procs
 
+STACKS_SIGNAL = signal.SIGUSR2  # a trtspec stub dumps its threads' stacks on it (triton_repo/models/model.py)
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -305,6 +307,30 @@ class TritonServer:
         if self.proc.poll() is None:
             pids.add(self.proc.pid)
         return sorted(pids)
+
+    def dump_stacks(self) -> list[str]:
+        """Ask every Python-backend stub of this server for every thread's Python stack, into the server log
+        (SIGUSR2: `faulthandler.register` in triton_repo/models/model.py; the stubs run on). The model files of the
+        stubs signalled; the stacks appear in `log_path` within a moment."""
+        out = []
+        for pid in self.processes():
+            if self.proc is not None and pid == self.proc.pid:
+                continue  # (SIGUSR2 would end tritonserver itself)
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if Path(argv[0].decode(errors="replace")).name != "triton_python_backend_stub" or len(argv) < 2:
+                continue
+            model = argv[1].decode(errors="replace")
+            try:  # only a model that registered the handler: the signal's default action ends a process
+                if "faulthandler.register(STACKS_SIGNAL" not in Path(model).read_text(errors="replace"):
+                    continue
+                os.kill(pid, STACKS_SIGNAL)
+            except OSError:
+                continue
+            out.append(model)
+        return out
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the group, wait up to `timeout`, then SIGKILL the group and every straggler."""

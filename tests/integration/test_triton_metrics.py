@@ -8,6 +8,7 @@ gauges return to zero (no slot or KV row left), and the log has one start and on
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -116,10 +117,30 @@ def test_short_soak_is_exact_and_leaves_nothing_behind(server):
     """A few seconds of the soak (scripts/soak.py): every well-formed answer equals trtspec generate's, every
     cancel, malformed request and deadline ends as it should, and the server is empty afterwards."""
     r = _soak(server, streams=8, duration_s=6.0, warmup_s=2.0, p_disconnect=0.08)
-    # (a stall's evidence: whether its requests reached spec_decoder — the log's "received"/"ended" lines per id)
-    assert r["unexpected"] == 0, (r["unexpected_samples"], r["left_in_server"], server.log_tail(60))
+    # (a stall's evidence: the stubs' thread stacks at the first unanswered request, and whether its requests reached
+    # spec_decoder — the log's "received"/"ended" lines per id)
+    assert r["unexpected"] == 0, (r["unexpected_samples"], r["left_in_server"], r["stall_log"] or server.log_tail(60))
     assert r["ok"] == r["sent"] and r["sent"].get("good", 0) > 20
     assert not any(r["left_in_server"].values())
+
+
+def test_stub_stacks_on_request_and_the_server_serves_on(server):
+    """`TritonServer.dump_stacks` (what the soak does at a stall): every trtspec stub writes every thread's Python stack
+    into the server log — spec_decoder's scheduler loop and the front's watchers among them — and keeps serving."""
+    before = len(server.log_path.read_text(errors="replace"))
+    stubs = server.dump_stacks()
+    assert {Path(m).parts[-3] for m in stubs} >= {MODEL, "spec_decoder"}, stubs
+    deadline = time.monotonic() + 10
+    while True:
+        new = server.log_path.read_text(errors="replace")[before:]
+        if ("scheduler.py" in new and "_loop" in new and "front.py" in new) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert "scheduler.py" in new and "_loop" in new and "front.py" in new and "Thread 0x" in new, new[-3000:]
+    prompt, n = "def fibonacci(n):", 24
+    got = LiveStream(server, MODEL, prompt, n, stream=True).finish(60)
+    assert got.error is None and got.text == oracle(RECIPE, prompt, n)["text"]
+    assert server.alive() and len(server.dump_stacks()) == len(stubs)
 
 
 @pytest.mark.slow

@@ -15,10 +15,12 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import json
+import signal
 import sys
 from pathlib import Path
 
 RUNTIME = "trtspec_runtime"
+STACKS_SIGNAL = signal.SIGUSR2  # dumps every thread's stack (`TritonPythonModel.initialize`)
 
 
 class _RuntimeOnly(importlib.abc.MetaPathFinder):
@@ -50,6 +52,9 @@ def install_runtime(folder: Path) -> None:
 class TritonPythonModel:
     def initialize(self, args):
         faulthandler.enable()  # a stub that dies of a signal leaves its Python stacks in the server log
+        # `kill -USR2 <stub pid>`: every thread's Python stack goes to the server log, the stub runs on (a hang's
+        # where; written from the signal handler, so it works while a stuck thread holds the GIL)
+        faulthandler.register(STACKS_SIGNAL, all_threads=True)
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         install_runtime(Path(__file__).resolve().parent / RUNTIME)
