@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -30,10 +31,9 @@ def alive(pid: int, start_time: str) -> bool:
     return fields is not None and fields[0] not in ("Z", "X") and fields[19] == start_time
 
 
-def stubs_of(model_dir: Path, server_pid: int) -> dict[int, str]:
-    """pid -> start time of the live children of `server_pid` that run a model file under `model_dir`."""
+def _stubs(model_dir: Path, server_pid: int) -> Iterator[tuple[int, str, str]]:
+    """(pid, start time, model file) of the live children of `server_pid` that run a model file under `model_dir`."""
     prefix = str(Path(model_dir).resolve()) + os.sep
-    out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -46,5 +46,14 @@ def stubs_of(model_dir: Path, server_pid: int) -> dict[int, str]:
             continue
         path = os.path.realpath(argv[1].decode(errors="replace")) if len(argv) > 1 else ""
         if path.startswith(prefix) and path.endswith(".py"):
-            out[int(entry.name)] = fields[19]
-    return out
+            yield int(entry.name), fields[19], path
+
+
+def stubs_of(model_dir: Path, server_pid: int) -> dict[int, str]:
+    """pid -> start time of the live children of `server_pid` that run a model file under `model_dir`."""
+    return {pid: start for pid, start, _ in _stubs(model_dir, server_pid)}
+
+
+def stub_models(model_dir: Path, server_pid: int) -> dict[int, str]:
+    """pid -> model file of the same processes as `stubs_of`."""
+    return {pid: path for pid, _, path in _stubs(model_dir, server_pid)}

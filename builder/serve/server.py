@@ -312,17 +312,12 @@ class TritonServer:
         """Ask every Python-backend stub of this server for every thread's Python stack, into the server log
         (SIGUSR2: `faulthandler.register` in triton_repo/models/model.py; the stubs run on). The model files of the
         stubs signalled; the stacks appear in `log_path` within a moment."""
+        from triton_repo.watch import stub_models
+
+        if self.proc is None:
+            return []
         out = []
-        for pid in self.processes():
-            if self.proc is not None and pid == self.proc.pid:
-                continue  # (SIGUSR2 would end tritonserver itself)
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if Path(argv[0].decode(errors="replace")).name != "triton_python_backend_stub" or len(argv) < 2:
-                continue
-            model = argv[1].decode(errors="replace")
+        for pid, model in stub_models(Path(self.repo), self.proc.pid).items():
             try:  # only a model that registered the handler: the signal's default action ends a process
                 if "faulthandler.register(STACKS_SIGNAL" not in Path(model).read_text(errors="replace"):
                     continue
