@@ -35,11 +35,15 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from triton_repo import tensors as T
+from triton_repo.detok import text_delta
+
+if TYPE_CHECKING:
+    from triton_repo.jobs import Chunk
 
 MAX_LINE = 16 << 20  # a request line is at most this many bytes (prompts are bounded far below)
 SEND_TIMEOUT_S = 10.0  # spec_decoder drops a request whose front relay took none of a message for this long
@@ -160,6 +164,25 @@ class Connection:
         except OSError:
             pass
         self.sock.close()
+
+
+class RelaySink:
+    """spec_decoder's sink (`triton_repo.jobs`) of a job relayed by the front model: text and counters as JSON lines
+    over its `Connection`; the front hanging up (its client cancelled or went away) is the cancellation."""
+
+    def __init__(self, conn: Connection, tokenizer: Any) -> None:
+        self.conn, self.tokenizer = conn, tokenizer
+
+    def cancelled(self) -> bool:
+        return self.conn.closed.is_set()
+
+    def send(self, chunk: Chunk) -> None:
+        if chunk.error is not None:
+            self.conn.send({"error": chunk.error, "kind": chunk.error_kind, "final": True})
+            return
+        self.conn.send({"text": text_delta(self.tokenizer, chunk.ids, chunk.prefix_len, chunk.final),
+                        "output_tokens": chunk.output_tokens, "steps": chunk.steps, "accepted_tokens": chunk.accepted,
+                        "drafted_tokens": chunk.drafted, "finish_reason": chunk.finish_reason, "final": chunk.final})  # fmt: skip
 
 
 class RelayServer:

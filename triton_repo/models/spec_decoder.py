@@ -45,6 +45,7 @@ from triton_repo.compat import check, instance_gpu
 from triton_repo.detok import text_delta
 from triton_repo.request import Limits, RequestError, parse
 from triton_repo.jobs import ERROR_CODES, Chunk, Job, Overloaded, Unavailable
+from triton_repo.relay import RelaySink
 from triton_repo.scheduler import Scheduler
 
 _INPUTS = [t.name for t in T.SPEC_DECODER_INPUTS]
@@ -93,25 +94,6 @@ class _Sink:
                                                                  chunk.final).encode()], dtype=object)  # fmt: skip
         out = [pb_utils.Tensor(name, make()) for name, make in values.items() if name in self.wanted]
         self.sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=flags)
-
-
-class _RelaySink:
-    """A job relayed by the front model (`triton_repo.relay`): text and counters as JSON lines; the front
-    hanging up (its client cancelled or went away) is the cancellation."""
-
-    def __init__(self, conn, tokenizer) -> None:
-        self.conn, self.tokenizer = conn, tokenizer
-
-    def cancelled(self) -> bool:
-        return self.conn.closed.is_set()
-
-    def send(self, chunk: Chunk) -> None:
-        if chunk.error is not None:
-            self.conn.send({"error": chunk.error, "kind": chunk.error_kind, "final": True})
-            return
-        self.conn.send({"text": text_delta(self.tokenizer, chunk.ids, chunk.prefix_len, chunk.final),
-                        "output_tokens": chunk.output_tokens, "steps": chunk.steps, "accepted_tokens": chunk.accepted,
-                        "drafted_tokens": chunk.drafted, "finish_reason": chunk.finish_reason, "final": chunk.final})  # fmt: skip
 
 
 def _refusal(exc: Exception) -> str:
@@ -233,7 +215,7 @@ class Model:
         """A request from the front model (`triton_repo.relay`), checked and queued like a Triton request."""
         try:
             fields = {name: inputs.get(name) for name in _INPUTS}
-            job = self._job(fields, params, request_id, time.monotonic(), lambda _p: _RelaySink(conn, self.tokenizer))
+            job = self._job(fields, params, request_id, time.monotonic(), lambda _p: RelaySink(conn, self.tokenizer))
             job.key = f"relay-{id(conn)}"
             self.scheduler.submit(job)
             conn.on_hang_up = lambda: self.scheduler.cancel(job.key)  # seen at the next step boundary
