@@ -1,4 +1,5 @@
-"""Every recipe path the docs show (README.md and every `--help`) exists and validates.
+"""Every recipe path the docs show (README.md, docs/*.md and every `--help`) exists and validates; every local
+link between those files resolves, anchors included.
 
 Paths are `recipes/…yaml`; globs (`recipes/tiny-llama3*.yaml`) and braces (`{none,eagle}`) are
 expanded and must match at least one file. Directories the docs mention (`recipes/checkpoints/…`,
@@ -20,6 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE_PATH = re.compile(r"recipes/[A-Za-z0-9_.*?{},/-]*?\.yaml\b")
 
 
+def _markdown() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 def _help_texts() -> dict[str, str]:
     runner = CliRunner()
     texts = {"trtspec --help": runner.invoke(cli, ["--help"]).output}
@@ -38,7 +43,7 @@ def _braces(pattern: str) -> list[str]:
 
 def _mentions() -> dict[str, str]:
     """Each recipe path or pattern mentioned → every place it is seen (comma-separated)."""
-    sources = {"README.md": (REPO / "README.md").read_text(), **_help_texts()}
+    sources = {**{str(p.relative_to(REPO)): p.read_text() for p in _markdown()}, **_help_texts()}
     found: dict[str, list[str]] = {}
     for where, text in sources.items():
         for path in RECIPE_PATH.findall(text.replace("\n", " ")):
@@ -77,3 +82,33 @@ def test_documented_recipe_paths_validate(pattern, monkeypatch):
             continue
         result = CliRunner().invoke(cli, ["validate", path])
         assert result.exit_code == 0, f"{path} (in {MENTIONS[pattern]}): {result.output}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a Markdown link's target
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, anything but letters, digits, spaces, '-' and '_' dropped, spaces
+    to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_anchor(line.lstrip("#")) for line in path.read_text().split("\n") if re.match(r"#{1,6} ", line)}
+
+
+def test_anchor_rule_on_headings_of_these_docs():
+    assert _anchor(" TensorRT-LLM backend (`target.backend: trtllm`)") == "tensorrt-llm-backend-targetbackend-trtllm"
+    assert _anchor(" A Zen 4 machine (AMD EPYC, 2026-12-03)") == "a-zen-4-machine-amd-epyc-2026-12-03"
+
+
+@pytest.mark.parametrize("doc", _markdown(), ids=lambda p: str(p.relative_to(REPO)))
+def test_local_links_resolve(doc):
+    links = [t for t in LINK.findall(doc.read_text()) if not re.match(r"[a-z]+:", t)]
+    assert doc.name != "README.md" or len(links) >= 5, links  # the scan is not vacuous
+    for target in links:
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        assert path.exists(), f"{doc.name}: link {target!r}: {path} does not exist"
+        if anchor and path.suffix == ".md":
+            assert anchor in _anchors(path), f"{doc.name}: link {target!r}: no heading with that anchor in {path.name}"
