@@ -136,7 +136,6 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     from builder.data.humaneval import load_humaneval
     from builder.fixture.corpus import load_corpus
     from builder.recipe.loader import load_recipe
-    from builder.speculative.ngram import drafter as ngram_drafter
     from builder.speculative.ngram import pool as ngram_pool
     from builder.stages.decoders import cache_dir
     from builder.stages.engine import measure_folder
@@ -168,20 +167,11 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
                      for r in [replay(texts, s, max_new)]), key=lambda x: -x[0])  # fmt: skip
     oracle = per_ms([a + 1 for a in base.accepted], base.tokens)
     docs = [tok.encode(f.text).ids for f in load_corpus().train]
-    made = ngram_pool.shared_pool_for
-
-    def seeded(max_match: int) -> Any:  # the pool, filled with the training text first
-        pool = ngram_pool.SharedPool(max_match, min(ngram_pool.POOL_MIN_MATCH, max_match),
-                                     capacity=2 * sum(map(len, docs)) + (1 << 16))  # fmt: skip
-        for d in docs:
-            pool.add(d)
-        return pool
-
-    ngram_drafter.shared_pool_for = seeded  # a replay-only stand-in: the engine's pool holds finished requests only
-    try:
-        store = replay(texts, {**setting, "shared_pool": True}, max_new)
-    finally:
-        ngram_drafter.shared_pool_for = made
+    pool = ngram_pool.SharedPool(setting["max_match"], min(ngram_pool.POOL_MIN_MATCH, setting["max_match"]),
+                                 capacity=2 * sum(map(len, docs)) + (1 << 16))  # the training text, then the prompts'
+    for d in docs:
+        pool.add(d)
+    store = replay(texts, {**setting, "shared_pool": True}, max_new, pool=pool)
     return {"setting": setting, "curve_c1_ms": curve.target_ms(1, 1),
             "curve_cmax_ms": curve.target_ms(1, curve.max_nodes), "curve_max_nodes": curve.max_nodes,
             "recipe": {"tokens_per_ms": per_ms(base.nodes, base.tokens), "tau": base.tau,
@@ -202,7 +192,15 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_tiny_limits.json")
     args = ap.parse_args()
-    parts, rows = set(args.parts.split(",")), [int(x) for x in args.rows.split(",") if x]
+    parts, known = set(args.parts.split(",")), {"lm_head", "attention", "replay"}
+    if not parts <= known:
+        ap.error(f"--parts: unknown {sorted(parts - known)} (allowed: {', '.join(sorted(known))})")
+    try:
+        rows = [int(x) for x in args.rows.split(",") if x]
+    except ValueError:
+        ap.error(f"--rows: comma-separated positive integers, got {args.rows!r}")
+    if not rows or min(rows) < 1 or args.runs < 1 or args.past < 0 or args.num_prompts < 1 or args.max_new_tokens < 1:
+        ap.error("--rows, --runs, --num-prompts and --max-new-tokens must be positive, --past at least 0")
     report: dict[str, Any] = {"benchmark": "bench_tiny_limits", "load_avg": os.getloadavg(), "past": args.past}
     if "lm_head" in parts:
         report["lm_head"] = lm_head(rows, args.runs)

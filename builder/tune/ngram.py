@@ -61,9 +61,11 @@ class Replayed:
 
 
 def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[str, Any], max_new: int,
-           budget: int | None = None) -> Replayed:  # fmt: skip
+           budget: int | None = None, pool: Any = None) -> Replayed:  # fmt: skip
     """Each (prompt, greedy output) decoded to `max_new` tokens as the decoding loop would with this n-gram
-    setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end."""
+    setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end.
+    `pool`: a `SharedPool` the texts start from instead of an empty one (a setting with shared_pool only; e.g. a
+    datastore of other text, `scripts/bench_tiny_limits.py`)."""
     from builder.speculative.ngram.drafter import NgramFactory
     from builder.speculative.engine import PrefillResult
 
@@ -72,6 +74,10 @@ def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[s
     accepted: list[int] = []
     lengths: list[int] = []
     factory = NgramFactory(ngram_settings(setting))  # one pool for every text (with shared_pool)
+    if pool is not None:
+        if factory.pool is None:
+            raise ValueError("replay: a starting pool needs a setting with shared_pool")
+        factory.pool = pool
     for seq, (prompt, out) in enumerate(texts):
         first = steps
         drafter = factory()

@@ -21,6 +21,7 @@ from builder.speculative.decoding import Decoder, DraftSchedule, Request, genera
 from builder.speculative.ngram.config import ngram_nodes
 from builder.speculative.drafters import NGRAM_KEYS
 from builder.speculative.ngram.drafter import NgramFactory
+from builder.speculative.ngram.pool import shared_pool_for
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
 from builder.tune.ngram import grid, replay, score
@@ -78,6 +79,31 @@ def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
         assert max(r.nodes) <= budget
     if s["shared_pool"]:  # the pool drafted: fewer steps than the same setting without one
         assert r.steps < replay(texts, {**s, "shared_pool": False}, max_new, budget).steps
+
+
+def test_replay_from_a_starting_pool_takes_the_decoding_loops_steps(engine) -> None:
+    """`replay(..., pool=)` (a datastore the texts start from) against the decoding loop whose drafters share a pool
+    seeded the same way."""
+    setting = (6, 3, 1, 1, True, True)
+    s = dict(zip(NGRAM_KEYS, setting))
+    prompts, max_new = [[11, 40, 3, 17, 22, 5], [1, 2, 3, 4, 1, 2, 3]], 40
+    texts = [(p, generate(engine, p, max_new + s["max_draft"] + 1).token_ids) for p in prompts]
+    store = [*prompts[0], *texts[0][1]]  # a datastore that holds the first decode's text
+
+    def seeded():  # noqa: ANN202
+        pool = shared_pool_for(s["max_match"])
+        pool.add(store)
+        return pool
+
+    r = replay(texts, s, max_new, pool=seeded())
+    tap, factory = _Taps(engine), NgramFactory(setting)
+    factory.pool = seeded()
+    gens = [Decoder(tap, factory(), DraftSchedule(())).run([Request(tuple(p), max_new)])[0] for p in prompts]
+    assert r.accepted == tuple(a for g in gens for a in g.accepted_per_step)
+    assert r.steps == sum(g.steps for g in gens) and tuple(tap.nodes) == r.nodes
+    assert r.steps < replay(texts, s, max_new).steps  # the datastore drafted
+    with pytest.raises(ValueError, match="shared_pool"):
+        replay(texts, {**s, "shared_pool": False}, max_new, pool=seeded())
 
 
 def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
