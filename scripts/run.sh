@@ -83,7 +83,7 @@ $TRTSPEC bench "$RECIPE" -q --concurrency 1,2 --window-ms 2000 --out "out/bench/
 echo "--- acceptance profile (held-out HumanEval prompts)"
 if [ $# -eq 0 ]; then
   $TRTSPEC profile-acceptance recipes/tiny-llama3.yaml recipes/tiny-llama3-eagle2.yaml \
-    recipes/tiny-llama3-eagle1.yaml recipes/tiny-llama3-medusa.yaml --num-prompts 10 --max-new-tokens 64 -o out/acceptance.json
+    recipes/tiny-llama3-eagle1.yaml recipes/tiny-llama3-medusa.yaml recipes/tiny-llama3-ngram.yaml --num-prompts 10 --max-new-tokens 64 -o out/acceptance.json
 else
   $TRTSPEC profile-acceptance "$RECIPE" --num-prompts 10 --max-new-tokens 64 -o out/acceptance.json
 fi
