@@ -130,7 +130,7 @@ def attention(rows: list[int], past: int, runs: int) -> list[dict[str, Any]]:
 
 def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     import torch
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # type: ignore[import-untyped]
     from transformers import AutoModelForCausalLM
 
     from builder.data.humaneval import load_humaneval

@@ -23,7 +23,7 @@ widest draft; the draft schedule's budgets are the pick replayed with a node cap
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from builder.speculative.drafters import ngram_settings
 from builder.speculative.ngram.config import ngram_nodes
@@ -31,6 +31,9 @@ from builder.tune.calibrate import Calibration
 from builder.tune.choose import Scored, best
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
+
+if TYPE_CHECKING:
+    from builder.speculative.ngram.pool import SharedPool
 
 DRAFTS = (4, 8, 12, 16, 23)  # max_draft candidates (those the engine's room allows), with the room itself
 MATCHES = ((3, 1), (3, 2), (4, 1), (4, 2), (5, 1), (5, 2), (5, 3))  # (max_match, min_match) candidates
@@ -61,7 +64,7 @@ class Replayed:
 
 
 def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[str, Any], max_new: int,
-           budget: int | None = None, pool: Any = None) -> Replayed:  # fmt: skip
+           budget: int | None = None, pool: SharedPool | None = None) -> Replayed:  # fmt: skip
     """Each (prompt, greedy output) decoded to `max_new` tokens as the decoding loop would with this n-gram
     setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end.
     `pool`: a `SharedPool` the texts start from instead of an empty one (a setting with shared_pool only; e.g. a
