@@ -130,15 +130,15 @@ def attention(rows: list[int], past: int, runs: int) -> list[dict[str, Any]]:
 
 def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     import torch
-    from tokenizers import Tokenizer  # type: ignore[import-untyped]
     from transformers import AutoModelForCausalLM
 
-    from builder.data.humaneval import load_humaneval
+    from builder.data.humaneval import heldout_prompts
     from builder.fixture.corpus import load_corpus
     from builder.recipe.loader import load_recipe
-    from builder.speculative.ngram import pool as ngram_pool
+    from builder.speculative.ngram.pool import shared_pool_for
     from builder.stages.decoders import cache_dir
     from builder.stages.engine import measure_folder
+    from builder.stages.parts import load_tokenizer
     from builder.stages.runner import build
     from builder.tune.curve import StepCurve
     from builder.tune.methods import current_setting
@@ -148,12 +148,13 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     folder = build(recipe, cache_dir(), until="engine").folder("engine")
     curve = StepCurve.from_json(measure_folder(folder, 1))  # timed now, as `trtspec tune --curve now` does
     setting = current_setting(recipe)
-    tok = Tokenizer.from_file(str(FIXTURE / "tokenizer.json"))
+    tok = load_tokenizer(FIXTURE)
     model = AutoModelForCausalLM.from_pretrained(str(FIXTURE), dtype=torch.float32).eval()
+    settings = grid(setting, curve.max_nodes)
+    extra = max(s["max_draft"] for s in settings) + 1
     texts = []
-    extra = max(s["max_draft"] for s in grid(setting, curve.max_nodes)) + 1
-    for row in load_humaneval()[:num_prompts]:
-        ids = tok.encode(row["prompt"]).ids
+    for prompt in heldout_prompts(num_prompts):
+        ids = tok.encode(prompt).ids
         with torch.no_grad():
             out = model.generate(torch.tensor([ids]), max_new_tokens=max_new + extra, do_sample=False,
                                  eos_token_id=None, pad_token_id=1)  # fmt: skip
@@ -162,13 +163,12 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     def per_ms(nodes: Any, tokens: int) -> float:
         return tokens / sum(curve.target_ms(1, t) for t in nodes)
 
-    base = replay(texts, setting, max_new)
-    scored = sorted(((per_ms(r.nodes, r.tokens), s) for s in grid(setting, curve.max_nodes)
-                     for r in [replay(texts, s, max_new)]), key=lambda x: -x[0])  # fmt: skip
+    runs = [(s, replay(texts, s, max_new)) for s in settings]
+    base = next((r for s, r in runs if s == setting), None) or replay(texts, setting, max_new)
+    scored = sorted(((per_ms(r.nodes, r.tokens), s) for s, r in runs), key=lambda x: -x[0])
     oracle = per_ms([a + 1 for a in base.accepted], base.tokens)
     docs = [tok.encode(f.text).ids for f in load_corpus().train]
-    pool = ngram_pool.SharedPool(setting["max_match"], min(ngram_pool.POOL_MIN_MATCH, setting["max_match"]),
-                                 capacity=2 * sum(map(len, docs)) + (1 << 16))  # the training text, then the prompts'
+    pool = shared_pool_for(setting["max_match"], capacity=2 * sum(map(len, docs)) + (1 << 16))  # room for all of it
     for d in docs:
         pool.add(d)
     store = replay(texts, {**setting, "shared_pool": True}, max_new, pool=pool)

@@ -9,6 +9,7 @@ CI matrix files (`recipes/ci/*.yaml`) are validated as matrices (`builder.ci.mat
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -93,6 +94,7 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@functools.cache
 def _anchors(path: Path) -> set[str]:
     return {_anchor(line.lstrip("#")) for line in path.read_text().split("\n") if re.match(r"#{1,6} ", line)}
 

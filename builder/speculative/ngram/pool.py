@@ -34,9 +34,10 @@ POOL_DRAFT = 4  # tokens drafted from the pool at most (a fixed length: the adap
 POOL_TOKENS = 1 << 16  # tokens the pool keeps at most (~ a few hundred requests' texts)
 
 
-def shared_pool_for(max_match: int) -> "SharedPool":
-    """The pool of a drafter that looks up suffixes of at most max_match tokens (POOL_MIN_MATCH or fewer)."""
-    return SharedPool(max_match, min(POOL_MIN_MATCH, max_match))
+def shared_pool_for(max_match: int, capacity: int = POOL_TOKENS) -> "SharedPool":
+    """The pool of a drafter that looks up suffixes of at most max_match tokens (POOL_MIN_MATCH or fewer); a larger
+    `capacity` holds a datastore (`builder.tune.ngram.replay`'s `pool`)."""
+    return SharedPool(max_match, min(POOL_MIN_MATCH, max_match), capacity)
 
 
 class SharedPool:
