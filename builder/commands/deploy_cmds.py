@@ -4,8 +4,9 @@
     <out>/engine/       the engine, when this host built it (trtspec build on a GPU host); else bundle/build.sh makes it
     <out>/repository/   the inflight_batcher_llm repository; gpt_model_path = --engine-path (default /trtspec/engine,
                         where docker-run.sh and k8s.yaml mount <out>/engine)
-    <out>/bundle/       build.sh + build.json (the exact trtllm-build), launch.sh (engine check + mpirun), docker-run.sh,
-                        k8s.yaml, bench.sh (perf_analyzer / genai-perf), check_engine.py, prompts
+    <out>/bundle/       build.sh + build.json (the exact trtllm-build, then the engine lock engine.json),
+                        launch.sh (engine check + mpirun), docker-run.sh ([serve] | build), k8s.yaml,
+                        bench.sh (perf_analyzer / genai-perf), check_engine.py (the lock's stdlib code), prompts
     <out>/deploy.json   what the bundle is: recipe, stage keys, versions, container, next steps
     <out>/README.md     the same steps for a person
 
@@ -60,8 +61,8 @@ def deploy(recipe: str, overrides: tuple[str, ...], out: str | None, cache_dir: 
     result = run_build(loaded, cache_dir, until="checkpoint", report=_Display(quiet))
     dest = Path(out) if out else Path("out/deploy") / Path(recipe).stem
     info = _write(loaded, result, Path(cache_dir), dest, engine_path)
-    click.echo(f"deploy bundle: {dest}  (engine {'included' if info['engine_included'] else 'to build: bash '}"
-               f"{'' if info['engine_included'] else str(dest / 'bundle/build.sh')})")
+    todo = "to build: bash " + str(dest / "bundle/docker-run.sh") + " build"
+    click.echo(f"deploy bundle: {dest}  (engine {'included' if info['engine_included'] else todo})")
     for step in info["next_steps"]:
         click.echo(f"  {step}")
 
@@ -101,7 +102,7 @@ def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None)
                 link_or_copy(f, tmp / "engine" / f.relative_to(engine))
         settings = repo_settings(loaded, engine_dir=engine_path or MOUNTS["engine"])
         repo = render_repository(tmp / "repository", settings, Path(source["tokenizer"]))
-        host = HostPaths(repository=dest / "repository", engine=dest / "engine",
+        host = HostPaths(repository=dest / "repository", engine=dest / "engine", checkpoint=dest / "checkpoint",
                          tokenizer=tmp / "repository" / settings.tokenizer_dir)  # fmt: skip
         write_bundle(r, tmp / "bundle", host, prompts=_prompts(loaded), ensemble=settings.model_name)
         cmd = build_command(r, "$HERE/../checkpoint", "$HERE/../engine", tree_dir=loaded.dir_of(tree_field(r)))
@@ -139,9 +140,11 @@ def _info(loaded, result, engine_included: bool, repo: dict, cmd, dest: Path) ->
     r = loaded.recipe
     world = r.parallelism.tp * r.parallelism.pp
     steps = [] if engine_included else [
-        f"on the GPU host, inside {r.trtllm.image}: bash {dest}/bundle/build.sh   # writes {dest}/engine"]
-    steps += [f"serve: bash {dest}/bundle/docker-run.sh   (or kubectl apply -f {dest}/bundle/k8s.yaml; "
-              f"inside the container: bash bundle/launch.sh)", f"measure: bash {dest}/bundle/bench.sh"]
+        f"build, on the GPU host: bash {dest}/bundle/docker-run.sh build   (runs bundle/build.sh in {r.trtllm.image}: "
+        f"trtllm-build, then the engine lock {dest}/engine/engine.json)"]
+    steps += [f"serve: bash {dest}/bundle/docker-run.sh   (or kubectl apply -f {dest}/bundle/k8s.yaml; inside the "
+              "container: bash bundle/launch.sh; it checks engine.json first, file hashes once per host: "
+              "VERIFY_HASHES=once|always|never)", f"measure: bash {dest}/bundle/bench.sh"]
     return {
         "recipe": str(loaded.path), "backend": "trtllm", "tensorrt_llm": r.trtllm.version,
         "tensorrt": r.trtllm.release.tensorrt, "container": r.trtllm.image, "device": r.target.device,
@@ -162,11 +165,14 @@ def _readme(loaded, info: dict) -> str:
         f"(TensorRT {info['tensorrt']}).",
         "",
         "- `checkpoint/`: the TensorRT-LLM checkpoint (config.json, rank{N}.safetensors)",
-        "- `engine/`: " + ("the engine built on this host" if info["engine_included"] else
-                           "written by `bundle/build.sh` (trtllm-build; each flag's recipe field is commented)"),
+        "- `engine/`: " + ("the engine built on this host, with its lock engine.json" if info["engine_included"] else
+                           "written by `bundle/build.sh` (trtllm-build, each flag's recipe field commented, then the "
+                           "lock engine.json: versions, GPU, every file's sha256); `bundle/docker-run.sh build` runs "
+                           "it in the pinned container"),
         "- `repository/`: the inflight_batcher_llm model repository (gpt_model_path = the engine as the server sees it)",
-        "- `bundle/`: launch.sh (engine/version check, then mpirun with one tritonserver per rank), docker-run.sh, "
-        "k8s.yaml, bench.sh",
+        "- `bundle/`: launch.sh (engine lock check, then mpirun with one tritonserver per rank), docker-run.sh "
+        "(`build` or serve; launch.sh's and build.sh's settings set in the environment are passed in), k8s.yaml, "
+        "bench.sh",
         "",
         "Steps:",
         *[f"1. `{s}`" for s in info["next_steps"]],

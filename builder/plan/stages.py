@@ -125,7 +125,8 @@ STAGE_CODE = {  # source files (or folders of them) whose change must rebuild th
 }
 TRTLLM_STAGE_CODE = {  # the trtllm backend's stages that differ (load and quantize are shared)
     "checkpoint": ("builder/stages/checkpoint.py", "builder/stages/parts.py", "builder/trtllm/checkpoint"),
-    "engine": ("builder/stages/engine.py", "builder/trtllm/build_cmd.py", "builder/trtllm/engine.py"),
+    "engine": ("builder/stages/engine.py", "builder/trtllm/build_cmd.py", "builder/trtllm/engine.py",
+               "builder/stages/trtllm_engine.py", "builder/trtllm/compat.py"),  # compat: engine.json's code
     "repo": ("builder/stages/repo.py", "builder/trtllm/repo_settings.py", "triton_repo/trtllm"),
 }
 
@@ -163,7 +164,8 @@ def code_digest(stage: str, backend: str = "onnxruntime") -> str:
 
 
 STAGES = [
-    ("load", "HF checkpoint + draft → torch reference", ["model", "speculative.method", "speculative.checkpoint"]),
+    ("load", "HF checkpoint + draft → torch reference",
+     ["model", "speculative.method", "speculative.checkpoint", "speculative.allow_pickle"]),
     ("quantize", "modelopt FP8 PTQ (weights, activations, KV)", ["quantization"]),
     ("export", "ONNX step + draft graphs, FP8 Q/DQ", ["speculative", "build", "target.device"]),
     ("engine", "ORT sessions (cpu) | TensorRT + tree_verify (GPU)", ["target", "parallelism", "build"]),

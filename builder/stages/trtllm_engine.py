@@ -1,11 +1,13 @@
 """engine (target.backend: trtllm): `trtllm-build` over the checkpoint stage's folder, on a GPU host.
 
 The exact command (`builder.trtllm.build_cmd`) is written beside the engine as build.sh + build.json (every
-flag with the recipe field it comes from). It runs only where `tensorrt_llm` of the recipe's pinned
+flag with the recipe field it comes from; build.sh here is the bare command, a record — the bundle's build.sh
+also locks). It runs only where `tensorrt_llm` of the recipe's pinned
 release imports and a GPU of the recipe's compute capability is present (`builder.trtllm.engine.probe`);
 elsewhere the stage stops with `NeedsGpu` (exit 3) after load, quantize and checkpoint are cached, and
 `trtspec deploy` writes the same command into a bundle for that host. engine.json records the TensorRT-LLM
-and TensorRT versions and the GPU the engine was built on (the serve-time lock: `builder.trtllm.compat`).
+and TensorRT versions, the GPU the engine was built on and every file's sha256 (the serve-time lock:
+`builder.trtllm.compat`, the same code the bundle's build.sh runs as check_engine.py, so both write one format).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def run(ctx: StageContext, out: Path) -> None:
         build_engine(cmd, out, ctx.say)
     except BuildFailed as exc:  # trtllm-build's own refusal or crash: its log's last lines, nothing kept
         raise UserError(f"trtllm-build failed: {exc}", field="engine") from None
-    write_build_script(cmd, out)
+    write_build_script(cmd, out, lock=False)  # the record; engine.json is written right here
     manifest = engine_manifest(cmd, out, installed_here())
     write_engine_manifest(out, manifest)
     ctx.info.update(trtllm=manifest.get("tensorrt_llm"), tensorrt=manifest.get("tensorrt"),

@@ -3,7 +3,7 @@
     cmd = build_command(recipe, "ckpt/", "engine/", tree_dir=loaded.dir_of(tree_field(recipe)))
     cmd.argv        # ["trtllm-build", "--checkpoint_dir", "ckpt/", ...]
     cmd.manifest()  # {"flags": [{flag, value, recipe_field, why}, ...], "tensorrt_llm": "1.2.1", ...}
-    write_build_script(cmd, folder)   # folder/build.sh + folder/build.json
+    write_build_script(cmd, folder)   # folder/build.sh + folder/build.json (+ folder/check_engine.py: the lock)
 
 Every flag and value below was checked against TensorRT-LLM's own parser and builder (NVIDIA/TensorRT-LLM, the
 newest versions in the source index: the 1.2 development line, whose `tensorrt_llm/version.py` is stored at
@@ -47,6 +47,7 @@ from builder.recipe.schema import Recipe
 from builder.recipe.trtllm import speculative_decoding_mode
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
+from builder.trtllm import compat
 
 PLUGIN_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # model.dtype -> plugin dtype
 EAGLE_MAX_BATCH = 512  # tensorrt_llm/builder.py build(): "Max batch size > 512 is not supported for EAGLE"
@@ -284,21 +285,76 @@ def build_command(recipe: Recipe, checkpoint_dir: str, output_dir: str, *, tree_
 
 # -- build.sh / build.json ----------------------------------------------------------------------------------
 
+LOCK_SCRIPT = "check_engine.py"  # builder/trtllm/compat.py, copied verbatim beside build.sh (standard library only)
 
-def render_build_script(cmd: BuildCommand) -> str:
-    """bash: `set -euo pipefail`, CHECKPOINT_DIR / ENGINE_DIR / TRTLLM_BUILD overridable, one comment per flag."""
+
+def _build_steps() -> list[str]:
+    """build.sh after `args=(...)`: preflight, trtllm-build into a stage folder, engine.json, rename into place."""
+    return [
+        "# 1. This container can build the engine: the pinned TensorRT-LLM, a GPU of the target's compute capability.",
+        f'"$PYTHON" "$HERE/{LOCK_SCRIPT}" preflight --build-json "$HERE/build.json"',
+        "# 2. trtllm-build into a stage folder beside ENGINE_DIR (into ENGINE_DIR itself when it is an empty folder,",
+        "#    e.g. the mount `docker-run.sh build` gives it); any failure removes what was written, so ENGINE_DIR",
+        "#    either keeps its previous engine or receives a complete one with its engine.json.",
+        'name="$(basename "$ENGINE_DIR")"',
+        'mkdir -p "$(dirname "$ENGINE_DIR")"',
+        'parent="$(cd "$(dirname "$ENGINE_DIR")" && pwd)"',
+        'ENGINE_DIR="$parent/$name"',
+        'if [ -d "$ENGINE_DIR" ] && [ -z "$(find "$ENGINE_DIR" -mindepth 1 -maxdepth 1 -print -quit)" ]; then',
+        '  stage="$ENGINE_DIR"',
+        'elif [ -d "$ENGINE_DIR" ] && command -v mountpoint >/dev/null && mountpoint -q "$ENGINE_DIR"; then',
+        '  echo "build.sh: $ENGINE_DIR is a mount point holding files; a new engine cannot be renamed onto it:" \\',
+        '    "empty it first, or run \\`bash docker-run.sh build\\`" >&2',
+        "  exit 2",
+        "else",
+        '  stage="$(mktemp -d "$parent/.$name.build.XXXXXX")"',
+        "fi",
+        "cleanup() {",
+        '  if [ -z "$stage" ]; then return; fi',
+        '  if [ "$stage" = "$ENGINE_DIR" ]; then find "$ENGINE_DIR" -mindepth 1 -delete; else rm -rf "$stage"; fi',
+        "}",
+        "trap cleanup EXIT",
+        "trap 'exit 130' INT",
+        "trap 'exit 143' TERM",
+        '"$TRTLLM_BUILD" --checkpoint_dir "$CHECKPOINT_DIR" --output_dir "$stage" "${args[@]}"',
+        "# 3. The engine lock: versions read here, the GPU, the build manifest, every file's size and sha256.",
+        f'"$PYTHON" "$HERE/{LOCK_SCRIPT}" lock "$stage" --build-json "$HERE/build.json" \\',
+        '  --checkpoint-dir "$CHECKPOINT_DIR" --output-dir "$ENGINE_DIR"',
+        'if [ "$stage" != "$ENGINE_DIR" ]; then',
+        '  chmod 755 "$stage"',
+        '  old="$parent/.$name.old.$$"',
+        '  rm -rf "$old"',
+        '  if [ -e "$ENGINE_DIR" ]; then mv "$ENGINE_DIR" "$old"; fi',
+        '  mv "$stage" "$ENGINE_DIR"',
+        '  rm -rf "$old"',
+        "fi",
+        'stage=""',
+        'echo "build.sh: engine and engine.json in $ENGINE_DIR"',
+    ]
+
+
+def render_build_script(cmd: BuildCommand, lock: bool = True) -> str:
+    """bash: `set -euo pipefail`, CHECKPOINT_DIR / ENGINE_DIR / TRTLLM_BUILD / PYTHON overridable, one comment per flag.
+
+    `lock` (the bundle's build.sh): check the host first, build into a stage folder, write engine.json with
+    check_engine.py (beside build.sh with build.json), then rename into ENGINE_DIR. Without it (the record the
+    engine stage keeps beside an engine it built and locked itself): the bare trtllm-build command."""
     lines = [
         "#!/usr/bin/env bash",
         f"# trtllm-build for TensorRT-LLM {cmd.trtllm_version} (TensorRT {cmd.tensorrt_version}), written by trtspec.",
         f"# Target: {cmd.target['gpu']} (sm{''.join(map(str, cmd.target['compute_capability']))}), "
         f"tp={cmd.target['tp']} pp={cmd.target['pp']}. Each flag's recipe field is in the comment above it.",
+        *(["# Run it inside the recipe's container on a host with the target GPU (or `bash docker-run.sh build`); it",
+           f"# writes ENGINE_DIR = the engine and its lock engine.json ({LOCK_SCRIPT} lock), which launch.sh checks."]
+          if lock else ["# The command trtspec ran; engine.json beside it was written by trtspec (trtllm/compat.py)."]),
         "set -euo pipefail",
         *(["# HERE: this script's folder (the default directories below are relative to it)",
            'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"']
-          if "$HERE" in cmd.checkpoint_dir + cmd.output_dir else []),
+          if lock or "$HERE" in cmd.checkpoint_dir + cmd.output_dir else []),
         f"CHECKPOINT_DIR=\"${{CHECKPOINT_DIR:-{cmd.checkpoint_dir}}}\"",
         f"ENGINE_DIR=\"${{ENGINE_DIR:-{cmd.output_dir}}}\"",
         "TRTLLM_BUILD=\"${TRTLLM_BUILD:-trtllm-build}\"",
+        *(['PYTHON="${PYTHON:-python3}"'] if lock else []),
         "args=(",
     ]  # fmt: skip
     for f in cmd.flags:
@@ -306,8 +362,15 @@ def render_build_script(cmd: BuildCommand) -> str:
             continue
         lines.append(f"  # {f.recipe_field}: {f.why}".replace("\n", " "))
         lines.append("  " + " ".join(shlex.quote(x) for x in ([f.flag] if f.value is None else [f.flag, f.value])))
-    lines += [")", 'exec "$TRTLLM_BUILD" --checkpoint_dir "$CHECKPOINT_DIR" --output_dir "$ENGINE_DIR" "${args[@]}"', ""]
+    lines.append(")")
+    if lock:
+        lines += [*_build_steps(), ""]
+    else:
+        lines += ['exec "$TRTLLM_BUILD" --checkpoint_dir "$CHECKPOINT_DIR" --output_dir "$ENGINE_DIR" "${args[@]}"', ""]
     return "\n".join(lines)
+
+
+BUILD_KNOBS = ("CHECKPOINT_DIR", "ENGINE_DIR", "TRTLLM_BUILD", "PYTHON")  # build.sh's environment (docker-run.sh -e)
 
 
 def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -322,10 +385,13 @@ def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
-def write_build_script(cmd: BuildCommand, folder: Path) -> tuple[Path, Path]:
-    """`folder/build.sh` (executable) and `folder/build.json` (the manifest), each written to a temp file and renamed."""
+def write_build_script(cmd: BuildCommand, folder: Path, lock: bool = True) -> tuple[Path, Path]:
+    """`folder/build.sh` (executable) and `folder/build.json` (the manifest), each written to a temp file and renamed;
+    with `lock`, also `folder/check_engine.py` (builder/trtllm/compat.py verbatim), which build.sh runs."""
     folder.mkdir(parents=True, exist_ok=True)
     sh, js = folder / "build.sh", folder / "build.json"
-    _atomic_write(sh, render_build_script(cmd), 0o755)
+    if lock:
+        _atomic_write(folder / LOCK_SCRIPT, Path(compat.__file__).read_text(encoding="utf-8"), 0o755)
+    _atomic_write(sh, render_build_script(cmd, lock), 0o755)
     _atomic_write(js, json.dumps(cmd.manifest(), indent=2) + "\n")
     return sh, js

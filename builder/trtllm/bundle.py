@@ -1,11 +1,15 @@
-"""The deployment bundle beside a TensorRT-LLM model repository: launch.sh, docker-run.sh, k8s.yaml, bench.sh.
+"""The deployment bundle beside a TensorRT-LLM model repository: build.sh, launch.sh, docker-run.sh, k8s.yaml, bench.sh.
 
     paths = write_bundle(recipe, out_dir, HostPaths(repository=..., engine=..., tokenizer=...), prompts=texts)
 
 Files (all rendered from Python data; nothing is template-substituted):
-- `launch.sh`: runs inside the pinned container (`recipe.trtllm.image`). It first runs `check_engine.py`
-  (a verbatim copy of `builder/trtllm/compat.py`, standard library only: trtspec is not in NVIDIA's
-  container) to compare engine.json with the container's TensorRT-LLM / TensorRT and GPUs, then starts
+- `check_engine.py`: a verbatim copy of `builder/trtllm/compat.py` (standard library only: trtspec is not in
+  NVIDIA's container), the one implementation of the engine lock engine.json. `build.sh` + `build.json`
+  (`builder.trtllm.build_cmd`, written by `trtspec deploy`) run trtllm-build and then `check_engine.py lock`.
+- `launch.sh`: runs inside the pinned container (`recipe.trtllm.image`). It first runs `check_engine.py check`
+  — engine.json against the container's TensorRT-LLM / TensorRT and GPUs and the files' sizes on every launch,
+  their sha256 per VERIFY_HASHES (once per host and engine by default; compat's docstring says what a 70 GB
+  engine costs) — then starts
   one tritonserver per rank under `mpirun --allow-run-as-root`, built the way upstream's
   `scripts/launch_triton_server.py` `get_cmd` builds it (triton-inference-server/tensorrtllm_backend
   v0.18.2 @c575d8c; since v0.19 the same file lives in NVIDIA/TensorRT-LLM
@@ -16,10 +20,15 @@ Files (all rendered from Python data; nothing is template-substituted):
   --backend-config=python,shm-region-prefix-name=prefix{rank}_` and `:` between ranks. Every rank is
   given the same ports; only rank 0 ever opens them, because the tensorrt_llm model of the other ranks
   never finishes loading (their executors serve rank 0's over MPI), so their servers never start.
-- `docker-run.sh`: `docker run --gpus N --shm-size --ulimit memlock=-1 --ulimit stack=67108864`, the
-  recipe's ports published on `triton.bind_address`, the repository / engine / bundle mounted read-only
-  at the container paths in `k8s.MOUNTS` (the repository's tensorrt_llm config must name the engine as
-  the server sees it: gpt_model_path = /trtspec/engine; the repository carries its own tokenizer).
+- `docker-run.sh [serve]`: `docker run --gpus N --shm-size --ulimit memlock=-1 --ulimit stack=67108864`, the
+  ports published on `triton.bind_address`, the repository / engine / bundle mounted read-only at the
+  container paths in `k8s.MOUNTS` (the repository's tensorrt_llm config must name the engine as the server
+  sees it: gpt_model_path = /trtspec/engine; the repository carries its own tokenizer) and a host folder
+  (STATE_DIR) writable at /trtspec/state for the hash stamps. `docker-run.sh build`: build.sh in the same
+  image with the GPUs, the checkpoint read-only at /trtspec/checkpoint and a new folder beside the host's
+  engine folder writable at /trtspec/engine; renamed onto the engine folder once it holds engine.json.
+  Every launch.sh (`launch_knobs`) or build.sh (`build_cmd.BUILD_KNOBS`) setting present in the caller's
+  environment is passed into the container as `-e NAME`.
 - `k8s.yaml` (`builder.trtllm.k8s`), `bench.sh`: perf_analyzer 2.51 and genai-perf 0.0.16 as `trtspec
   bench` runs them, against upstream's ensemble (inputs text_input, max_tokens, stream, min_tokens —
   NVIDIA/TensorRT-LLM `triton_backend/all_models/inflight_batcher_llm/ensemble/config.pbtxt` @2a9abd9;
@@ -42,7 +51,8 @@ from typing import Any, Iterable
 
 from builder.recipe.schema import Recipe
 from builder.trtllm import compat
-from builder.trtllm.k8s import MOUNTS, SHM_SIZE, k8s_name, render_k8s, world_size
+from builder.trtllm.build_cmd import BUILD_KNOBS, LOCK_SCRIPT
+from builder.trtllm.k8s import MOUNTS, SHM_SIZE, VERIFY_HASHES, k8s_name, render_k8s, world_size
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"  # NVIDIA's Triton containers
 TRTLLM_MODEL = "tensorrt_llm"  # the engine model of inflight_batcher_llm
@@ -58,6 +68,7 @@ class HostPaths:
     repository: Path
     engine: Path
     tokenizer: Path | None = None  # tokenizer.json's folder: copied into the bundle for genai-perf (bench.sh)
+    checkpoint: Path | None = None  # the TensorRT-LLM checkpoint (docker-run.sh build); default bundle/../checkpoint
 
 
 def launch_command(world: int, model_repo: str, grpc_port: str | int, http_port: str | int, metrics_port: str | int,
@@ -75,6 +86,10 @@ def launch_command(world: int, model_repo: str, grpc_port: str | int, http_port:
     return cmd
 
 
+class Raw(str):
+    """A shell word emitted as written (e.g. an array expansion), never quoted."""
+
+
 def _dq(text: str) -> str:
     """`text` for use inside double quotes: \\ $ ` " escaped; `@NAME@` -> ${NAME}."""
     out, pos = [], 0
@@ -86,6 +101,8 @@ def _dq(text: str) -> str:
 
 def sh_word(word: str) -> str:
     """One shell word; `@NAME@` marks a variable: the word is then double-quoted with `${NAME}` inside."""
+    if isinstance(word, Raw):
+        return str(word)
     return '"' + _dq(word) + '"' if _VAR.search(word) else shlex.quote(word)
 
 
@@ -93,7 +110,7 @@ def sh_command(words: Iterable[str], indent: str = "  ") -> str:
     """Words joined with ` \\` line continuations: a new line before each option and each `:`."""
     lines: list[list[str]] = []
     for w in words:
-        if not lines or w.startswith("-") or w == ":":
+        if not lines or w.startswith("-") or w == ":" or isinstance(w, Raw):
             lines.append([])
         lines[-1].append(sh_word(w))
     return (" \\\n" + indent).join(" ".join(line) for line in lines)
@@ -104,49 +121,118 @@ def _defaults(pairs: dict[str, str]) -> list[str]:
     return [f'[ -n "${{{k}:-}}" ] || {k}={sh_word(v)}' for k, v in pairs.items()]
 
 
+def launch_knobs(recipe: Recipe) -> dict[str, str]:
+    """launch.sh's settings (environment variable -> default); docker-run.sh passes those set in its caller's."""
+    p = recipe.triton.ports
+    return {"MODEL_REPO": MOUNTS["repository"], "ENGINE_DIR": MOUNTS["engine"], "TRITONSERVER": TRITONSERVER,
+            "HTTP_PORT": str(p.http), "GRPC_PORT": str(p.grpc), "METRICS_PORT": str(p.metrics), "PYTHON": "python3",
+            "VERIFY_HASHES": VERIFY_HASHES, "VERIFY_STAMP_DIR": ""}  # fmt: skip
+
+
 def render_launch_script(recipe: Recipe) -> str:
-    """launch.sh: version lock, then the mpirun line (every path and port overridable by environment)."""
-    ports, world = recipe.triton.ports, world_size(recipe)
+    """launch.sh: engine lock check, then the mpirun line (every path and port overridable by environment)."""
+    world = world_size(recipe)
     words = launch_command(world, "@MODEL_REPO@", "@GRPC_PORT@", "@HTTP_PORT@", "@METRICS_PORT@", "@TRITONSERVER@")
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# Serve {recipe.triton.model_name} with Triton + TensorRT-LLM {recipe.trtllm.version}: {world} rank(s) "
         f"(tp={recipe.parallelism.tp}, pp={recipe.parallelism.pp}), inside {recipe.trtllm.image}.",
-        "# Written by trtspec. The engine check refuses an engine built for another TensorRT-LLM, TensorRT or GPU.",
+        "# Written by trtspec. The engine check refuses an engine built for another TensorRT-LLM, TensorRT or GPU, or",
+        "# whose files differ from its engine.json: sizes every launch; sha256 per VERIFY_HASHES = once (per host and",
+        "# engine, stamped in VERIFY_STAMP_DIR, default /trtspec/state if writable, else ~/.cache) | always | never.",
         "set -euo pipefail",
         'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        *_defaults({"MODEL_REPO": MOUNTS["repository"], "ENGINE_DIR": MOUNTS["engine"], "TRITONSERVER": TRITONSERVER,
-                    "HTTP_PORT": str(ports.http), "GRPC_PORT": str(ports.grpc), "METRICS_PORT": str(ports.metrics),
-                    "PYTHON": "python3"}),
-        '"$PYTHON" "$BUNDLE_DIR/check_engine.py" "$ENGINE_DIR"',
+        *_defaults(launch_knobs(recipe)),
+        f'"$PYTHON" "$BUNDLE_DIR/{LOCK_SCRIPT}" check "$ENGINE_DIR" --hashes "$VERIFY_HASHES" --stamp-dir "$VERIFY_STAMP_DIR"',
         "exec " + sh_command(words),
         "",
     ])  # fmt: skip
 
 
+def _docker_head(recipe: Recipe, name: str) -> list[str]:
+    return ["docker", "run", "--rm", "--name", name, "--gpus", str(world_size(recipe)), f"--shm-size={SHM_SIZE}",
+            "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_ULIMIT}"]  # fmt: skip
+
+
+ENV_ARGS = Raw('${env_args[@]+"${env_args[@]}"}')  # -e NAME per setting present here (bash < 4.4: empty-array safe)
+
+
 def docker_command(recipe: Recipe) -> list[str]:
-    """`docker run` words with @VARS@ for the host paths, image and bind address (see render_docker_script)."""
-    p = recipe.triton.ports
-    cmd = ["docker", "run", "--rm", "--name", "@NAME@", "--gpus", str(world_size(recipe)), f"--shm-size={SHM_SIZE}",
-           "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_ULIMIT}"]  # fmt: skip
-    for port in (p.http, p.grpc, p.metrics):
-        cmd += ["-p", f"@BIND_ADDRESS@:{port}:{port}"]
+    """`docker run` words serving the engine, with @VARS@ for the host paths, image, ports and bind address."""
+    cmd = _docker_head(recipe, "@NAME@")
+    for port in ("http_port", "grpc_port", "metrics_port"):
+        cmd += ["-p", f"@BIND_ADDRESS@:@{port}@:@{port}@"]
     for var, key in (("REPOSITORY", "repository"), ("ENGINE", "engine"), ("BUNDLE_DIR", "bundle")):
         cmd += ["-v", f"@{var}@:{MOUNTS[key]}:ro"]
-    return cmd + ["@IMAGE@", "bash", f"{MOUNTS['bundle']}/launch.sh"]
+    cmd += ["-v", f"@STATE_DIR@:{MOUNTS['state']}"]
+    return cmd + [ENV_ARGS, "@IMAGE@", "bash", f"{MOUNTS['bundle']}/launch.sh"]
+
+
+def docker_build_command(recipe: Recipe) -> list[str]:
+    """`docker run` words building the engine: checkpoint and bundle read-only, the stage folder writable."""
+    cmd = _docker_head(recipe, "@NAME@-build")
+    cmd += ["-v", f"@CHECKPOINT@:{MOUNTS['checkpoint']}:ro", "-v", f"@stage@:{MOUNTS['engine']}",
+            "-v", f"@BUNDLE_DIR@:{MOUNTS['bundle']}:ro"]  # fmt: skip
+    return cmd + [ENV_ARGS, "@IMAGE@", "bash", f"{MOUNTS['bundle']}/build.sh"]
 
 
 def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
+    p = recipe.triton.ports
+    checkpoint = str(host.checkpoint) if host.checkpoint is not None else "@BUNDLE_DIR@/../checkpoint"
     defaults = {"IMAGE": recipe.trtllm.image, "NAME": k8s_name(recipe), "BIND_ADDRESS": recipe.triton.bind_address,
-                "REPOSITORY": str(host.repository), "ENGINE": str(host.engine)}  # fmt: skip
+                "REPOSITORY": str(host.repository), "ENGINE": str(host.engine), "CHECKPOINT": checkpoint}  # fmt: skip
+    launch, build = " ".join(launch_knobs(recipe)), " ".join(BUILD_KNOBS)
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# Run {recipe.triton.model_name} in NVIDIA's Triton TRT-LLM container on this host ({world_size(recipe)} GPU(s)).",
-        "# Written by trtspec; every default below can be overridden from the environment.",
+        "#   bash docker-run.sh [serve]  launch.sh: engine check, then tritonserver (repository, engine, bundle read-only;",
+        "#                               STATE_DIR writable at /trtspec/state for the engine's hash stamps)",
+        "#   bash docker-run.sh build    build.sh: trtllm-build + engine.json (checkpoint read-only; the engine is built",
+        "#                               in a new folder beside ENGINE and renamed onto it once complete)",
+        "# Written by trtspec. Host settings (environment): IMAGE NAME BIND_ADDRESS REPOSITORY ENGINE CHECKPOINT STATE_DIR.",
+        "# These, when set here, are passed into the container (-e NAME):",
+        f"#   serve (launch.sh): {launch}",
+        f"#   build (build.sh):  {build}",
+        "# (HTTP_PORT, GRPC_PORT and METRICS_PORT are also the host ports published on BIND_ADDRESS.)",
         "set -euo pipefail",
         'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'MODE="${1:-serve}"',
         *_defaults(defaults),
-        "exec " + sh_command(docker_command(recipe)),
+        '[ -n "${STATE_DIR:-}" ] || STATE_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/trtspec/verified-engines"',
+        f'http_port="${{HTTP_PORT:-{p.http}}}"',
+        f'grpc_port="${{GRPC_PORT:-{p.grpc}}}"',
+        f'metrics_port="${{METRICS_PORT:-{p.metrics}}}"',
+        'case "$MODE" in',
+        f"  serve) knobs=({launch}) ;;",
+        f"  build) knobs=({build}) ;;",
+        '  *) echo "usage: docker-run.sh [serve|build]" >&2; exit 2 ;;',
+        "esac",
+        "env_args=()",
+        'for knob in "${knobs[@]}"; do',
+        '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
+        "done",
+        'if [ "$MODE" = serve ]; then',
+        '  mkdir -p "$STATE_DIR"',
+        "  exec " + sh_command(docker_command(recipe), "    "),
+        "fi",
+        'parent="$(dirname "$ENGINE")"',
+        'name="$(basename "$ENGINE")"',
+        'mkdir -p "$parent"',
+        'stage="$(mktemp -d "$parent/.$name.build.XXXXXX")"',
+        "trap 'rm -rf \"$stage\"' EXIT",
+        sh_command(docker_build_command(recipe)),
+        'if [ ! -f "$stage/engine.json" ]; then',
+        '  echo "docker-run.sh: the build left no engine.json in $stage (ENGINE_DIR passed into the container?)" >&2',
+        "  exit 2",
+        "fi",
+        'chmod 755 "$stage"',
+        'old="$parent/.$name.old.$$"',
+        'rm -rf "$old"',
+        'if [ -e "$ENGINE" ]; then mv "$ENGINE" "$old"; fi',
+        'mv "$stage" "$ENGINE"',
+        "trap - EXIT",
+        'rm -rf "$old"',
+        'echo "docker-run.sh: engine and engine.json in $ENGINE"',
         "",
     ])  # fmt: skip
 
@@ -215,7 +301,7 @@ def bundle_files(recipe: Recipe, host: HostPaths, prompts: list[str] | None = No
         "docker-run.sh": (render_docker_script(recipe, host), 0o755),
         "bench.sh": (render_bench_script(recipe, ensemble), 0o755),
         "k8s.yaml": (render_k8s(recipe), 0o644),
-        "check_engine.py": (Path(compat.__file__).read_text(encoding="utf-8"), 0o755),
+        LOCK_SCRIPT: (Path(compat.__file__).read_text(encoding="utf-8"), 0o755),
     }
     tok = host.tokenizer / "tokenizer.json" if host.tokenizer is not None else None
     if tok is not None and tok.is_file():  # genai-perf loads a transformers tokenizer folder (bench.sh TOKENIZER)

@@ -9,13 +9,13 @@ Nothing here imports tensorrt_llm at module level; `probe` reads its version fro
 metadata (importing it loads CUDA) and falls back to `tensorrt_llm.__version__`. The engine folder is what
 `trtllm-build` writes (`tensorrt_llm/builder.py` Engine.save: config.json + rank{N}.engine per rank, plus
 rank{N}_managed_weights.safetensors with --fast_build) and engine.json, which records what
-`builder.trtllm.compat.check_engine` compares with the serving host.
+`builder.trtllm.compat.check_engine` compares with the serving host. engine.json is written and read by
+`builder.trtllm.compat` alone (`lock_manifest`, `write_lock`, `verify_files`): the bundle's build.sh writes it
+with the same code (compat.py copied as check_engine.py), so the two cannot drift.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import signal
 import subprocess
@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from builder import procs
-from builder.errors import UserError
-from builder.files import sha256_file
 from builder.recipe.gpus import GPUS
 from builder.recipe.schema import Recipe
+from builder.trtllm import compat
 from builder.trtllm.build_cmd import BuildCommand
-from builder.trtllm.compat import ENGINE_JSON, Installed, installed_here, read_manifest, same_release, sm
+from builder.trtllm.compat import LOG_NAME, Installed, expected_files, installed_here, sm
 
-FORMAT = 1
-LOG_NAME = "trtllm-build.log"
+FORMAT = compat.FORMAT
 TAIL_LINES = 30
 HEARTBEAT_S = 30.0
 PROGRESS_MARKS = ("Total time", "Build TensorRT engine", "Engine serialized", "Build phase peak memory",
@@ -55,18 +53,12 @@ def probe(recipe: Recipe) -> str | None:
     hint = INSTALL_HINT.format(version=t.version, image=t.image)
     if importlib.util.find_spec("tensorrt_llm") is None:
         return f"tensorrt_llm is not importable ({hint})"
-    here = installed_here()
-    if here.trtllm is None:
-        return f"tensorrt_llm is installed but neither its metadata nor its __version__ can be read ({hint})"
-    if not same_release(t.version, here.trtllm):
-        return f"tensorrt_llm {here.trtllm} is installed; the recipe pins {t.version} (trtllm.version; {hint})"
     if device not in GPUS:
         return f"target.device {device} is not a GPU"
-    if not here.compute_capabilities:
-        return "no GPU here (nvidia-smi lists none)"
     want = GPUS[device].compute_capability
-    if want not in here.compute_capabilities:
-        return f"the recipe targets {device} ({sm(want)}); this host has {here.describe()}"
+    problem = compat.build_problem(t.version, want, installed_here())  # the same test as bundle/build.sh's preflight
+    if problem is not None:
+        return f"{problem} (the recipe: trtllm.version {t.version}, target.device {device}; {hint})"
     fp8 = recipe.quantization.mode == "fp8" or recipe.quantization.kv_cache == "fp8"
     if fp8 and want < (8, 9):
         return f"FP8 needs sm89 or newer; {device} is {sm(want)}"
@@ -96,11 +88,6 @@ def _stream(proc: subprocess.Popen, log, say: Callable[[str], None]) -> deque[st
             say(f"trtllm-build running {now - t0:.0f} s: {text[-160:]}")
             last = now
     return tail
-
-
-def expected_files(world_size: int) -> list[str]:
-    """What trtllm-build leaves per engine folder (tensorrt_llm/builder.py Engine.save)."""
-    return ["config.json", *(f"rank{r}.engine" for r in range(world_size))]
 
 
 def build_engine(cmd: BuildCommand, out: Path, say: Callable[[str], None] = lambda _m: None,
@@ -146,61 +133,24 @@ def build_engine(cmd: BuildCommand, out: Path, say: Callable[[str], None] = lamb
     return log_path
 
 
-# -- engine.json -----------------------------------------------------------------------------------------
-
-
-def _files(engine_dir: Path) -> list[dict[str, Any]]:
-    return [{"path": p.relative_to(engine_dir).as_posix(), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(engine_dir.rglob("*")) if p.is_file() and p.name not in (ENGINE_JSON, LOG_NAME)]  # fmt: skip
+# -- engine.json (builder.trtllm.compat: the one implementation, shared with the bundle's check_engine.py) ------
 
 
 def engine_manifest(cmd: BuildCommand, engine_dir: Path, installed: Installed) -> dict[str, Any]:
     """engine.json for a built engine folder: the stack that built it, the target, the command, every file hashed."""
-    cc = tuple(cmd.target["compute_capability"])
-    if installed.trtllm is None or installed.tensorrt is None:
-        raise UserError(f"cannot describe the engine: this host reports {installed.describe()}")
-    index = next((i for i, c in enumerate(installed.compute_capabilities) if tuple(c) == cc), None)
-    if index is None:
-        raise UserError(f"cannot describe the engine: built for {sm(cc)}, this host has {installed.describe()}")
-    name = installed.gpu_names[index] if index < len(installed.gpu_names) else cmd.target["gpu"]
-    return {
-        "format": FORMAT, "backend": "trtllm",
-        "tensorrt_llm": installed.trtllm, "tensorrt": installed.tensorrt,
-        "gpu": {"name": name, "compute_capability": list(cc), "device": cmd.target["device"]},
-        "world_size": cmd.target["world_size"], "tp": cmd.target["tp"], "pp": cmd.target["pp"],
-        "build": cmd.manifest(),
-        "files": _files(engine_dir),
-    }  # fmt: skip
+    return compat.lock_manifest(cmd.manifest(), engine_dir, installed)
 
 
 def write_engine_manifest(engine_dir: Path, manifest: dict[str, Any]) -> Path:
     """engine_dir/engine.json, written to a temp name and renamed."""
-    path = engine_dir / ENGINE_JSON
-    tmp = engine_dir / f".{ENGINE_JSON}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return compat.write_lock(engine_dir, manifest)
 
 
 def read_engine_manifest(engine_dir: Path, verify: bool = True) -> dict[str, Any]:
     """engine.json, checked against the folder: every listed file present with its size (and sha256 if `verify`),
     one rank engine per rank. UserError naming the first difference."""
-    manifest = read_manifest(engine_dir)
-    files = manifest.get("files")
-    if not isinstance(files, list):
-        raise UserError(f"{engine_dir}/{ENGINE_JSON}: no files list", field="files")
-    listed = {f.get("path") for f in files if isinstance(f, dict)}
-    for name in expected_files(int(manifest.get("world_size") or 0)):
-        if name not in listed:
-            raise UserError(f"{engine_dir}/{ENGINE_JSON} does not list {name}", field="files")
-    for f in files:
-        path = engine_dir / str(f["path"])
-        if not path.is_file():
-            raise UserError(f"{engine_dir}: {f['path']} is missing", field="files")
-        if path.stat().st_size != f.get("bytes"):
-            raise UserError(f"{path}: {path.stat().st_size} bytes, engine.json says {f.get('bytes')}", field="files")
-        if verify and sha256_file(path) != f.get("sha256"):
-            raise UserError(f"{path}: sha256 differs from engine.json", field="files")
+    manifest = compat.read_manifest(engine_dir)
+    compat.verify_files(engine_dir, manifest, hashes=verify)
     return manifest
 
 

