@@ -32,7 +32,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ci": ("builder.commands.ci_cmds", "ci", "CI over a recipe set: build, check (lossless, τ, speed, FP8), gate, publish."),
     "pull": ("builder.commands.ci_cmds", "pull", "Restore a recipe's published stages into the build cache (hashes checked)."),
     "cache": ("builder.commands.cache_cmds", "cache", "The build cache: list its entries, prune the unused ones."),
+    "convert-draft": ("builder.commands.draft_cmds", "convert_draft", "Write a pickled draft (or target) once as safetensors."),
     "tune": ("builder.commands.tune_cmds", "tune", "Pick the tree / draft sizes / draft schedule maximising E[τ]/c(T); predicted vs measured."),
+    "doctor": ("builder.commands.doctor_cmds", "doctor", "What this host has; per backend whether it can build and serve here, and why not."),
 }
 
 

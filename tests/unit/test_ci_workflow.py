@@ -144,7 +144,7 @@ def test_jobs_triggers_caches_summary_and_artifacts(flow):
     assert "schedule" in gpu["if"] and "workflow_dispatch" in gpu["if"] and "self-hosted" in gpu["runs-on"]
     uses = {s.get("uses", "").split("@")[0]: s for s in cpu["steps"]}
     keys = [s["with"]["key"] for s in cpu["steps"] if s.get("uses", "").startswith("actions/cache@")]
-    assert any("hashFiles('pyproject.toml', 'scripts/setup.sh')" in k and "recipes/**" in k for k in keys)
+    assert any("hashFiles('pyproject.toml', 'scripts/setup.sh', 'constraints/**')" in k and "recipes/**" in k for k in keys)
     assert uses["actions/cache/restore"]["with"]["path"] == "out/baseline/ci.json"
     assert uses["actions/upload-artifact"]["if"] == "always()"
     summary = [s["run"] for j in (cpu, gpu) for s in j["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]

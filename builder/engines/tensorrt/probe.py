@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 INSTALL_HINT = ("TensorRT engines need tensorrt >= 10.15 (with tensorrt.plugin), torch with CUDA and triton on a "
-                "GPU host: pip install 'trtspec[gpu]'")  # fmt: skip
+                "GPU host: pip install 'trtspec[cpu,tensorrt]'")  # fmt: skip
 MIN_VERSION = (10, 15)
 
 
