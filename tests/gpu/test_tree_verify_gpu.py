@@ -12,8 +12,9 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 pytest.importorskip("triton")
 
+from devtools.gpu_check import engines as trt_check  # noqa: E402
+from devtools.gpu_check import kernel as gpu_check  # noqa: E402
 from plugins.tree_verify.contract import Mode  # noqa: E402
-from plugins.verify_checks import gpu_check  # noqa: E402
 from plugins.verify_checks.cases import compare, edge_case  # noqa: E402
 
 VOCAB = 128256
@@ -40,8 +41,8 @@ def test_kernel_mixed_trees_edge_case(mode):
 
 @pytest.mark.parametrize("mode", list(Mode))
 def test_tensorrt_plugin_matches_reference(mode):
-    if not gpu_check.tensorrt_available():
+    if not trt_check.tensorrt_available():
         pytest.skip("tensorrt with tensorrt.plugin is not installed")
     for own_trees in (False, True):
         case = gpu_check.make_case(mode, 2, VOCAB, torch.bfloat16, False, own_trees)
-        assert gpu_check.check_tensorrt(case, mode.name.lower()).wrong == 0
+        assert trt_check.check_tensorrt(case, mode.name.lower()).wrong == 0
