@@ -6,12 +6,15 @@ nodes NVIDIA's own exporter emits (TensorRT Edge-LLM, `tensorrt_edgellm/onnx/dyn
 schemas in `onnx_custom_schemas.py`). `to_tensorrt(model)` maps the canonical graph's standard ops onto
 them and leaves every other node as it is (FP8 QuantizeLinear / DequantizeLinear included):
 
-    RotaryEmbedding(x, cos, sin, position_ids)      → trt::RotaryEmbedding(x, cos, sin, Cast(position_ids, INT32))
-                                                       (no attributes; Edge-LLM's position ids are int32)
-    TensorScatter(cache, new, write_at, axis=2)     → trt::TensorScatter(cache, new, Cast(write_at, INT32))
-                                                       (no attributes: writes along axis 2 of [B, KV, CAP, D];
-                                                       TensorRT updates the cache in place, so present_* must
-                                                       share past_*'s memory, as the ORT engine binds them)
+    RotaryEmbedding(x, cos, sin, position_ids)      → trt::RotaryEmbedding(x, cos, sin, position_ids)
+                                                       (no attributes; position ids INT64, as TensorRT documents:
+                                                       `trt_schemas`; cast to INT64 only where they are not)
+    TensorScatter(cache, new, write_at, axis=2)     → trt::TensorScatter(cache, new, write_at)
+                                                       (no attributes: writes along axis 2 = -2 of [B, KV, CAP, D];
+                                                       write indices INT64 (TensorScatter-24's type); TensorRT
+                                                       updates the cache in place, so present_* must share
+                                                       past_*'s memory, as the ORT engine binds them; float32 /
+                                                       float16 / bfloat16 caches only: an FP8 one is refused)
     Attention(q, Slice(present_k, 0, S), Slice(present_v, 0, S), mask [B, 1, T, S] bool)
                                                     → trt::Attention(q, present_k, present_v, additive mask
                                                        [B, 1, T, CAP]) with is_causal=0, TRT_decomposable=1,
@@ -38,20 +41,28 @@ trt::Attention schema declares. Cost: a step reads CAP slots per row instead of 
 
 The `trt` domain: TensorRT's ONNX parser finds its importers by op type (onnx-tensorrt's
 ModelImporter does not consult the domain), so trt::Attention reaches the same importer as Attention,
-while onnx and ONNX Runtime do not mistake these nodes (Edge-LLM's attributes, int32 indices) for the
-standard ops. `register_schemas()` declares them to onnx.checker (`builder.export.trt_schemas`).
+while onnx and ONNX Runtime do not mistake these nodes (Edge-LLM's attributes, the additive mask over the
+whole cache) for the standard ops. `register_schemas()` declares them to onnx.checker, and
+`operator_problems` checks every node against TensorRT 10.15's ONNX support matrix, index dtypes included
+(`builder.export.trt_schemas`, which cites the documents). Index dtypes: TensorRT documents INT64 position
+ids for RotaryEmbedding (onnx-tensorrt docs/operators.md: "`position_ids` must be INT64"; TensorRT's
+operator reference: M = int64) and ONNX's TensorScatter-24 takes int64 write indices (TensorRT's
+KVCacheUpdate layer: int32 or int64), so the canonical graph's int64 inputs pass through uncast. Edge-LLM's
+own exporter casts both to int32 — against those documents; only a TensorRT host can settle it (build both).
 
 The GPU form's dtypes (`builder.export.contract.Precision`) pass through: a bfloat16 / float16 graph gives
 an additive mask of that dtype (the trt::Attention schema's T), the Attention's softmax_precision=FLOAT is
-dropped (TensorRT's attention layer normalizes in float32 — to be confirmed on a GPU host), and with an
-FP8 KV cache trt::TensorScatter writes FLOAT8E4M3FN codes into FLOAT8E4M3FN caches while trt::Attention
-reads DequantizeLinear(cache) of the whole cache (whether TensorRT fuses that dequantization into its
-attention kernel is for a GPU host to show).
+dropped (TensorRT's attention layer normalizes in float32 — to be confirmed on a GPU host). An FP8 KV cache
+has no TensorRT form: TensorRT's KV-cache update takes float32 / float16 / bfloat16 caches only (TensorRT
+operator reference, KVCacheUpdate; onnx-tensorrt's TensorScatter row), so a TensorScatter into a
+FLOAT8E4M3FN cache is refused here as `validate` refuses `quantization.kv_cache: fp8` on this backend
+(TensorRT-LLM, `target.backend: trtllm`, keeps FP8 caches).
 
 Refused with a precise error: ONNX Runtime contrib ops (the `ort` variant), attention without a mask,
-3-D attention inputs, interleaved / partial rotary, a scatter along another axis.
+3-D attention inputs, interleaved / partial rotary, a scatter along another axis, an FP8 KV cache.
 
-`write_tensorrt(folder, stem)` writes `{stem}.trt.onnx` beside `{stem}.onnx`, sharing its weights file;
+`write_tensorrt(folder, stem)` writes `{stem}.trt.onnx` beside `{stem}.onnx`, sharing its weights file, once
+onnx.checker and the support-matrix check pass;
 `write_tensorrt_graphs(export_dir, variant)` does it for every graph the export stage wrote.
 """
 
@@ -69,7 +80,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import UserError
 from builder.export.graph import prune, save_sharing_data
-from builder.export.trt_schemas import TRT_DOMAIN, TRT_OPSET, check, register_schemas
+from builder.export.trt_schemas import TRT_DOMAIN, TRT_OPSET, check, operator_problems, register_schemas
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN as PLUGIN_DOMAIN
 from plugins.tree_verify.contract import OP_TYPE as PLUGIN_OP
@@ -94,6 +105,9 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
+
+
+FP8_TYPES = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ)
 
 
 def _refuse(node: onnx.NodeProto, why: str) -> UserError:
@@ -167,10 +181,13 @@ class _Rewrite:
         self.nodes.append(helper.make_node(op, list(inputs), [output], name=name, domain=domain or None, **attrs))
         return output
 
-    def cast_int32(self, value: str) -> str:
-        key = ("int32", value)
+    def as_int64(self, value: str) -> str:
+        """`value` as INT64 (the index dtype TensorRT documents): itself when it is, else one Cast (memoized)."""
+        if self.types.get(value) == TensorProto.INT64:
+            return value
+        key = ("int64", value)
         if key not in self.memo:
-            self.memo[key] = self.emit("Cast", [value], f"{value}/int32", to=TensorProto.INT32)
+            self.memo[key] = self.emit("Cast", [value], f"{value}/int64", to=TensorProto.INT64)
         return self.memo[key]
 
     # -- per node --------------------------------------------------------------------------------
@@ -192,7 +209,7 @@ class _Rewrite:
         if _attr(node, "interleaved", 0) or _attr(node, "rotary_embedding_dim", 0) or _attr(node, "num_heads"):
             raise _refuse(node, "only full, non-interleaved rotary on 4-D [B, heads, T, D] inputs maps to TensorRT")
         x, cos, sin, pos = node.input[:4]
-        self.emit("RotaryEmbedding", [x, cos, sin, self.cast_int32(pos)], node.name, node.output[0],
+        self.emit("RotaryEmbedding", [x, cos, sin, self.as_int64(pos)], node.name, node.output[0],
                   domain=TRT_DOMAIN, replaces=True)  # fmt: skip
 
     def _scatter(self, node: onnx.NodeProto) -> None:
@@ -201,7 +218,11 @@ class _Rewrite:
         if _attr(node, "axis", -2) not in (2, -2) or _attr(node, "mode", b"linear") not in (b"linear", "linear"):
             raise _refuse(node, "only a linear write along axis 2 of [B, KV, CAP, D] maps to TensorRT")
         cache, new, at = node.input[:3]
-        self.emit("TensorScatter", [cache, new, self.cast_int32(at)], node.name, node.output[0],
+        if self.types.get(cache) in FP8_TYPES:
+            raise UserError(f"TensorRT rewrite: node {node.name!r} writes an FP8 KV cache ({cache!r}); TensorRT's "
+                            "KV-cache update takes float32/float16/bfloat16 caches only", field="quantization.kv_cache",
+                            allowed="model_dtype, or target.backend: trtllm")  # fmt: skip
+        self.emit("TensorScatter", [cache, new, self.as_int64(at)], node.name, node.output[0],
                   domain=TRT_DOMAIN, replaces=True)  # fmt: skip
 
     def _attention(self, node: onnx.NodeProto) -> None:
@@ -346,6 +367,11 @@ def write_tensorrt(src_dir: Path, stem: str, dst_dir: Path | None = None) -> Pat
         for location in _external_files(trt_model):
             _link(src_dir / location, dst_dir / location)
     check(trt_model)
+    problems = operator_problems(trt_model)
+    if problems:  # an exporter bug, not a user error: every graph the export stage writes must pass
+        more = f"; … {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise ValueError(f"{src_dir / stem}.onnx: the TensorRT form departs from TensorRT's documented operator "
+                         f"support: {'; '.join(problems[:10])}{more}")
     path = dst_dir / f"{stem}.trt.onnx"
     save_sharing_data(trt_model, path)
     return path

@@ -10,6 +10,7 @@ from builder.errors import UserError
 from builder.recipe.findings import Finding, Findings
 from builder.recipe.gpus import FP8_DEVICES, GPUS
 from builder.recipe.loader import LoadedRecipe
+from builder.recipe.pickle_checks import check_pickles
 from builder.recipe.resolve import architecture_from_hf, parse_checkpoint, read_config
 from builder.recipe.schema import Architecture
 from builder.recipe.spec_checks import check_speculative
@@ -27,7 +28,7 @@ class Checker(Findings):
         self.arch: Architecture | None = None
 
     def run(self) -> list[Finding]:
-        rules = [self.checkpoints, self.parallelism, self.target, self.fp8, self.lengths, self.speculative]
+        rules = [self.checkpoints, self.pickles, self.parallelism, self.target, self.fp8, self.lengths, self.speculative]
         if self.recipe.target.engine_backend == "trtllm":
             rules.append(self.trtllm)
         for rule in rules:
@@ -59,6 +60,9 @@ class Checker(Findings):
                 self.add(("speculative", "checkpoint"), f"{spec.method} checkpoint missing: {draft.local}", warn=True)
             elif draft is not None and draft.local is not None and spec.method == "medusa":
                 self._medusa_config(_config(draft.local))
+
+    def pickles(self) -> None:
+        check_pickles(self)
 
     def _compare_arch(self, found: Architecture) -> None:
         given = self.recipe.model.architecture
@@ -122,6 +126,14 @@ class Checker(Findings):
                 self.add(field, f"FP8 needs compute capability ≥ 8.9; {device} has {cc}",
                          allowed="targets " + ", ".join(FP8_DEVICES))
         # The cpu target runs FP8 too: ONNX Runtime executes the Q/DQ graphs (FP8 numerics, fp32 GEMMs).
+        if q.kv_cache == "fp8" and self.recipe.target.engine_backend == "tensorrt":
+            # TensorRT's KV-cache update (IKVCacheUpdateLayer; the ONNX TensorScatter importer) takes float32 /
+            # float16 / bfloat16 caches only (TensorRT operator reference, KVCacheUpdate "T", latest and 11.5.0;
+            # onnx-tensorrt docs/operators.md at 10.15, TensorScatter), and no documented layer updates an FP8 cache
+            self.add(("quantization", "kv_cache"), "trtspec's own TensorRT engines cannot keep an FP8 KV cache: "
+                     "TensorRT's KV-cache update takes float32/float16/bfloat16 caches only; keep the cache in "
+                     "model.dtype, or set target.backend: trtllm (TensorRT-LLM's FP8 KV cache)",
+                     allowed="model_dtype, or target.backend: trtllm")
         draft = {"medusa": "medusa_heads", "eagle": "eagle_draft"}.get(self.recipe.speculative.method)
         if q.mode == "fp8" and draft is not None and draft not in q.exclude_modules:
             self.add(("quantization", "exclude_modules"), f"FP8 {self.recipe.speculative.method} draft parts are "

@@ -57,6 +57,25 @@ Edge cases: T = 1 (paths [[[0]]]) emits one token, the greedy / sampled token at
 a sequence whose paths are all padding rows [0, -1, ...]. All draft tokens rejected → accepted_len
 1, best_path 0, output_tokens [bonus, -1, ...]. Paths that repeat a prefix (or the same path) are
 allowed.
+
+Untrusted index inputs. TensorRT runs a plugin on made-up inputs while it times tactics, and an engine
+computes on whatever its caller bound: the kernel (hence the TensorRT plugin) never addresses memory by an
+input value it has not range-checked, so no input can fault. Index values outside the rules above read as:
+  * paths[b, p, 0] is the root 0, whatever it holds;
+  * at depth k ≥ 1 the first entry outside [1, T) ends its row: it and every entry after it read as -1
+    (`sanitize_paths`);
+  * a node whose token lies outside [0, V) is never accepted and never emitted: in greedy mode it equals no
+    argmax; in rejection mode its target probability is 0 (a = 0: t is unchanged, nothing leaves p_n);
+  * rows that disagree on a node's parent are each followed on their own: in greedy mode each path along
+    its own prefix; in rejection mode the children of the current node are the next entries of the rows
+    whose prefix is the accepted chain (with one parent per node, exactly the node's children).
+`reference.tree_verify(..., untrusted=True)` computes the same (by default it raises on such inputs). For
+any inputs at all — floats too (NaN, ±inf, out-of-range temperature, top_p, uniforms, draft_probs), where
+the numbers are then unspecified — the outputs stay in bounds: accepted_len in 1..D+1, best_path in
+[0, P), output_tokens in [0, V) for the first accepted_len slots and -1 after, and paths[b, best_path[b],
+1:accepted_len[b]] are in-range nodes (the accepted chain after the root). The ONNX decomposition
+(`onnx_op.decompose`, ONNX Runtime) does not take this reading: ORT checks its Gather indices and fails
+the call instead.
 """
 
 from __future__ import annotations
@@ -139,6 +158,23 @@ def check_dtypes(dtypes: Mapping[str, str]) -> None:
     for name, dtype in dtypes.items():
         if dtype not in specs[name].dtypes:
             raise ValueError(f"{name}: dtype {dtype}, expected one of {list(specs[name].dtypes)}")
+
+
+def sanitize_paths(paths: Sequence[Sequence[Sequence[int]]], num_nodes: int) -> list[list[list[int]]]:
+    """paths [B][P][D+1] as every face reads untrusted input (module docstring): column 0 is the root 0; at
+    depth ≥ 1 the first entry outside [1, num_nodes) and everything after it become -1."""
+    out = []
+    for tree in paths:
+        rows = []
+        for path in tree:
+            row = [0] + [-1] * (len(path) - 1)
+            for k in range(1, len(path)):
+                if not 1 <= path[k] < num_nodes:
+                    break
+                row[k] = int(path[k])
+            rows.append(row)
+        out.append(rows)
+    return out
 
 
 def check_paths(paths: Sequence[Sequence[Sequence[int]]], num_nodes: int) -> None:

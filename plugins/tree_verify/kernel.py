@@ -17,6 +17,14 @@ same mass-unit formulation, fp32 here instead of fp64). Three launches:
    residual; writes the three outputs.
 Only the logits are big: one read of B·T·V elements (plus the top-p search's 8 re-reads when
 top_p < 1, and one more read of one row per sequence for the bonus token).
+
+Index inputs are untrusted (TensorRT times the plugin on made-up inputs): every value used as an address
+— a path entry, a node's token — is range-checked first and read as `contract.py`'s "Untrusted index
+inputs" says (a path entry outside [1, T) ends its row, column 0 is the root, a token outside [0, V) is
+never accepted), and the node argmax is clamped to [0, V) so a NaN row cannot leak an out-of-range id.
+Each program tracks `holds`, the paths whose prefix is the accepted chain, so best_path is always one of
+them. `tests/unit/test_plugin_kernel.py` runs garbage inputs under an interpreter that checks every
+address the kernels touch.
 """
 
 from __future__ import annotations
@@ -87,7 +95,8 @@ def _node_stats_kernel(logits_ptr, temperature_ptr, top_p_ptr, pmax_ptr, parg_pt
     pm = tl.load(pmax_ptr + row * split + s, mask=s < split, other=float("-inf"))  # [BLOCK_S]
     pa = tl.load(parg_ptr + row * split + s, mask=s < split, other=_BIG)
     m = tl.max(pm, 0)
-    tl.store(node_arg_ptr + row, tl.min(tl.where(pm == m, pa, _BIG), 0))  # chunks are in id order
+    arg = tl.min(tl.where(pm == m, pa, _BIG), 0)  # chunks are in id order
+    tl.store(node_arg_ptr + row, tl.minimum(arg, V - 1))  # a NaN row matches no chunk: keep the id in [0, V)
     if SAMPLE:
         temperature = tl.load(temperature_ptr + row // T)
         top_p = tl.load(top_p_ptr + row // T)
@@ -117,16 +126,24 @@ def _node_stats_kernel(logits_ptr, temperature_ptr, top_p_ptr, pmax_ptr, parg_pt
 
 
 @triton.jit
-def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr,
+def _children(paths_ptr, holds, depth, T, W, BLOCK_P: tl.constexpr):
+    # [BLOCK_P]: the entry after `depth` of each path holding the chain, and whether it is a child (in [1, T))
+    p = tl.arange(0, BLOCK_P)
+    kid = tl.load(paths_ptr + p * W + depth + 1, mask=holds & (p * 0 + depth + 1 < W), other=-1)
+    return kid, holds & (kid > 0) & (kid < T)
+
+
+@triton.jit
+def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr, holds,
                  b, node, depth, t, scale, T, V, P, W, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
     # inverse CDF over the node's residual: nucleus minus its children's (rejected) tokens
     row = b * T + node
     m = tl.load(node_max_ptr + row)
     tau = tl.load(node_tau_ptr + row)
     p = tl.arange(0, BLOCK_P)
-    col = tl.load(paths_ptr + p * W + depth, mask=p < P, other=-1)
-    kid = tl.load(paths_ptr + p * W + depth + 1, mask=(p < P) & (p * 0 + depth + 1 < W), other=-1)
-    gone = tl.load(tokens_ptr + b * T + kid, mask=(col == node) & (kid >= 0), other=-1)  # [BLOCK_P]
+    kid, cand = _children(paths_ptr, holds, depth, T, W, BLOCK_P)
+    gone = tl.load(tokens_ptr + b * T + kid, mask=cand, other=-1)  # [BLOCK_P]
+    gone = tl.where((gone >= 0) & (gone < V), gone, -1)  # a token outside the vocabulary removes nothing
     offs = tl.arange(0, BLOCK_V)
     run = tl.zeros([], tl.float32)
     found = tl.full([], -1, tl.int32)
@@ -153,12 +170,14 @@ def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, 
 
 @triton.jit
 def _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau, scale, T, V):
-    # a = w(tok c) / q(c) at the current node; 0 if an earlier (rejected) sibling drafted the same token
+    # a = w(tok c) / q(c) at the current node (c in [1, T)); 0 if an earlier (rejected) sibling drafted the
+    # same token or the token lies outside [0, V)
     c_tok = tl.load(tokens_ptr + b * T + c)
+    known = (c_tok >= 0) & (c_tok < V)
     repeat = tl.max(tl.where(cand & (kid < c) & (kid_tok == c_tok), 1, 0), 0)
-    x = tl.load(logits_ptr + row.to(tl.int64) * V + c_tok).to(tl.float32)
+    x = tl.load(logits_ptr + row.to(tl.int64) * V + c_tok, mask=known, other=float("-inf")).to(tl.float32)
     w = tl.exp2((x - m) * scale)
-    w = tl.where((w >= tau) & (repeat == 0), w, 0.0)
+    w = tl.where(known & (w >= tau) & (repeat == 0), w, 0.0)
     return w / tl.load(q_ptr + b * T + c)
 
 
@@ -168,8 +187,7 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
           BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
     # rejection mode: the reference's walk in mass units; returns (accepted_len, best_path, bonus)
     p = tl.arange(0, BLOCK_P)
-    d = tl.arange(0, BLOCK_W)
-    chain = tl.where(d == 0, 0, -1)  # [BLOCK_W] accepted nodes, root first
+    holds = p < P  # [BLOCK_P] paths whose prefix is the accepted chain (column 0 is the root); never empty
     node = tl.full([], 0, tl.int32)
     stop = tl.full([], -1, tl.int32)  # depth of the node that emits the bonus token
     t_stop = tl.zeros([], tl.float32)
@@ -179,9 +197,7 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
             m = tl.load(node_max_ptr + row)
             tau = tl.load(node_tau_ptr + row)
             t = tl.load(uniforms_ptr + b * W + k) * tl.load(node_mass_ptr + row)
-            col = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
-            kid = tl.load(paths_ptr + p * W + k + 1, mask=(p < P) & (p * 0 + k + 1 < W), other=-1)
-            cand = (col == node) & (kid >= 0)  # [BLOCK_P] children of node (repeated per path)
+            kid, cand = _children(paths_ptr, holds, k, T, W, BLOCK_P)  # children of node (repeated per path)
             kid_tok = tl.load(tokens_ptr + b * T + kid, mask=cand, other=-1)
             accepted = tl.full([], -1, tl.int32)
             last = tl.full([], -1, tl.int32)
@@ -190,21 +206,18 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
                 if (c < _BIG) & (accepted < 0):
                     a = _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau,
                                         scale, T, V)  # fmt: skip
-                    accepted = tl.where(t < a, c, accepted)
-                    t = tl.where(t < a, t, t - a)
+                    take = (a > 0) & (t < a)  # (a > 0: with t ≥ 0 the same test; keeps garbage uniforms out)
+                    accepted = tl.where(take, c, accepted)
+                    t = tl.where(take, t, t - a)
                     last = c
             if accepted >= 0:
-                chain = tl.where(d == k + 1, accepted, chain)
+                holds = holds & (kid == accepted)
                 node = accepted
             else:
                 stop = k
                 t_stop = t
-    bonus = _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr,
+    bonus = _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr, holds,
                          b, node, stop, t_stop, scale, T, V, P, W, BLOCK_P, BLOCK_V)  # fmt: skip
-    holds = p < P  # paths whose first stop + 1 nodes are the chain
-    for k in range(0, W):
-        col = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
-        holds = holds & ((k > stop) | (col == tl.sum(tl.where(d == k, chain, 0), 0)))
     return stop + 1, tl.min(tl.where(holds, p, _BIG), 0), bonus
 
 
@@ -218,17 +231,18 @@ def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_
     p = tl.arange(0, BLOCK_P)
     alive = p < P  # greedy: per path, all nodes so far equal the argmax at their parent
     length = tl.zeros([BLOCK_P], tl.int32)
+    tip = tl.zeros([BLOCK_P], tl.int32)  # per path, its last accepted node (the root 0 to begin with)
     for k in range(1, W):
-        node = tl.load(paths_ptr + p * W + k, mask=p < P, other=-1)
-        parent = tl.load(paths_ptr + p * W + k - 1, mask=p < P, other=-1)
-        alive = alive & (node >= 0)
+        node = tl.load(paths_ptr + p * W + k, mask=alive, other=-1)
+        alive = alive & (node > 0) & (node < T)  # an entry outside [1, T) ends the path (and -1 padding)
         tok = tl.load(tokens_ptr + b * T + node, mask=alive, other=-1)
-        alive = alive & (tok == tl.load(node_arg_ptr + b * T + parent, mask=alive, other=-2))
+        alive = alive & (tok == tl.load(node_arg_ptr + b * T + tip, mask=alive, other=-2))  # argmax ∈ [0, V)
+        tip = tl.where(alive, node, tip)
         length += alive.to(tl.int32)
     most = tl.max(tl.where(p < P, length, -1), 0)
     best = tl.min(tl.where((p < P) & (length == most), p, _BIG), 0)
     n_acc = most + 1
-    bonus = tl.load(node_arg_ptr + b * T + tl.load(paths_ptr + best * W + most))
+    bonus = tl.load(node_arg_ptr + b * T + tl.sum(tl.where(p == best, tip, 0), 0))
     if SAMPLE:
         temperature = tl.load(temperature_ptr + b)
         if temperature > _EPS:
@@ -237,8 +251,8 @@ def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_
                                        T, V, P, W, BLOCK_P, BLOCK_W, BLOCK_V)  # fmt: skip
     d = tl.arange(0, BLOCK_W)
     draft = d < n_acc - 1  # output slot d holds the token of chain node d + 1 = paths[best, d + 1]
-    nxt = tl.load(paths_ptr + best * W + d + 1, mask=draft, other=0)
-    tok = tl.load(tokens_ptr + b * T + nxt, mask=draft, other=-1)
+    nxt = tl.load(paths_ptr + best * W + d + 1, mask=draft, other=0)  # accepted nodes: in [1, T)
+    tok = tl.load(tokens_ptr + b * T + nxt, mask=draft & (nxt > 0) & (nxt < T), other=-1)
     tl.store(out_ptr + b * W + d, tl.where(draft, tok, tl.where(d == n_acc - 1, bonus, -1)), mask=d < W)
     tl.store(len_ptr + b, n_acc)
     tl.store(best_ptr + b, best)
@@ -258,8 +272,9 @@ def tree_verify_triton(
     block_v: int | None = None,
     split: int | None = None,
 ) -> VerifyResult:
-    """Launch the three kernels on logits' device (and torch's current stream). Paths are trusted:
-    validate them with `contract.check_paths` (the reference does) where they come from."""
+    """Launch the three kernels on logits' device (and torch's current stream). Index inputs are not
+    trusted: out-of-contract paths and tokens read as `contract.py`'s "Untrusted index inputs" says (the
+    reference's `untrusted=True`); validate them with `contract.check_paths` where a violation is a bug."""
     mode = Mode.parse(mode)
     b, t, v = logits.shape
     w = paths.shape[-1]  # D+1

@@ -41,6 +41,11 @@ the drafter proposes that token, not the draft head's softmax probability.
 
 temperature ≤ TEMPERATURE_EPS verifies that row greedily (the limit T → 0 of the above when the
 siblings' tokens are distinct).
+
+The children of the current node are the next entries of the rows whose prefix is the accepted chain
+(with one parent per node — the contract — exactly the node's children). That reading also gives
+`untrusted=True` its meaning: out-of-contract index inputs read as `contract.py`'s "Untrusted index
+inputs" says (what the Triton kernel, hence the TensorRT plugin, does) instead of raising.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from typing import NamedTuple
 
 import torch
 
-from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode, bind_dims, check_paths
+from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode, bind_dims, check_paths, sanitize_paths
 
 
 class VerifyResult(NamedTuple):
@@ -67,8 +72,12 @@ def tree_verify(
     top_p: torch.Tensor | None = None,  # [B] fp32 (rejection mode; None = 1)
     uniforms: torch.Tensor | None = None,  # [B, D+1] fp32 in [0, 1) (rejection mode)
     draft_probs: torch.Tensor | None = None,  # [B, T] fp32 in (0, 1]; None = 1 (deterministic)
+    *,
+    untrusted: bool = False,
 ) -> VerifyResult:
-    """Verify each sequence's tree (paths[b]) against its logits; see the module docstring."""
+    """Verify each sequence's tree (paths[b]) against its logits; see the module docstring. Paths and path
+    nodes' tokens outside the contract raise ValueError, or with `untrusted` read as the contract's
+    "Untrusted index inputs" says (the floats must still be in range)."""
     mode = Mode.parse(mode)
     b, t, v = logits.shape
     width = int(paths.shape[-1])  # D+1
@@ -82,7 +91,10 @@ def tree_verify(
                  uniforms=uniforms, draft_probs=draft_probs)  # fmt: skip
     bind_dims({k: x.shape for k, x in named.items()})
     trees = paths.tolist()  # [B][P][D+1]
-    check_paths(trees, t)
+    if untrusted:
+        trees = sanitize_paths(trees, t)
+    else:
+        check_paths(trees, t)
     if not bool(((uniforms >= 0) & (uniforms < 1)).all()) or not bool((draft_probs > 0).all()):
         raise ValueError("uniforms must lie in [0, 1) and draft_probs in (0, 1]")
     out = VerifyResult(torch.ones(b, dtype=torch.int32), torch.zeros(b, dtype=torch.int32),
@@ -90,27 +102,17 @@ def tree_verify(
     for i, rows in enumerate(trees):
         tok = tokens[i].tolist()
         drafted = sorted({n for row in rows for n in row[1:] if n >= 0})
-        if any(not 0 <= tok[n] < v for n in drafted):
+        if not untrusted and any(not 0 <= tok[n] < v for n in drafted):
             raise ValueError(f"tokens[{i}]: a node on a path has a token outside [0, {v})")
         if mode is Mode.GREEDY or float(temperature[i]) <= TEMPERATURE_EPS:
             chain, bonus = _greedy(logits[i], tok, rows)
         else:
             sampling = (float(temperature[i]), float(top_p[i]), uniforms[i].tolist())
-            chain, bonus = _rejection(logits[i], tok, draft_probs[i].tolist(), _children(rows), sampling)
+            chain, bonus = _rejection(logits[i], tok, draft_probs[i].tolist(), rows, sampling)
         out.accepted_len[i] = len(chain)
         out.best_path[i] = next(p for p, row in enumerate(rows) if row[: len(chain)] == chain)
         out.output_tokens[i, : len(chain)] = torch.tensor([tok[n] for n in chain[1:]] + [bonus])
     return out
-
-
-def _children(rows: list[list[int]]) -> dict[int, set[int]]:
-    # one sequence's paths [P][D+1] -> node: its children
-    children: dict[int, set[int]] = {}
-    for row in rows:
-        for parent, child in zip(row, row[1:]):
-            if child >= 0:
-                children.setdefault(parent, set()).add(child)
-    return children
 
 
 def _greedy(logits: torch.Tensor, tok: list[int], rows: list[list[int]]) -> tuple[list[int], int]:
@@ -142,22 +144,31 @@ def _target_probs(logits: torch.Tensor, temperature: float, top_p: float) -> tor
     return p
 
 
-def _rejection(logits: torch.Tensor, tok: list[int], q: list[float], children: dict[int, set[int]],
+def _children(rows: list[list[int]], chain: list[int]) -> list[int]:
+    # one sequence's paths [P][D+1]: the next entries of the rows that hold the chain, in node order
+    k = len(chain)
+    return sorted({row[k] for row in rows if row[:k] == chain and len(row) > k and row[k] >= 0})
+
+
+def _rejection(logits: torch.Tensor, tok: list[int], q: list[float], rows: list[list[int]],
                sampling: tuple[float, float, list[float]]) -> tuple[list[int], int]:  # fmt: skip
     # logits [T, V]; sampling = (temperature, top_p, uniforms [D+1]); returns chain and bonus token
     temperature, top_p, u = sampling
     probs = _target_probs(logits, temperature, top_p)  # [T, V]
+    vocab = probs.shape[-1]
     chain = [0]
     while True:
         p = probs[chain[-1]].clone()  # [V] the residual at the current node
         t = u[len(chain) - 1]  # the uniform of this node's depth
-        for child in sorted(children.get(chain[-1], ())):
-            a = float(p[tok[child]]) / q[child]
+        for child in _children(rows, chain):
+            known = 0 <= tok[child] < vocab  # (untrusted) a token outside the vocabulary has probability 0
+            a = float(p[tok[child]]) / q[child] if known else 0.0
             if t < a:
                 chain.append(child)
                 break
             t -= a
-            p[tok[child]] = 0.0
+            if known:
+                p[tok[child]] = 0.0
         else:
             return chain, _inverse_cdf(p, t, fallback=int(logits[chain[-1]].float().argmax()))
 

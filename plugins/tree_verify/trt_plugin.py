@@ -3,19 +3,26 @@
 `register()` registers it with `tensorrt.plugin` (TensorRT's Python "quickly deployable plugins").
 TensorRT's ONNX parser then maps every TreeVerify node (op type "TreeVerify", string attribute
 plugin_namespace = "trtspec", which `onnx_op.make_node` writes) to it, with the node's `mode`
-attribute as the plugin field. Call `register()` before parsing the ONNX model *and* in every process
+attribute as the plugin field (typed `trt_attrs.ModeAttr`, a [1] int32 array: an `int` annotation makes
+tensorrt.plugin call int() on the parser's 1-element array, which NumPy ≥ 2.4 refuses — see `trt_attrs`).
+Call `register()` before parsing the ONNX model *and* in every process
 that deserialises the engine: the implementation is `@trtp.impl` (JIT), i.e. Python that launches
 the Triton kernel on TensorRT's stream at enqueue time (so: a Python runtime — our engines, Triton
 server's Python backend). An `@trtp.aot_impl` would embed one compiled kernel in the engine; the
 kernel here is three launches, so AOT would first need them fused.
 
 No `from __future__ import annotations` here: `tensorrt.plugin` reads the decorated functions'
-annotations at run time (`inspect.signature` + `issubclass`), so they must be real classes.
+annotations at run time (`inspect.signature` + `issubclass`), so they must be real objects (classes, and the
+`np.ndarray[...]` alias of the attribute, which the impl must repeat exactly: TensorRT compares them).
+
+TensorRT also runs the impl on made-up inputs while it times tactics: the kernel treats every index input
+as untrusted (`contract.py`, "Untrusted index inputs"), so such a run cannot fault.
 """
 
 from typing import TYPE_CHECKING, Any, List, Tuple
 
-from plugins.tree_verify.contract import PLUGIN_ID, Mode
+from plugins.tree_verify.contract import PLUGIN_ID
+from plugins.tree_verify.trt_attrs import ModeAttr, mode_from_attr
 
 if TYPE_CHECKING:
     import tensorrt.plugin as trtp
@@ -23,7 +30,7 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = (
     "the TensorRT face of tree_verify needs tensorrt >= 10.15 with tensorrt.plugin, torch with CUDA and "
-    "triton on a GPU host: pip install 'trtspec[gpu]'"
+    "triton on a GPU host: pip install 'trtspec[cpu,tensorrt]'"
 )
 _LOGITS_TYPES = "FP32|FP16|BF16"  # the other inputs and the outputs have one type each
 _IO_TYPES = f"{_LOGITS_TYPES}, INT32, INT32, FP32, FP32, FP32, FP32, INT32, INT32, INT32"
@@ -57,7 +64,7 @@ def _register_shapes() -> None:
         top_p: trtp.TensorDesc,  # [B]
         uniforms: trtp.TensorDesc,  # [B, D+1]
         draft_probs: trtp.TensorDesc,  # [B, T]
-        mode: int,
+        mode: ModeAttr,  # [1] int32
     ) -> Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]:
         batch, width = logits.shape_expr[0], paths.shape_expr[2]
         return (
@@ -96,7 +103,7 @@ def _register_impl() -> None:
         top_p: trtp.Tensor,
         uniforms: trtp.Tensor,
         draft_probs: trtp.Tensor,
-        mode: int,
+        mode: ModeAttr,  # [1] int32
         outputs: Tuple[trtp.Tensor, trtp.Tensor, trtp.Tensor],
         stream: int,
     ) -> None:
@@ -109,7 +116,7 @@ def _register_impl() -> None:
                                                                draft_probs))  # fmt: skip
         out = VerifyResult(*(_as_torch(t) for t in outputs))
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-            tree_verify_triton(x, tok, pa, Mode(mode), temp, tp, u, q, out=out)
+            tree_verify_triton(x, tok, pa, mode_from_attr(mode), temp, tp, u, q, out=out)
 
 
 class _CudaArray:

@@ -18,7 +18,7 @@ ARCH_8B = {
 
 GOOD: dict[str, Any] = {
     "model": {"checkpoint": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "architecture": ARCH_8B},
-    "quantization": {"mode": "fp8", "kv_cache": "fp8"},
+    "quantization": {"mode": "fp8", "kv_cache": "model_dtype"},  # own TensorRT engines: no FP8 KV cache
     "speculative": {"method": "medusa", "checkpoint": "hf://org/heads", "num_heads": 4, "tree": [[0], [0, 0], [1]]},
     "target": {"device": "h100", "gpus": 1},
     "build": {"max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048},

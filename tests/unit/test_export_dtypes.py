@@ -29,6 +29,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from builder.errors import UserError
 from builder.export.artifacts import write_models
 from builder.export.contract import FP8, Precision
 from builder.export.eagle import export_eagle
@@ -285,9 +286,10 @@ def test_eagle_gpu_form_in_bfloat16(tmp_path: Path) -> None:
 
 def test_gpu_form_types_and_its_tensorrt_form(tmp_path: Path) -> None:
     """Every float value of the bfloat16 GPU form is bfloat16 (logits for the argmax and TreeVerify's own
-    work excepted), the caches FP8; the TensorRT form keeps them (FP8 TensorScatter, a bfloat16 additive
-    mask) and passes onnx.checker; the lowering leaves no narrow / FP8 value and rounds every bfloat16 value
-    of the GPU form once (one Cast pair per value)."""
+    work excepted), the caches FP8; the TensorRT form refuses FP8 caches (TensorRT's KV-cache update takes
+    float32/float16/bfloat16 only) and, with bfloat16 caches, keeps the types (a bfloat16 additive mask) and
+    passes onnx.checker; the lowering leaves no narrow / FP8 value and rounds every bfloat16 value of the GPU
+    form once (one Cast pair per value)."""
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
     proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
                          precision=Precision("bfloat16", FP8))  # fmt: skip
@@ -296,7 +298,10 @@ def test_gpu_form_types_and_its_tensorrt_form(tmp_path: Path) -> None:
     wide = [v.name for v in inferred.value_info if v.type.tensor_type.elem_type == F32]
     assert all(w.startswith(("verify/", "tree_verify")) for w in wide), wide  # fp32 only around verification
     assert {t.data_type for t in proto.graph.initializer} & floats == {TensorProto.BFLOAT16}
-    trt = to_tensorrt(proto)
+    with pytest.raises(UserError, match="FP8 KV cache"):
+        to_tensorrt(proto)
+    trt = to_tensorrt(build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
+                                   precision=Precision("bfloat16", "bfloat16")))  # fmt: skip
     check(trt)
     scatter = [n for n in trt.graph.node if n.op_type == "TensorScatter"]
     assert scatter and all(n.input[0].startswith("past_") for n in scatter)

@@ -6,9 +6,15 @@ Runtime contrib op remains, TreeVerify stays the trtspec::TreeVerify plugin node
 onnx.checker (the trt:: schemas registered), and a hand-written graph rewrites to exactly the node list
 written out below (FP8 Q/DQ nodes untouched).
 
+Types: every node of every exported TensorRT form — fp32 CPU form, bfloat16 GPU form with FP8 weights,
+greedy, rejection, Medusa, EAGLE — has the operator and the input dtypes TensorRT 10.15 documents
+(`trt_schemas.operator_problems`: onnx-tensorrt's support matrix as data, index inputs included: position
+ids and cache write indices INT64); the int32 ids TensorRT Edge-LLM's exporter writes are flagged, and an
+FP8 KV cache is refused (TensorRT's KV-cache update takes float32 / float16 / bfloat16 caches only).
+
 Numbers: ONNX Runtime cannot run trt:: nodes, but each has a standard op of the same meaning (the
 module docstring's table read backwards). `_lower` maps them back — trt::Attention to a standard
-Attention with the additive mask over all CAP slots, the int32 casts widened again — so the rewritten
+Attention with the additive mask over all CAP slots — so the rewritten
 graph runs in ORT, and must match the canonical graph (which attends the live prefix only, with RMSNorm
 and Swish as single ops) on a prefill and a tree step. That checks the full-cache mask, the -inf
 mask, the RMSNorm and SiLU decompositions; what TensorRT itself does with the nodes is for a GPU host.
@@ -25,15 +31,20 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import UserError
+from builder.export.contract import Precision
 from builder.export.eagle import export_eagle
-from builder.export.target import export_target
+from builder.export.target import build_target, export_target
 from builder.export.tensorrt import TRT_DOMAIN, register_schemas, to_tensorrt, write_tensorrt, write_tensorrt_graphs
+from builder.export.trt_schemas import INDEX_INPUTS, OPERATOR_TYPES, operator_problems, value_types
 from builder.model.config import LlamaConfig
+from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.speculative.eagle.draft_model import EagleDraft
+from builder.speculative.medusa.heads import MedusaHeads
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN as PLUGIN_DOMAIN
 from tests.unit.model_utils import LLAMA3_SCALING, hf_config
 from tests.unit.test_export_harness import Session, ancestors, randomize, tiny_target
+from tests.unit.test_quantize_ptq import fixture_fp8
 
 CAP, LAYERS = 48, 2
 STANDARD = ("Attention", "RotaryEmbedding", "TensorScatter")
@@ -124,11 +135,7 @@ def _lower(model: onnx.ModelProto) -> onnx.ModelProto:
     nodes = []
     for n in out.graph.node:
         if n.domain == TRT_DOMAIN:
-            ins, name = list(n.input), n.name
-            if n.op_type in ("RotaryEmbedding", "TensorScatter"):
-                wide = f"{name}/int64"
-                nodes.append(helper.make_node("Cast", [ins[-1]], [wide], to=TensorProto.INT64))
-                ins[-1] = wide
+            ins, name = list(n.input), n.name  # (index inputs are INT64 already: ORT's types)
             attrs = {"axis": 2} if n.op_type == "TensorScatter" else {}
             if n.op_type == "Attention":
                 attrs = {"scale": next(a.f for a in n.attribute if a.name == "scale")}
@@ -248,11 +255,9 @@ def test_hand_written_graph_rewrites_to_the_expected_node_list():
         ("Unsqueeze", ["past_len", "ax1"], ["pl"], {}),
         ("Less", ["slots", "pl"], ["seen"], {}),
         ("Unsqueeze", ["seen", "ax12"], ["mask"], {}),
-        ("Cast", ["position_ids"], ["position_ids/int32"], {"to": TensorProto.INT32}),
-        ("trt::RotaryEmbedding", ["q", "cos", "sin", "position_ids/int32"], ["q_rot"], {}),
-        ("Cast", ["past_len"], ["past_len/int32"], {"to": TensorProto.INT32}),
-        ("trt::TensorScatter", ["past_key", "k", "past_len/int32"], ["present_key"], {}),
-        ("trt::TensorScatter", ["past_value", "v", "past_len/int32"], ["present_value"], {}),
+        ("trt::RotaryEmbedding", ["q", "cos", "sin", "position_ids"], ["q_rot"], {}),  # INT64 ids: no Cast
+        ("trt::TensorScatter", ["past_key", "k", "past_len"], ["present_key"], {}),
+        ("trt::TensorScatter", ["past_value", "v", "past_len"], ["present_value"], {}),
         ("Where", ["mask", "=0.0", f"={inf}"], ["mask/additive"], {}),
         ("trt::Attention", ["q_rot", "present_key", "present_value", "mask/additive"], ["y"],
          {"is_causal": 0, "TRT_decomposable": 1, "scale": 0.5}),
@@ -275,6 +280,7 @@ def test_hand_written_graph_rewrites_to_the_expected_node_list():
     assert {o.domain for o in got.opset_import} == {"", TRT_DOMAIN}
     register_schemas()
     onnx.checker.check_model(got, full_check=True)
+    assert operator_problems(got) == []
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -288,3 +294,113 @@ def test_unsupported_forms_are_refused_naming_the_node(edit, message):
     edit(model)
     with pytest.raises(UserError, match=message):
         to_tensorrt(model)
+
+
+# -- types: TensorRT's documented operator support, index inputs included ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_forms(exported, tmp_path_factory):
+    """{name: canonical graph}: the fixture's exports, a Medusa target, and the bfloat16 GPU form with FP8
+    weights (bf16 KV: the own backend's only KV form) in greedy and rejection mode."""
+    base = exported["base"]
+    folders = (("target-greedy", "target"), ("target-rejection", "target"), ("eagle", "eagle"))
+    graphs = {f: load(base / f / f"{stem}.onnx") for f, stem in folders}
+    model = exported["model"]
+    heads = MedusaHeads(3, 2, model.cfg.hidden_size, model.cfg.vocab_size)
+    randomize(heads)
+    out = tmp_path_factory.mktemp("medusa")
+    export_target(model, out, variant="standard", mode="greedy", max_seq_len=CAP, medusa=heads, medusa_topk=4)
+    graphs["medusa"] = load(out / "target.onnx")
+    ckpt = read_fp8_checkpoint(fixture_fp8()[0])
+    for mode in ("greedy", "rejection"):
+        graphs[f"bf16-fp8-{mode}"] = build_target(ckpt.model, variant="standard", mode=mode, max_seq_len=CAP,
+                                                  fp8=ckpt.spec, precision=Precision("bfloat16", "bfloat16"))
+    return graphs
+
+
+def test_every_node_has_the_operator_and_types_tensorrt_documents(gpu_forms):
+    seen: set[str] = set()
+    for name, canonical in gpu_forms.items():
+        trt = to_tensorrt(canonical)
+        assert operator_problems(trt) == [], name
+        types = value_types(trt)
+        for node in trt.graph.node:
+            seen.add(node.op_type)
+            if node.op_type in ("RotaryEmbedding", "TensorScatter"):  # the index inputs, by name
+                index = node.input[3] if node.op_type == "RotaryEmbedding" else node.input[2]
+                assert types[index] == "INT64", (name, node.name, types[index])
+                assert types[node.input[0]] in ("FP32", "BF16"), (name, node.name)
+    assert {"RotaryEmbedding", "TensorScatter", "Attention", "TreeVerify", "DequantizeLinear", "TopK"} <= seen
+    assert seen - {"TreeVerify"} <= set(OPERATOR_TYPES)
+
+
+def test_the_int32_ids_edge_llm_writes_are_flagged(gpu_forms):
+    """TensorRT Edge-LLM's exporter casts position ids and cache indices to int32; TensorRT documents INT64."""
+    trt = to_tensorrt(gpu_forms["target-greedy"])
+    narrowed = []
+    for node in trt.graph.node:
+        if node.domain == TRT_DOMAIN and node.op_type in INDEX_INPUTS:
+            i = max(INDEX_INPUTS[node.op_type])
+            narrowed.append(helper.make_node("Cast", [node.input[i]], [f"{node.name}/int32"], name=f"{node.name}/int32",
+                                             to=TensorProto.INT32))  # fmt: skip
+            node.input[i] = f"{node.name}/int32"
+    trt.graph.node.extend(narrowed)  # (order does not matter to inference)
+    problems = operator_problems(trt)
+    assert len(problems) == 3 * LAYERS  # one RoPE and two scatters per layer
+    assert all("is INT32; TensorRT documents INT64" in p for p in problems), problems
+
+
+def test_int32_ids_in_the_canonical_graph_are_widened():
+    model = _hand_graph()
+    for vi in model.graph.input:
+        if vi.name in ("position_ids", "past_len"):
+            vi.type.tensor_type.elem_type = TensorProto.INT32
+    got = _resolved(to_tensorrt(model))
+    assert ("Cast", ["position_ids"], ["position_ids/int64"], {"to": TensorProto.INT64}) in got
+    assert ("trt::TensorScatter", ["past_key", "k", "past_len/int64"], ["present_key"], {}) in got
+
+
+def test_an_fp8_kv_cache_has_no_tensorrt_form(gpu_forms):
+    ckpt = read_fp8_checkpoint(fixture_fp8()[0])
+    proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
+                         precision=Precision("bfloat16", "float8e4m3fn"))  # fmt: skip
+    with pytest.raises(UserError, match="float32/float16/bfloat16 caches only") as err:
+        to_tensorrt(proto)
+    assert err.value.field == "quantization.kv_cache" and "trtllm" in err.value.allowed
+
+
+def test_an_operator_outside_the_support_matrix_is_flagged():
+    model = to_tensorrt(_hand_graph())
+    assert operator_problems(model) == []
+    model.graph.node.append(helper.make_node("Unique", ["out"], ["uniq"], name="uniq"))  # "N" in the 10.15 table
+    assert operator_problems(model) == ["node 'uniq' (Unique): not in TensorRT 10.15's ONNX support matrix as we "
+                                        "record it"]  # fmt: skip
+
+
+def test_the_runtime_binds_the_index_inputs_as_int64(gpu_forms):
+    """The engines' host side binds graph inputs with the I/O contract's types (`contract_io_dtypes`, checked
+    against the built network): every graph input that feeds a RoPE's position ids or a KV update's write
+    indices is INT64 there, as in the graph, so nothing narrows or widens them on the way."""
+    from builder.engines.tensorrt.build import contract_io_dtypes
+
+    for name, canonical in gpu_forms.items():
+        trt = to_tensorrt(canonical)
+        producer = {o: n for n in trt.graph.node for o in n.output}
+        inputs = {v.name for v in trt.graph.input}
+        graph = "eagle" if name == "eagle" else "target"
+        io = contract_io_dtypes(graph, Precision("float32", "float32"), layers=1, rejection="rejection" in name,
+                                medusa=name == "medusa")  # fmt: skip
+        fed = set()
+        for node in trt.graph.node:
+            if node.domain == TRT_DOMAIN and node.op_type in INDEX_INPUTS:
+                todo = [node.input[i] for i in INDEX_INPUTS[node.op_type]]
+                while todo:  # back through the integer arithmetic (EAGLE: past_len + write_offset)
+                    value = todo.pop()
+                    if value in inputs:
+                        fed.add(value)
+                    elif value in producer:
+                        assert producer[value].op_type != "Cast", (name, value)  # no narrowing / widening
+                        todo.extend(i for i in producer[value].input if i)
+        assert fed and all(io[v] == "INT64" for v in fed), (name, {v: io[v] for v in fed})
+        assert {"position_ids", "past_len"} <= fed, (name, fed)

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from builder.engines.ort.kv import KVBuffers
-from builder.export.contract import FP8, Precision
+from builder.export.contract import Precision
 from builder.export.target import build_target
 from builder.model.loader import load_model
 from builder.quantize.checkpoint import read_fp8_checkpoint
@@ -51,8 +51,9 @@ def test_llama3_8b_fp8_h100_by_hand():
     assert comps == {"decoder": ("fp8", decoder), "norms": ("bf16", norms), "embed_tokens": ("bf16", embed),
                      "lm_head": ("bf16", embed), "rope tables": ("bf16", rope)}  # greedy only: one engine
     assert m["weight_bytes"] == 6_979_321_856 + 2_228_608 + 532_480 + 2 * 1_050_673_152 + 1_054_720 == 9_084_483_968
-    assert m["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 1 == 65_536  # FP8: one byte per element
-    assert m["kv_budget_bytes"] == 16 * cap * 65_536 == 4_320_133_120  # 16 slots × CAP, allocated up front
+    # bf16 KV: TensorRT's KV-cache update keeps no FP8 cache (validate refuses kv_cache: fp8 on this backend)
+    assert m["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert m["kv_budget_bytes"] == 16 * cap * 131_072 == 8_640_266_240  # 16 slots × CAP, allocated up front
     assert (m["concurrent_sequences"], m["tokens_per_sequence"], m["kv_tokens"]) == (16, cap, 16 * cap)
     row = 2 * (2 * 4096 + max(48 * 128 + 32 * 128, 3 * 14336, 3 * 4096))  # residual + norm + the MLP's [3I], bf16
     step = 16 * 24 * (row + cap * 2) + 16 * 24 * 128256 * (2 + 4)  # 24 nodes: rows, mask; logits bf16 + fp32
@@ -67,12 +68,13 @@ def test_llama3_8b_fp8_h100_by_hand():
     assert m["io_slot_bytes"] == {"greedy": inputs + outputs} and m["pinned_host_bytes"] == inputs + outputs
     # one arena shared by both profiles' contexts: the larger profile's scratch
     assert m["activation_bytes"] == max(step, prefill) + inputs + outputs
-    assert m["headroom_bytes"] == H100_BYTES - 9_084_483_968 - 2 * GIB - prefill - inputs - outputs - 4_320_133_120
-    assert m["fits"] and "per-slot contiguous" in m["layout"] and "float8e4m3fn" in m["layout"]
+    assert m["headroom_bytes"] == H100_BYTES - 9_084_483_968 - 2 * GIB - prefill - inputs - outputs - 8_640_266_240
+    assert m["fits"] and "per-slot contiguous" in m["layout"] and "float8e4m3fn" not in m["layout"]
 
 
 def test_llama3_70b_fp8_h200_eagle_by_hand():
-    """The EAGLE draft engine holds its own embedding and the target's LM head; its KV is bfloat16."""
+    """The EAGLE draft engine holds its own embedding and the target's LM head; KV in bfloat16 (both), 12 slots
+    (the recipe's max_batch_size: 16 do not fit beside the draft's prefill scratch with a bf16 cache)."""
     m = plan("recipes/llama3-70b-tp1-h200-fp8-eagle.yaml")["memory"]
     cap = cap_e = 4096 + 61  # 60 tree nodes + root; the draft: 6 levels × top-10 tentative slots + 1
     comps = {c["name"]: c["bytes"] for c in m["components"]}
@@ -80,16 +82,17 @@ def test_llama3_70b_fp8_h200_eagle_by_hand():
     assert comps["eagle_draft"] == (2 * 8192 * 8192 + 8192 + LAYER_70B + 2 * 8192) * 2  # fc + bias, layer, 2 norms
     assert comps["eagle embed_tokens"] == comps["eagle lm_head (the target's)"] == 128256 * 8192 * 2
     assert comps["eagle rope tables"] == cap_e * 128 * 2
-    assert m["kv_bytes_per_token"] == 2 * 80 * 8 * 128 == 163_840 and m["draft_kv_bytes_per_token"] == 2 * 8 * 128 * 2
-    assert m["kv_budget_bytes"] == 16 * (cap * 163_840 + cap_e * 4096) == 11_169_759_232
+    assert m["kv_bytes_per_token"] == 2 * 80 * 8 * 128 * 2 == 327_680 and m["draft_kv_bytes_per_token"] == 2 * 8 * 128 * 2
+    assert m["kv_budget_bytes"] == 12 * (cap * 327_680 + cap_e * 4096) == 16_550_313_984
     row = 2 * (2 * 8192 + 3 * 28672)
     # the draft graph's prefill computes log-softmax top-K at every row: logits bf16 + fp32 + log-probs fp32
-    assert m["scratch_bytes"]["eagle/prefill"] == 16 * 2048 * (row + cap_e * 2 + 128256 * 10) == 49_010_245_632
+    assert m["scratch_bytes"]["eagle/prefill"] == 12 * 2048 * (row + cap_e * 2 + 128256 * 10) == 36_757_684_224
+    assert m["fits"]
 
 
 def test_bf16_70b_on_one_h200_does_not_fit():
     result = run("plan", "recipes/llama3-70b-tp1-h200-fp8-none.yaml", "--set", "quantization.mode=none")
-    assert result.exit_code == 2  # 80 · 855,638,016 · 2 B = 127.5 GiB of weights + 16 slots of FP8 KV + scratch
+    assert result.exit_code == 2  # 80 · 855,638,016 · 2 B = 127.5 GiB of weights + 16 slots of bf16 KV + scratch
     assert "do not fit" in result.stderr and "slots of 4120 tokens" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -140,16 +143,20 @@ def test_cpu_plan_is_what_onnx_runtime_holds():
 
 
 def test_gpu_plan_is_what_the_bfloat16_fp8_graph_holds():
-    """The tiny fixture as a GPU recipe (bf16, FP8 weights and KV): FP8 bytes exactly, bfloat16 bytes up to the
-    scales (counted per output column: at most)."""
-    m = plan("recipes/tiny-llama3-fp8.yaml", "target.device=h100", "target.backend=tensorrt", "model.dtype=bf16")["memory"]
+    """The tiny fixture as a GPU recipe (bf16, FP8 weights, bf16 KV — the own TensorRT backend keeps no FP8 KV):
+    FP8 bytes exactly, bfloat16 bytes up to the scales (counted per output column: at most)."""
+    m = plan("recipes/tiny-llama3-fp8.yaml", "target.device=h100", "target.backend=tensorrt", "model.dtype=bf16",
+             "quantization.kv_cache=model_dtype")["memory"]  # fmt: skip
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
     proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=m["tokens_per_sequence"],
-                         fp8=ckpt.spec, precision=Precision("bfloat16", FP8))  # fmt: skip
+                         fp8=ckpt.spec, precision=Precision("bfloat16", "bfloat16"))  # fmt: skip
     have = _initializer_bytes(proto)
     comps = {c["name"]: c for c in m["components"]}
     assert have[TensorProto.FLOAT8E4M3FN] == comps["decoder"]["params"]  # one byte per weight
     bf16 = sum(comps[n]["bytes"] for n in ("embed_tokens", "lm_head", "rope tables"))
     assert bf16 <= have[TensorProto.BFLOAT16] <= bf16 + comps["decoder"]["bytes"] - comps["decoder"]["params"]
     assert set(have) == {TensorProto.FLOAT8E4M3FN, TensorProto.BFLOAT16}
-    assert m["kv_bytes_per_token"] == 2 * ckpt.cfg.num_hidden_layers * ckpt.cfg.num_key_value_heads * ckpt.cfg.head_dim
+    caches = {v.type.tensor_type.elem_type for v in proto.graph.input if v.name.startswith(("past_key", "past_value"))}
+    assert caches == {TensorProto.BFLOAT16}  # two bytes per element, as planned
+    cfg = ckpt.cfg
+    assert m["kv_bytes_per_token"] == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2

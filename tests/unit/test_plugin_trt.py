@@ -18,6 +18,7 @@ import pytest
 
 from plugins.tree_verify import trt_plugin
 from plugins.tree_verify.contract import INPUT_NAMES, OUTPUTS, PLUGIN_ID
+from plugins.tree_verify.trt_attrs import ModeAttr, mode_field
 
 
 class FakeTensorRT:
@@ -73,10 +74,13 @@ def test_registration_follows_the_contract(fake_trt):
     sig = inspect.signature(shapes)
     assert list(sig.parameters) == [*INPUT_NAMES, "mode"]
     assert all(p.annotation is fake_trt.plugin.TensorDesc for p in list(sig.parameters.values())[:-1])
-    assert sig.parameters["mode"].annotation is int  # real classes: TensorRT inspects them at run time
+    # an int32 array, not int: the parser's INT attribute is a 1-element array, and int() of it fails on NumPy
+    # >= 2.4 (tests/unit/test_plugin_trt_attrs.py); a real object, since TensorRT inspects it at run time
+    assert sig.parameters["mode"].annotation is ModeAttr
     assert typing.get_args(sig.return_annotation) == (fake_trt.plugin.TensorDesc,) * len(OUTPUTS)
     impl = inspect.signature(fake_trt.registered[f"impl {PLUGIN_ID}"])
     assert list(impl.parameters) == [*INPUT_NAMES, "mode", "outputs", "stream"]
+    assert impl.parameters["mode"].annotation == ModeAttr  # TensorRT requires the registration's annotation
     autotune = inspect.signature(fake_trt.registered[f"autotune {PLUGIN_ID}"])
     assert list(autotune.parameters) == [*INPUT_NAMES, "outputs"]
 
@@ -85,7 +89,7 @@ def test_output_shapes_and_formats(fake_trt):
     desc = fake_trt.plugin.TensorDesc
     dims = {"logits": ("B", "T", "V"), "tokens": ("B", "T"), "paths": ("B", "P", "W"), "uniforms": ("B", "W"),
             "draft_probs": ("B", "T"), "temperature": ("B",), "top_p": ("B",)}  # fmt: skip
-    outs = fake_trt.registered[f"register {PLUGIN_ID}"](*(desc(dims[n], "X") for n in INPUT_NAMES), mode=1)
+    outs = fake_trt.registered[f"register {PLUGIN_ID}"](*(desc(dims[n], "X") for n in INPUT_NAMES), mode=mode_field(1))
     assert [(o.shape_expr, o.dtype) for o in outs] == [(("B",), "INT32"), (("B",), "INT32"), (("B", "W"), "INT32")]
     (combo,) = fake_trt.registered[f"autotune {PLUGIN_ID}"](*(desc() for _ in INPUT_NAMES), outputs=outs)
     assert combo.io_types.replace(" ", "").split(",") == ["FP32|FP16|BF16", "INT32", "INT32", "FP32", "FP32",
@@ -95,5 +99,5 @@ def test_output_shapes_and_formats(fake_trt):
 def test_register_without_tensorrt_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt.plugin", None)  # as on a CPU machine
     monkeypatch.setattr(trt_plugin, "_registered", [])
-    with pytest.raises(ImportError, match="trtspec\\[gpu\\]"):
+    with pytest.raises(ImportError, match=r"pip install 'trtspec\[[^]]*tensorrt"):  # the extra naming TensorRT
         trt_plugin.register()

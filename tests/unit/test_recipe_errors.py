@@ -89,7 +89,13 @@ CASES: list[tuple[str, Callable[[dict], None], str, str]] = [
     ("tp-kv-heads", _many(_set("parallelism.tp", 16), _set("target.gpus", 16)), "parallelism.tp", "num_kv_heads=8"),
     ("gpus-mismatch", _set("parallelism.tp", 2), "target.gpus", "tp × pp = 2"),
     ("fp8-a100", _set("target.device", "a100"), "quantization.mode", "compute capability"),
-    ("fp8-kv-a100", _many(_set("target.device", "a100"), _set("quantization.mode", "none")), "quantization.kv_cache", "8.0"),
+    ("fp8-kv-a100", _many(_set("target.device", "a100"), _set("quantization.mode", "none"),
+                          _set("quantization.kv_cache", "fp8")), "quantization.kv_cache", "8.0"),
+    # TensorRT's KV-cache update takes float32/float16/bfloat16 caches only: no FP8 KV on the own backend
+    ("fp8-kv-own-tensorrt", _set("quantization.kv_cache", "fp8"), "quantization.kv_cache",
+     "allowed: model_dtype, or target.backend: trtllm"),
+    ("fp8-kv-own-tensorrt-explicit", _many(_set("quantization.kv_cache", "fp8"), _set("target.backend", "tensorrt")),
+     "quantization.kv_cache", "float32/float16/bfloat16"),
     ("device-literal", _set("target.device", "tpu"), "target.device", "'h200'"),
     ("backend-cpu-trt", _many(_set("target.device", "cpu"), _set("target.backend", "tensorrt")), "target.backend", "onnxruntime"),
     ("backend-gpu-ort", _set("target.backend", "onnxruntime"), "target.backend", "tensorrt"),
@@ -192,3 +198,17 @@ def test_speculation_with_big_batch_warns(tmp_path):
     assert "warning:" in result.stderr and "build.max_batch_size" in result.stderr
     strict = run("validate", "--strict", str(tmp_path / "r.yaml"))
     assert strict.exit_code == 2
+
+
+def test_fp8_kv_cache_is_refused_only_on_the_own_tensorrt_backend(tmp_path):
+    """TensorRT-LLM keeps an FP8 KV cache; the own TensorRT backend cannot (TensorRT's KV-cache update takes
+    float32/float16/bfloat16 caches only) and says where to go instead."""
+    data = good()
+    data["quantization"]["kv_cache"] = "fp8"
+    refused = run("validate", str(write(tmp_path / "own.yaml", data)))
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert ": quantization.kv_cache: " in refused.stderr and "target.backend: trtllm" in refused.stderr
+    data["target"]["backend"] = "trtllm"
+    data["speculative"]["verification"] = "greedy"
+    accepted = run("validate", str(write(tmp_path / "trtllm.yaml", data)))
+    assert accepted.exit_code == 0, accepted.stderr

@@ -8,7 +8,8 @@
   registered, the host's timing cache (`timing`), a manifest;
 * `device` — `Lane`: one dedicated CUDA stream and one scratch arena shared by every execution context of
   an opened folder's engines (`CudaApi`: what the runtime asks of CUDA, torch's on GPU hosts);
-* `kv` — `DeviceKV`: a graph's KV buffer on the device in the contract's KV dtype (FP8 / bf16 / fp16);
+* `kv` — `DeviceKV`: a graph's KV buffer on the device in the contract's KV dtype (bf16 / fp16 / fp32: the
+  TensorRT form has no FP8 cache, `builder.export.tensorrt`);
 * `runtime` — `TrtGraph` (a deserialized engine, one user-managed context per profile, device I/O slots
   and pinned staging) and `TrtBinding` (host arrays in, host arrays out, one synchronisation per call);
 * `target` — `TrtEngine`, the `Engine` protocol (host side shared with ONNX Runtime:

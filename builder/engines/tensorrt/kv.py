@@ -4,8 +4,10 @@ Layout [L, 2 (key, value), B_max, KV, CAP, D] (as `builder.engines.ort.kv`), row
 (`builder.engines.rows`); layer l's caches for rows [r0, r1) are contiguous from row r0, bound to the
 engine as past_* and present_* at the same address (TensorRT's KV-cache-update layer writes in place).
 The dtype is the graph's `Precision.kv` (export.json "precision" for the target, "draft_precision" for
-the EAGLE draft): float8e4m3fn (one byte per element; the calibrated scales live in the graph), bfloat16,
-float16 or float32. Zeros everywhere (+0 in each of those formats; never NaN: attention reads masked slots).
+the EAGLE draft): bfloat16, float16 or float32. float8e4m3fn (one byte per element) is handled too, but no
+engine has one today: TensorRT's KV-cache update takes float32 / float16 / bfloat16 caches only, so the
+TensorRT rewrite and `validate` refuse an FP8 KV cache on this backend (`builder.export.tensorrt`).
+Zeros everywhere (+0 in each of those formats; never NaN: attention reads masked slots).
 
 Moves (compaction of a committed chain, a departing row) are pure data movement, done on a same-width
 integer view (so no float8 kernel is needed) and issued on the lane's stream after the step that wrote

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from builder.errors import UserError
 
 PLUGIN_ID = "trtspec::TreeVerify"
-PLUGIN_FILES = ("contract.py", "reference.py", "kernel.py", "trt_plugin.py")  # what the TensorRT face runs
+PLUGIN_FILES = ("contract.py", "reference.py", "kernel.py", "trt_plugin.py", "trt_attrs.py")  # what the TensorRT face runs
 
 
 @dataclass(frozen=True)
