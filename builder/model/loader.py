@@ -1,15 +1,18 @@
 """Load an HF Llama 3 checkpoint from a local directory, strictly.
 
 Layouts: `model.safetensors`, or shards listed in `model.safetensors.index.json`. Pickled
-`pytorch_model.bin` checkpoints are refused unless the caller passes `allow_pickle=True` (then loaded
-with `torch.load(weights_only=True)`). Key sets and shapes are checked against the config, as
-nanoGPT's `from_pretrained` does: a missing key, an unexpected key, a wrong shape, a truncated or
-corrupt file or a broken index is a `UserError` that names the file and the key.
+`pytorch_model.bin` checkpoints (or `pytorch_model.bin.index.json` shards) are refused unless the caller
+passes `allow_pickle=True` — the recipe's `model.allow_pickle` / `speculative.allow_pickle`, whose name the
+refusal gives (`opt_in`) — and then read with `torch.load(map_location="cpu", weights_only=True)`; which
+names are read, and the upstream files they mirror, is `builder.model.pickled`. Key sets and shapes are
+checked against the config, as nanoGPT's `from_pretrained` does: a missing key, an unexpected key, a wrong
+shape, a truncated or corrupt file or a broken index is a `UserError` that names the file and the key.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -18,11 +21,11 @@ import torch
 from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.llama import Llama
+from builder.model.pickled import TARGET, Layout, check_shard_name, no_weights_error, opt_in_error, pickle_to_read
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-PICKLE = "pytorch_model.bin"
-PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_INDEX, PICKLE = TARGET.pickles  # pytorch_model.bin.index.json, pytorch_model.bin (opt-in only)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Sources = dict[str, tuple[torch.Tensor, str]]  # checkpoint key -> (tensor, file it came from)
@@ -43,21 +46,40 @@ def layer_shapes(cfg: LlamaConfig, prefix: str, input_norm: bool = True) -> dict
     return shapes
 
 
-def read_draft_weights(directory: Path, weights: str, pickled: str, what: str) -> tuple[dict[str, torch.Tensor], str]:
-    """`directory/weights` (safetensors) → (tensors, file); a pickled upstream file is refused, not read."""
+def read_draft_weights(
+    directory: Path, layout: Layout, allow_pickle: bool = False, opt_in: str = "allow_pickle"
+) -> tuple[dict[str, torch.Tensor], str]:
+    """A draft's weights → (tensors, file): its safetensors file, else upstream's pickled file (`layout.pickles`)
+    with `allow_pickle` only (refused naming the `opt_in` field otherwise). Key names are the same in both."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    file = directory / weights
-    if not file.is_file():
-        if (directory / pickled).is_file():
-            raise UserError(f"{pickled} is a pickle and is not loaded; convert it to {weights} "
-                            "(safetensors.torch.save_file of the same state dict)", location=str(directory))
-        raise UserError(f"no {weights} in the {what} checkpoint directory", location=str(directory))
-    try:
-        return load_file(str(file)), str(file)
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"unreadable safetensors file: {exc}", location=str(file)) from exc
+    file = directory / layout.weights
+    if file.is_file():
+        try:
+            return load_file(str(file)), str(file)
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"unreadable safetensors file: {exc}", location=str(file)) from exc
+    pickled = pickle_to_read(directory, layout)
+    if pickled is None:
+        raise no_weights_error(directory, layout, allow_pickle)
+    sources = read_pickled(directory, layout, allow_pickle, opt_in)
+    return {key: tensor for key, (tensor, _) in sources.items()}, str(pickled)
+
+
+def read_pickled(directory: Path, layout: Layout, allow_pickle: bool, opt_in: str) -> Sources:
+    """The tensors of the pickled file loading `directory` reads (`pickle_to_read`: upstream's names only, and only
+    when no safetensors file is there), as stored; refused naming `opt_in` unless `allow_pickle`."""
+    pickled = pickle_to_read(directory, layout)
+    if pickled is None:
+        present = [name for name in layout.safetensors if (directory / name).is_file()]
+        why = f"it holds {present[0]}, which is read instead" if present else f"no {' or '.join(layout.pickles)}"
+        raise UserError(f"no pickled {layout.what} weights to read: {why}", location=str(directory))
+    if not allow_pickle:
+        raise opt_in_error(pickled, opt_in)
+    if pickled.name == layout.index:
+        return _read_sharded(pickled, _read_pickle, pickled_shards=True)
+    return _read_pickle(pickled)
 
 
 def check_keys(
@@ -105,11 +127,22 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def load_state_dict(
-    path: str | Path, cfg: LlamaConfig, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False
+    path: str | Path,
+    cfg: LlamaConfig,
+    dtype: torch.dtype | str = torch.float32,
+    allow_pickle: bool = False,
+    opt_in: str = "allow_pickle",
 ) -> dict[str, torch.Tensor]:
     """Checked tensors of the checkpoint in `path`, keyed as in `Llama` (no `model.` prefix)."""
     dtype = resolve_dtype(dtype)
-    sources, weights_file = _read_tensors(Path(path), allow_pickle)
+    sources = checked_sources(Path(path), cfg, allow_pickle, opt_in)
+    return {key.removeprefix("model."): tensor.to(dtype) for key, (tensor, _) in sources.items()}
+
+
+def checked_sources(path: Path, cfg: LlamaConfig, allow_pickle: bool = False, opt_in: str = "allow_pickle") -> Sources:
+    """The checkpoint's tensors as stored (HF keys, stored dtype), each checked against `cfg`; a tied
+    checkpoint's redundant `lm_head.weight` is dropped once found equal to the embedding."""
+    sources, weights_file = _read_tensors(path, allow_pickle, opt_in)
     _check_tied_head(sources, cfg)
     expected = expected_shapes(cfg)
     missing = sorted(expected.keys() - sources.keys())
@@ -127,15 +160,16 @@ def load_state_dict(
         if not tensor.is_floating_point():
             raise UserError(f"{key!r} has dtype {tensor.dtype}, expected a floating-point tensor",
                             location=file, field=key)
-    return {key.removeprefix("model."): tensor.to(dtype) for key, (tensor, _) in sources.items()}
+    return sources
 
 
 def load_model(
-    path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False
+    path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False, opt_in: str = "allow_pickle"
 ) -> Llama:
-    """Config and checked weights from `path` as an eval-mode `Llama` on the CPU."""
+    """Config and checked weights from `path` as an eval-mode `Llama` on the CPU (`allow_pickle`: see the module
+    docstring; `opt_in` names the setting that allows it in the refusal)."""
     cfg = LlamaConfig.from_json(Path(path) / "config.json")
-    state = load_state_dict(path, cfg, dtype, allow_pickle)
+    state = load_state_dict(path, cfg, dtype, allow_pickle, opt_in)
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
     with torch.device("meta"):  # no random init of weights that are overwritten anyway
@@ -157,7 +191,7 @@ def _check_tied_head(sources: Sources, cfg: LlamaConfig) -> None:
                         location=file, field="lm_head.weight")
 
 
-def _read_tensors(path: Path, allow_pickle: bool) -> tuple[Sources, str]:
+def _read_tensors(path: Path, allow_pickle: bool, opt_in: str) -> tuple[Sources, str]:
     """All tensors of the checkpoint, and the file that lists them (the index or the single file)."""
     if not path.is_dir():
         raise UserError("checkpoint directory not found", location=str(path))
@@ -165,21 +199,15 @@ def _read_tensors(path: Path, allow_pickle: bool) -> tuple[Sources, str]:
         return _read_sharded(path / SAFETENSORS_INDEX, _read_safetensors), str(path / SAFETENSORS_INDEX)
     if (path / SAFETENSORS).is_file():
         return _read_safetensors(path / SAFETENSORS), str(path / SAFETENSORS)
-    pickled = [name for name in (PICKLE_INDEX, PICKLE) if (path / name).is_file()]
-    if pickled and not allow_pickle:
-        raise UserError(f"{pickled[0]} is a pickle checkpoint; refusing to unpickle it. Convert it to "
-                        "safetensors, or pass allow_pickle=True to load it with torch.load(weights_only=True)",
-                        location=str(path / pickled[0]))
-    if (path / PICKLE_INDEX).is_file():
-        return _read_sharded(path / PICKLE_INDEX, _read_pickle), str(path / PICKLE_INDEX)
-    if (path / PICKLE).is_file():
-        return _read_pickle(path / PICKLE), str(path / PICKLE)
-    raise UserError(f"no weights found; looked for {SAFETENSORS_INDEX}, {SAFETENSORS}"
-                    + (f", {PICKLE_INDEX}, {PICKLE}" if allow_pickle else ""), location=str(path))
+    pickled = pickle_to_read(path, TARGET)
+    if pickled is None:
+        raise no_weights_error(path, TARGET, allow_pickle)
+    return read_pickled(path, TARGET, allow_pickle, opt_in), str(pickled)
 
 
-def _read_sharded(index_path: Path, read_one: Callable[[Path], Sources]) -> Sources:
-    """Read every shard an index names; each key must sit in the shard the index says."""
+def _read_sharded(index_path: Path, read_one: Callable[[Path], Sources], pickled_shards: bool = False) -> Sources:
+    """Read every shard an index names; each key must sit in the shard the index says (a pickled index may
+    name transformers' `pytorch_model-NNNNN-of-NNNNN.bin` shards only)."""
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -190,6 +218,8 @@ def _read_sharded(index_path: Path, read_one: Callable[[Path], Sources]) -> Sour
                         field="weight_map")
     sources: Sources = {}
     for shard in sorted(set(weight_map.values())):
+        if pickled_shards:
+            check_shard_name(shard, index_path)
         shard_path = index_path.parent / shard
         if Path(shard).name != shard or not shard_path.is_file():
             raise UserError(f"shard {shard!r} named in the index is missing", location=str(index_path),
@@ -217,10 +247,26 @@ def _read_safetensors(file: Path) -> Sources:
 
 
 def _read_pickle(file: Path) -> Sources:
+    """A pickled state dict through `torch.load(weights_only=True)`: its restricted unpickler builds tensors,
+    containers and plain values, and refuses any other global (a class, a function) before running it."""
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types (UnpicklingError, RuntimeError, EOFError)
-        raise UserError(f"cannot read pickle checkpoint: {exc}", location=str(file)) from exc
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise UserError("pickle checkpoint is not a flat dict of tensors", location=str(file))
+        raise UserError(f"cannot read the pickle with torch.load(weights_only=True): {_why(exc)}",
+                        location=str(file)) from exc  # fmt: skip
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                              for k, t in state.items()):  # fmt: skip
+        raise UserError("the pickle is not a flat dict of name -> tensor (a state dict)", location=str(file))
     return {key: (tensor, str(file)) for key, tensor in state.items()}
+
+
+def _why(exc: Exception) -> str:
+    """torch.load's failure in one line, without its advice to retry with weights_only=False (never taken here)."""
+    text = str(exc)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it refers to {found.group(1)}, which is not a tensor or a plain container (refused unexecuted)"
+    if "Weights only load failed" in text:
+        return "it holds objects other than tensors and plain containers (refused unexecuted)"
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

@@ -152,9 +152,10 @@ def test_pickle_refused_unless_allowed(hf, single, tmp_path) -> None:
     path.mkdir()
     shutil.copy(single / "config.json", path)
     torch.save(hf.state_dict(), path / "pytorch_model.bin")
-    with pytest.raises(UserError, match="refusing to unpickle") as info:
-        load_model(path)
+    with pytest.raises(UserError, match="pytorch_model.bin is a pickle") as info:
+        load_model(path, opt_in="model.allow_pickle")
     assert info.value.location == str(path / "pytorch_model.bin")
+    assert (info.value.field, info.value.allowed) == ("model.allow_pickle", "true")
     model = load_model(path, allow_pickle=True)
     torch.testing.assert_close(model.lm_head.weight, hf.lm_head.weight, rtol=0, atol=0)
 
@@ -163,7 +164,7 @@ def test_no_weights_and_bad_dtype(single, tmp_path) -> None:
     path = tmp_path / "empty"
     path.mkdir()
     shutil.copy(single / "config.json", path)
-    with pytest.raises(UserError, match="no weights found"):
+    with pytest.raises(UserError, match="no target weights found"):
         load_model(path)
     with pytest.raises(UserError, match="unsupported dtype 'int8'") as info:
         load_state_dict(single, LlamaConfig.from_json(single), dtype="int8")

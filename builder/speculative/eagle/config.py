@@ -52,3 +52,10 @@ class EagleConfig(Section):
         "Null: the whole vocabulary. At most model.architecture.vocab_size and at least the tree's top-k.",
     )
     draft_weights: Literal["int8", "int4"] | None = Field(None, description=DRAFT_WEIGHTS_DOC)
+    allow_pickle: bool = Field(
+        False,
+        description="Read a draft published as pytorch_model.bin (a pickle, as SafeAILab's EAGLE-1 drafts such as "
+        "yuhuili/EAGLE-LLaMA3-Instruct-8B ship) with torch.load(weights_only=True) — plain tensors only, no code "
+        "objects; used only when the directory has no model.safetensors. Nothing else pickled is ever read. False "
+        "(default): refused; convert it once with `trtspec convert-draft` instead.",
+    )

@@ -15,7 +15,14 @@ true when absent, as upstream reads it) and `model.safetensors` with keys `fc.we
 `layers.{i}.self_attn.{q,k,v,o}_proj.weight`, `layers.{i}.mlp.{gate,up,down}_proj.weight`,
 `layers.{i}.post_attention_layernorm.weight` (+ `input_layernorm.weight` for i > 0) and, as upstream
 saves it, `embed_tokens.weight` — a frozen copy of the target's embedding. The LM head is never
-stored: the target's is used. Upstream ships `pytorch_model.bin` (a pickle): refused here.
+stored: the target's is used.
+
+Upstream's published drafts (e.g. `yuhuili/EAGLE-LLaMA3-Instruct-8B`) ship `pytorch_model.bin` instead: the
+same state dict pickled, loaded upstream by `torch.load` + `load_state_dict(strict=True)` into `cnets.Model`
+(`eagle/model/ea_model.py`@2320d52e), so its keys are exactly those above (the Llama 3 drafts' config.json
+says `"bias": false`: no `fc.bias`, `eagle/train/EAGLE-LLaMA3-Instruct-8B`@8937b4e6). It is read only with
+`allow_pickle` (the recipe's `speculative.allow_pickle`), through `torch.load(weights_only=True)`, and
+checked exactly as model.safetensors is (`builder.model.pickled`).
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
 from builder.model.loader import check_keys, layer_shapes, read_draft_weights
 from builder.model.llama import Block, rope_cos_sin, rope_inv_freq
+from builder.model.pickled import EAGLE
 
-WEIGHTS = "model.safetensors"
-PICKLED_WEIGHTS = "pytorch_model.bin"
+WEIGHTS = EAGLE.weights  # model.safetensors
+PICKLED_WEIGHTS = EAGLE.pickles[0]  # pytorch_model.bin: read only with allow_pickle
 
 
 class DraftLayer(Block):
@@ -170,13 +178,18 @@ def expected_shapes(cfg: LlamaConfig, fc_bias: bool) -> dict[str, tuple[int, ...
     return shapes
 
 
-def _read(path: Path) -> tuple[LlamaConfig, bool, dict[str, torch.Tensor], str]:
+def read_eagle(
+    path: Path, allow_pickle: bool = False, opt_in: str = "allow_pickle"
+) -> tuple[LlamaConfig, bool, dict[str, torch.Tensor], str]:
+    """(config, fc bias, tensors as stored, weights file) of the draft in `path`, keys and shapes checked."""
     cfg = LlamaConfig.from_json(path)
     cfg_file = str(path / "config.json")
     bias = json.loads((path / "config.json").read_text(encoding="utf-8")).get("bias", True)
     if not isinstance(bias, bool):
         raise UserError(f"expected true or false, got {bias!r}", location=cfg_file, field="bias")
-    tensors, source = read_draft_weights(path, WEIGHTS, PICKLED_WEIGHTS, "EAGLE")
+    tensors, source = read_draft_weights(path, EAGLE, allow_pickle, opt_in)
+    check_keys(tensors, expected_shapes(cfg, bias), source, "EAGLE-1 draft",
+               optional=frozenset({"embed_tokens.weight"}))  # may be absent: the target's embedding is used
     return cfg, bias, tensors, source
 
 
@@ -185,16 +198,19 @@ def load_eagle(
     base_embed: torch.Tensor,  # [V, C] the target's embed_tokens weight
     base_lm_head: torch.Tensor | None = None,  # [V, C] the target's lm_head weight (enables .logits)
     dtype: torch.dtype = torch.float32,
+    allow_pickle: bool = False,
+    opt_in: str = "allow_pickle",
 ) -> EagleDraft:
     """The EAGLE draft in directory `path`, checked key by key against its config.json.
 
     A stored `embed_tokens.weight` must equal `base_embed` up to half-precision rounding (else the
     draft was trained for another target: `UserError`); the target's exact embedding is then used.
+    `allow_pickle` reads upstream's `pytorch_model.bin` when there is no model.safetensors (`opt_in` names the
+    setting in the refusal).
     """
     path = Path(path)
-    cfg, bias, tensors, source = _read(path)
+    cfg, bias, tensors, source = read_eagle(path, allow_pickle, opt_in)
     expected = expected_shapes(cfg, bias)
-    check_keys(tensors, expected, source, "EAGLE-1 draft", optional=frozenset({"embed_tokens.weight"}))
     if tuple(base_embed.shape) != expected["embed_tokens.weight"]:
         raise UserError(f"target embedding {tuple(base_embed.shape)} does not fit the draft "
                         f"{expected['embed_tokens.weight']} (vocab_size, hidden_size)", location=source)

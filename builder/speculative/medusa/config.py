@@ -28,3 +28,10 @@ class MedusaConfig(Section):
     )
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
     draft_weights: Literal["int8", "int4"] | None = Field(None, description=DRAFT_WEIGHTS_DOC)
+    allow_pickle: bool = Field(
+        False,
+        description="Read heads saved by FasterDecoding/Medusa's training code as medusa_lm_head.pt (a pickle) with "
+        "torch.load(weights_only=True) — plain tensors only, no code objects; used only when the directory has no "
+        "medusa_lm_head.safetensors. Nothing else pickled is ever read. False (default): refused; convert it once "
+        "with `trtspec convert-draft` instead.",
+    )

@@ -9,7 +9,12 @@ positions ahead of the position whose hidden state it reads (the target's own LM
 Checkpoint: `config.json` (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`, and
 optionally `hidden_size` / `vocab_size`) plus `medusa_lm_head.safetensors` holding the ModuleList's
 state dict: `{head}.{layer}.linear.weight|bias` for each residual block and `{head}.{num_layers}.weight`
-for the vocabulary projection. Upstream's older `medusa_lm_head.pt` is a pickle and is refused.
+for the vocabulary projection. Heads trained with upstream's original script are saved as
+`medusa_lm_head.pt` instead: `torch.save(medusa_head.state_dict())`, the same keys in a pickle
+(`medusa/train/train_legacy.py`@46f911eb; upstream reads it with `torch.load` +
+`load_state_dict(strict=False)`, `medusa/model/medusa_model.py`@e2a5d20c). It is read only with
+`allow_pickle` (the recipe's `speculative.allow_pickle`), through `torch.load(weights_only=True)`, and
+checked exactly as the safetensors file is (`builder.model.pickled`).
 
 One difference: upstream builds `[ResBlock(hidden)] * num_layers`, i.e. one block *shared* by all
 layers of a head. Here every layer has its own block; an upstream checkpoint (whose per-layer tensors
@@ -27,10 +32,11 @@ from torch import nn
 from builder.errors import UserError
 from builder.model.config import read_json_object
 from builder.model.loader import check_keys, read_draft_weights
+from builder.model.pickled import MEDUSA
 
 CONFIG = "config.json"
-WEIGHTS = "medusa_lm_head.safetensors"
-PICKLED_WEIGHTS = "medusa_lm_head.pt"
+WEIGHTS = MEDUSA.weights  # medusa_lm_head.safetensors
+PICKLED_WEIGHTS = MEDUSA.pickles[0]  # medusa_lm_head.pt: read only with allow_pickle
 
 
 class ResBlock(nn.Module):
@@ -111,28 +117,28 @@ def read_config(path: Path) -> dict[str, Any]:
     return read_json_object(path / CONFIG, missing="no config.json in the Medusa checkpoint directory")
 
 
-def _read_weights(path: Path) -> tuple[dict[str, torch.Tensor], str]:
-    return read_draft_weights(path, WEIGHTS, PICKLED_WEIGHTS, "Medusa")
-
-
 def load_medusa(
     path: str | Path,
     *,
     hidden_size: int | None = None,
     vocab_size: int | None = None,
     dtype: torch.dtype = torch.float32,
+    allow_pickle: bool = False,
+    opt_in: str = "allow_pickle",
 ) -> MedusaHeads:
     """Medusa heads from a checkpoint directory, checked key by key and shape by shape.
 
     `hidden_size` / `vocab_size` are the target's (pass them to check the heads fit it). Absent from
     upstream configs, the shapes are then taken from the weights and checked for consistency.
+    `allow_pickle` reads upstream's `medusa_lm_head.pt` when there is no safetensors file (`opt_in` names the
+    setting in the refusal).
     """
     path = Path(path)
     raw = read_config(path)
     source = str(path / CONFIG)
     num_heads = _positive_int(raw, "medusa_num_heads", source)
     num_layers = _positive_int(raw, "medusa_num_layers", source)
-    tensors, weights_file = _read_weights(path)
+    tensors, weights_file = read_draft_weights(path, MEDUSA, allow_pickle, opt_in)
     head_key = f"0.{num_layers}.weight"
     if head_key not in tensors or tensors[head_key].dim() != 2:
         raise UserError(f"missing key {head_key!r} (or it is not a matrix); medusa_num_layers={num_layers}",
