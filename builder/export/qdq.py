@@ -3,8 +3,10 @@
 What modelopt's unified FP8 checkpoint holds (`Fp8Spec`, read by `builder.quantize.checkpoint`) becomes:
 
 * weights: FLOAT8E4M3FN initializers (laid out [in, out] for MatMul, or as stored for a transB Gemm)
-  and one `DequantizeLinear` each, with the weight scale per tensor or per output column (a packed QKV
-  or gate/up weight keeps each part's own modelopt scale: a per-axis scale over the output columns);
+  and one `DequantizeLinear` each, with the weight scale per tensor or per output column. A packed QKV or
+  gate/up weight gets one per-tensor scale: the quantize stage gives q/k/v one weight scale and gate/up one
+  (as TensorRT-LLM fuses them, `builder.quantize.ptq`), so every backend reads the same bytes; parts with
+  different scales (a checkpoint from elsewhere) keep theirs as a per-axis scale over the output columns;
 * activations: `QuantizeLinear` → `DequantizeLinear` with the linear's input scale right before every
   quantized MatMul (the explicit-quantization pattern TensorRT fuses into FP8 GEMMs);
 * KV cache (`kv_cache: fp8`), two forms: in the CPU form, Q → DQ of the post-RoPE keys and of the values
@@ -86,8 +88,10 @@ def pack(parts: list[LinearFp8]) -> Fp8Weight:
     per_col = [np.broadcast_to(p.weight_scale.astype(np.float32), (p.weight.shape[0],)) for p in parts]
     scale = np.concatenate(per_col)  # [Σout]
     if (scale == scale[0]).all():
-        scale = scale[:1].reshape(())  # one scale: per-tensor
-    return Fp8Weight(np.ascontiguousarray(data), np.ascontiguousarray(scale), parts[0].input_scale.astype(np.float32))
+        scale = scale[:1].reshape(())  # one scale (q/k/v and gate/up share theirs: builder.quantize.ptq): per-tensor
+    # np.array, not np.ascontiguousarray: the latter makes a 0-d scale [1], which `weight` and `columns` would
+    # then read as a per-column scale of one column
+    return Fp8Weight(np.ascontiguousarray(data), np.array(scale, np.float32), parts[0].input_scale.astype(np.float32))
 
 
 def rows_of(linear: LinearFp8, rows: np.ndarray) -> LinearFp8:

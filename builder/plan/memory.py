@@ -2,19 +2,35 @@
 (target.backend trtllm). trtspec's own engines (tensorrt, onnxruntime) hold per-slot contiguous KV caches in
 their graphs' real dtypes: `builder.plan.own_engines` (`builder.plan.report` picks by backend).
 
-weights   Σ params × bytes(dtype) / tp for sharded matrices (decoder linears, vocab-parallel embedding
-          and lm_head, draft heads); norms and FP8 scales are replicated on every rank. Recipes that
-          sample (speculative.verification: rejection) hold the target twice: a greedy and a rejection
-          step engine.
-kv/token  2 × layers × ceil(kv_heads / tp) × head_dim × bytes(kv dtype)   (+ the EAGLE layer's own)
+weights   per rank, the tensors of TensorRT-LLM's checkpoint rank file as upstream lays them out
+          (`builder.trtllm.checkpoint.names`, which `trtllm-build` loads unchanged; fused gate/fc shares one
+          scale): per layer the fused qkv ((H/tp + 2·max(KV/tp, 1))·D rows: KV heads duplicated when KV < tp,
+          `dup_kv_weight`), dense (columns split), fc and gate (rows split), proj (columns split), its two
+          norms whole; FP8 linears 1 byte per weight + weights_scaling_factor and activation_scaling_factor
+          (float32 [1] each, 5 linears per layer), kv_cache_scaling_factor and its reciprocal (float32 [1] each)
+          on every attention with an FP8 KV cache; ln_f whole; the embedding whole on every rank unless
+          trtllm.use_parallel_embedding (then pad_vocab_size(V, tp)/tp rows); lm_head pad_vocab_size(V, tp)/tp rows.
+kv/token  2 × layers × max(kv_heads / tp, 1) × head_dim × bytes(kv dtype)   (+ every EagleNet layer's own)
 free      device memory − weights − runtime reserve − activations
 kv budget free × kv_cache_free_gpu_mem_fraction, in paged blocks of tokens_per_block tokens
 sequences blocks ÷ ceil((max_seq_len + max_draft_len) / tokens_per_block)
-trtllm    (target.backend: trtllm) one engine (TensorRT-LLM samples in its runtime: no rejection copy), the
-          embedding replicated on every rank unless trtllm.use_parallel_embedding, KV heads duplicated to one
-          per rank when kv_heads < tp (ceil above), blocks capped by trtllm.max_tokens_in_paged_kv_cache;
-          EAGLE is num_eagle_layers (= tree depth) EagleNets, each with the draft layer (and its KV), fc, an
-          embedding table and an LM head.
+trtllm    one engine (TensorRT-LLM samples in its runtime: no rejection copy); blocks capped by
+          trtllm.max_tokens_in_paged_kv_cache.
+EAGLE     TensorRT-LLM 1.2 shares nothing between the EagleNets and the base model: `EagleForCausalLM.__init__`
+          (`tensorrt_llm/models/eagle/model.py` @ 89fd9b74ab7ae753b4c6b3db25a400dca7ea54a0) builds
+          num_eagle_layers (= the tree depth) `EagleNet`s, each its own `drafter = LLaMAModel(eagle_net_config)`
+          — vocab_embedding (whole unless use_parallel_embedding), the draft layers (the first without
+          input_layernorm, `use_input_layernorm_in_first_layer = False`; no ln_f, `use_last_layernorm = False`),
+          `fc` (`fc_after_embed`: ColumnLinear(2C → C) with bias, split on rows) — and its own `lm_head`
+          (ColumnLinear(C → pad_vocab_size(V, tp)), split on rows), with eagle_net_config.mapping.tp_size =
+          world_size; `EagleForCausalLM.from_hugging_face` (same file) and `examples/eagle/convert_checkpoint.py`
+          (@ 65b31db1b401d3752b8ebe7c29093cbfb6af04b7) load each net's embedding and LM head as separate copies
+          (`preprocess=copy`), and nothing in `trtllm-build` dedups weights across modules (`share_embedding`,
+          `models/modeling_utils.py` @ b35ac1b64368513d215c57d2ed01d62d910df8da, ties only the first lm_head to
+          the first vocab_embedding — the base model's — and only when shapes and dtypes match). So every
+          rank holds num_eagle_layers × (embedding + layers + fc + LM head), in model.dtype (the EagleNets are
+          excluded from FP8: `*eagle_nets*`). The draft's shape comes from its config.json when the checkpoint
+          is local, else it is one layer shaped like a target layer (the EAGLE-1 Llama 3 drafts).
 With pp > 1 each pipeline stage holds ceil(layers / pp) layers; the first adds the embedding, the last
 the lm_head and draft weights. The plan reports the most loaded stage.
 """
@@ -29,7 +45,6 @@ from builder.recipe.gpus import GPUS
 from builder.recipe.schema import Architecture, Recipe
 
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
-FP8_SCALE_BYTES = 8  # one fp32 weight scale + one fp32 input scale per quantized linear
 GIB = 2**30
 
 
@@ -81,24 +96,41 @@ def _layer_linear_params(a: Architecture) -> int:
     return attn + 3 * a.hidden_size * a.intermediate_size
 
 
-def _draft_components(recipe: Recipe, a: Architecture, levels: int) -> list[tuple[str, int, int]]:
-    """(name, sharded params, replicated params) of the drafter's own weights; `levels`: the EAGLE tree's depth."""
-    spec, h = recipe.speculative, a.hidden_size
-    if spec.method == "medusa":
-        per_head = spec.num_layers * (h * h + h) + h * a.vocab_size
-        return [("medusa_heads", spec.num_heads * per_head, 0)]
-    if spec.method == "eagle":
-        layer = 2 * h * h + h + _layer_linear_params(a)
-        if recipe.target.engine_backend != "trtllm":
-            return [("eagle_draft", layer, 2 * h)]
-        # TensorRT-LLM's EagleForCausalLM holds num_eagle_layers identical EagleNets (one per tree level),
-        # each with the draft layer, fc, its own embedding table and LM head (models/eagle/model.py).
-        vh = a.vocab_size * h
-        embed = (vh, 0) if recipe.trtllm.use_parallel_embedding else (0, vh)
-        n = levels
-        return [(f"eagle_nets (× {n})", n * (layer + vh + embed[0]), n * (2 * h + embed[1]))]
-    return []
+def pad_vocab(v: int, tp: int) -> int:
+    """TensorRT-LLM's `pad_vocab_size`: the vocabulary rounded up to a multiple of tp."""
+    return math.ceil(v / tp) * tp
 
+
+def _rank_layer(a: Architecture, tp: int) -> tuple[int, int]:
+    """(linear weights, norm weights) of one decoder layer on one rank, as TensorRT-LLM splits it."""
+    c, d, h, kv, i = a.hidden_size, a.dim_per_head, a.num_attention_heads, a.num_kv_heads, a.intermediate_size
+    qkv = (h // tp + 2 * max(kv // tp, 1)) * d * c  # KV heads duplicated to one per rank when kv < tp
+    return qkv + c * (h * d // tp) + 3 * (i // tp) * c, 2 * c
+
+
+def _scale_bytes(recipe: Recipe, layers: int, fp8: bool) -> int:
+    """float32 [1] scales: 2 per FP8 linear (5 per layer), 2 per attention with an FP8 KV cache."""
+    return layers * (5 * 2 * 4 * fp8 + 2 * 4 * (recipe.quantization.kv_cache == "fp8"))
+
+
+def _draft_components(recipe: Recipe, a: Architecture, levels: int, draft: Architecture | None) -> list[Component]:
+    """The drafter's own weights per rank (module docstring); `levels`: the EAGLE tree's depth."""
+    spec, c, tp, v = recipe.speculative, a.hidden_size, recipe.parallelism.tp, a.vocab_size
+    dt = recipe.model.dtype
+    if spec.method == "medusa":
+        per_head = spec.num_layers * (c // tp * c + c // tp) + pad_vocab(v, tp) // tp * c
+        params = spec.num_heads * per_head
+        return [Component("medusa_heads", params, dt, params * DTYPE_BYTES[dt])]
+    if spec.method != "eagle":
+        return []
+    d = draft or a.model_copy(update={"num_layers": 1})
+    lin, _ = _rank_layer(d, tp)
+    embed = pad_vocab(v, tp) // tp * c if recipe.trtllm.use_parallel_embedding else v * c
+    norms = (2 * d.num_layers - 1) * c  # the first draft layer has no input norm; no ln_f
+    fc = (c // tp) * 2 * c + c // tp  # [C/tp, 2C] + bias
+    net = embed + d.num_layers * lin + norms + fc + pad_vocab(v, tp) // tp * c
+    scales = _scale_bytes(recipe, d.num_layers, False)  # the drafter's KV scales (1.0) when the KV cache is FP8
+    return [Component(f"eagle_nets (× {levels})", levels * net, dt, levels * (net * DTYPE_BYTES[dt] + scales))]
 
 
 def _dtype_of(recipe: Recipe, name: str) -> str:
@@ -109,41 +141,40 @@ def _dtype_of(recipe: Recipe, name: str) -> str:
     return recipe.model.dtype
 
 
-def weight_components(recipe: Recipe, a: Architecture, levels: int = 1) -> list[Component]:
+def weight_components(
+    recipe: Recipe, a: Architecture, levels: int = 1, draft: Architecture | None = None
+) -> list[Component]:
+    """Per-rank weights of TensorRT-LLM's engine (module docstring), of the most loaded pipeline stage."""
     tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
     layers = math.ceil(a.num_layers / pp)
-    vh = a.vocab_size * a.hidden_size
-    parts: list[tuple[str, int, int]] = [
-        ("decoder", layers * _layer_linear_params(a), 0),
-        ("norms", 0, (2 * layers + 1) * a.hidden_size),
-    ]
-    # TensorRT-LLM keeps the whole embedding table on every rank unless trtllm.use_parallel_embedding
-    # (tensorrt_llm/models/llama/convert.py); trtspec's own engines count it vocab-parallel.
-    replicated_embed = recipe.target.engine_backend == "trtllm" and not recipe.trtllm.use_parallel_embedding
-    first_stage = [("embed_tokens", 0, vh)] if replicated_embed else [("embed_tokens", vh, 0)]
-    last_stage = [] if a.tie_word_embeddings and pp == 1 else [("lm_head", vh, 0)]
-    last_stage += _draft_components(recipe, a, levels)
-    stages = first_stage + last_stage if pp == 1 else max(first_stage, last_stage, key=lambda s: sum(p + r for _, p, r in s))
-    out = []
-    for name, sharded, replicated in parts + list(stages):
-        params = math.ceil(sharded / tp) + replicated
-        dtype = _dtype_of(recipe, name)
-        nbytes = params * DTYPE_BYTES[dtype]
-        if dtype == "fp8":
-            linears = 7 * layers if name == "decoder" else 1
-            nbytes += linears * FP8_SCALE_BYTES
-        out.append(Component(name, params, dtype, nbytes))
-    return out
+    c, v = a.hidden_size, a.vocab_size
+    lin, norms = _rank_layer(a, tp)
+    fp8 = _dtype_of(recipe, "decoder") == "fp8"
+    dt = recipe.model.dtype
+    dec_dtype = "fp8" if fp8 else dt
+    out = [Component("decoder", layers * lin, dec_dtype, layers * lin * DTYPE_BYTES[dec_dtype] +
+                     _scale_bytes(recipe, layers, fp8))]  # fmt: skip
+    embed = pad_vocab(v, tp) // tp * c if recipe.trtllm.use_parallel_embedding else v * c
+    head_dtype = _dtype_of(recipe, "lm_head")
+    head = pad_vocab(v, tp) // tp * c
+    first = [Component("embed_tokens", embed, dt, embed * DTYPE_BYTES[dt])]
+    head_bytes = head * DTYPE_BYTES[head_dtype] + 8 * (head_dtype == "fp8")  # + its two float32 scales
+    last = [] if a.tie_word_embeddings and pp == 1 else [Component("lm_head", head, head_dtype, head_bytes)]
+    last += _draft_components(recipe, a, levels, draft)
+    stage = first + last if pp == 1 else max(first, last, key=lambda cs: sum(x.bytes for x in cs))
+    norm = layers * norms + (c if pp == 1 or stage is last else 0)  # ln_f on the last stage
+    return [out[0], Component("norms", norm, dt, norm * DTYPE_BYTES[dt]), *stage]
 
 
-def kv_bytes_per_token(recipe: Recipe, a: Architecture, levels: int = 1) -> int:
+def kv_bytes_per_token(recipe: Recipe, a: Architecture, levels: int = 1, draft: Architecture | None = None) -> int:
     tp, pp = recipe.parallelism.tp, recipe.parallelism.pp
     kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
     per_layer = 2 * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * DTYPE_BYTES[kv_dtype]
-    draft_layers = 0
-    if recipe.speculative.method == "eagle":  # trtllm: every EagleNet's layer caches its own KV
-        draft_layers = levels if recipe.target.engine_backend == "trtllm" else 1
-    return per_layer * (math.ceil(a.num_layers / pp) + draft_layers)
+    total = per_layer * math.ceil(a.num_layers / pp)
+    if recipe.speculative.method == "eagle":  # every EagleNet's layers cache their own KV (in the same pool)
+        d = draft or a.model_copy(update={"num_layers": 1})
+        total += levels * d.num_layers * 2 * math.ceil(d.num_kv_heads / tp) * d.dim_per_head * DTYPE_BYTES[kv_dtype]
+    return total
 
 
 def activation_bytes(recipe: Recipe, a: Architecture, draft_len: int) -> int:
@@ -164,29 +195,25 @@ def device_memory(recipe: Recipe) -> tuple[str, int]:
     return gpu.name, gpu.memory_bytes
 
 
-def plan_memory(recipe: Recipe, a: Architecture, draft_len: int, levels: int = 1) -> MemoryPlan:
+def plan_memory(recipe: Recipe, a: Architecture, draft_len: int, levels: int = 1,
+                draft: Architecture | None = None) -> MemoryPlan:  # fmt: skip
     name, total = device_memory(recipe)
     b, t = recipe.build, recipe.target
     plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
                       kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
-    plan.components = weight_components(recipe, a, levels)
-    if recipe.speculative.verification == "rejection" and recipe.target.engine_backend != "trtllm":
-        # Sampling runs the rejection step graph, a second engine beside the greedy one holding its own copy
-        # of the target's weights (TensorRT engines and ONNX Runtime sessions do not share them).
-        target = [c for c in plan.components if c.name not in ("medusa_heads", "eagle_draft")]
-        plan.components += [Component(f"{c.name} (rejection engine)", c.params, c.dtype, c.bytes) for c in target]
+    plan.components = weight_components(recipe, a, levels, draft)
     plan.weight_bytes = sum(c.bytes for c in plan.components)
     for c in plan.components:
         plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
     plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
     plan.activation_bytes = activation_bytes(recipe, a, draft_len)
-    plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a, levels)
+    plan.kv_bytes_per_token = kv_bytes_per_token(recipe, a, levels, draft)
     plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
     plan.kv_budget_bytes = max(0, int(plan.free_bytes * plan.kv_cache_fraction))
     plan.kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
     block_bytes = plan.kv_bytes_per_token * b.tokens_per_block
     plan.kv_blocks = plan.kv_budget_bytes // block_bytes
-    cap = recipe.trtllm.max_tokens_in_paged_kv_cache if recipe.target.engine_backend == "trtllm" else None
+    cap = recipe.trtllm.max_tokens_in_paged_kv_cache
     if cap is not None:  # the tensorrt_llm model's max_tokens_in_paged_kv_cache caps the pool (per rank)
         plan.kv_blocks = min(plan.kv_blocks, cap // b.tokens_per_block)
     plan.kv_tokens = plan.kv_blocks * b.tokens_per_block

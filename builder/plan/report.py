@@ -5,17 +5,69 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from builder.errors import UserError
 from builder.plan.memory import GIB, plan_memory
 from builder.plan.own_engines import plan_own_engines
 from builder.plan.stages import plan_stages
+from builder.quantize.placement import HostFacts, LlamaShape, Placement, place, recipe_host, this_host
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.resolve import draft_levels, max_draft_len, resolve_architecture, tree_field
+from builder.recipe.resolve import (architecture_from_hf, draft_levels, max_draft_len, parse_checkpoint, read_config,
+                                    resolve_architecture, tree_field)  # fmt: skip
+from builder.recipe.schema import Architecture, Recipe
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # recipe model.dtype -> calibration dtype
+
+
+def draft_architecture(loaded: LoadedRecipe) -> Architecture | None:
+    """The EAGLE draft's shape from its config.json when the checkpoint is local (None otherwise)."""
+    spec = loaded.recipe.speculative
+    if spec.method != "eagle":
+        return None
+    ref = parse_checkpoint(spec.checkpoint, loaded.dir_of(("speculative", "checkpoint")))
+    if ref.local is None or not (ref.local / "config.json").is_file():
+        return None
+    return architecture_from_hf(read_config(ref.local), ref.local)
+
+
+def ptq_placement(recipe: Recipe, arch: Architecture, host: HostFacts) -> Placement:
+    """Where the quantize stage's PTQ runs for `recipe` on `host` (`builder.quantize.placement.place`)."""
+    a = arch
+    shape = LlamaShape(a.hidden_size, a.num_layers, a.num_attention_heads, a.num_kv_heads, a.dim_per_head,
+                       a.intermediate_size, a.vocab_size, a.tie_word_embeddings)  # fmt: skip
+    want = recipe.target.gpus if recipe.target.device != "cpu" else len(host.gpu_bytes)
+    return place(shape, host, TORCH_DTYPES[recipe.model.dtype], want, recipe.quantization.calibration.seq_len,
+                 int(recipe.target.runtime_reserve_gib * GIB))  # fmt: skip
+
+
+def ptq_report(loaded: LoadedRecipe, arch: Architecture, host: HostFacts | None = None) -> dict[str, Any] | None:
+    """The plan's PTQ entry: None without a quantize stage; a pre-quantized checkpoint's note; else where PTQ
+    runs and its memory (exit 2 when it cannot fit there). `host`: this host's facts (detected when None)."""
+    recipe = loaded.recipe
+    q = recipe.quantization
+    ref = parse_checkpoint(recipe.model.checkpoint, loaded.dir_of(("model", "checkpoint")))
+    if ref.local is not None and ref.local.is_dir():
+        from builder.quantize.prequantized import check_recipe, detect
+
+        pre = detect(ref.local)
+        if pre is not None:
+            check_recipe(recipe, pre)  # mode must be fp8, …
+            return {"source": "pre-quantized", "text": "none: model.checkpoint is a modelopt FP8 checkpoint (its "
+                    "bytes and scales are used; calibration is ignored)"}  # fmt: skip
+    if q.mode == "none" and q.kv_cache == "model_dtype":
+        return None
+    where = ptq_placement(recipe, arch, recipe_host(recipe.target.device, recipe.target.gpus, host or this_host()))
+    if not where.fits:
+        raise UserError(f"FP8 PTQ does not fit where it would run: {where.describe()}", field="quantization.mode",
+                        allowed="more GPUs (target.gpus) or memory, or model.checkpoint set to a modelopt FP8 "
+                        "checkpoint (no calibration)")  # fmt: skip
+    return {"source": "calibrated", **where.to_json()}
 
 
 def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
     recipe = loaded.recipe
     arch = resolve_architecture(recipe, loaded.dir_of(("model", "checkpoint")))
     draft_len = max_draft_len(recipe, loaded.dir_of(tree_field(recipe)))
+    ptq = ptq_report(loaded, arch)
     cache = Path(cache_dir)
     stages = []
     for s in plan_stages(loaded):
@@ -23,7 +75,8 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
         stages.append({"name": s.name, "description": s.description, "reads": s.reads, "upstream": s.upstream,
                        "key": s.key, "output": str(out), "cached": (out / "manifest.json").is_file()})
     if recipe.target.engine_backend == "trtllm":
-        memory = plan_memory(recipe, arch, draft_len, max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe)))))
+        levels = max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe))))
+        memory = plan_memory(recipe, arch, draft_len, levels, draft_architecture(loaded))
     else:  # trtspec's own engines: per-slot contiguous KV in the graphs' real dtypes
         memory = plan_own_engines(recipe, arch, draft_len)
     return {
@@ -34,6 +87,7 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
         "max_draft_len": draft_len,
         "architecture": arch.model_dump(),
         "stages": stages,
+        "ptq": ptq,
         "memory": memory.to_json(),
     }
 
@@ -56,6 +110,8 @@ def render_report(report: dict[str, Any]) -> None:
         st.add_row(s["name"], s["description"], s["key"][:12],
                    "cached" if s["cached"] else "to build")
     console.print(st)
+    if report.get("ptq"):
+        console.print(f"PTQ (quantize stage): {report['ptq']['text']}", soft_wrap=True)
     m = report["memory"]
     if m.get("layout"):
         console.print(f"Assumed: {m['layout']}", soft_wrap=True)

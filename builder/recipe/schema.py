@@ -58,6 +58,13 @@ class ModelSection(Section):
     architecture: Architecture | None = Field(
         None, description="Architecture numbers; required for planning when the checkpoint is not local."
     )
+    allow_pickle: bool = Field(
+        False,
+        description="Read a target checkpoint that has only pickled weights: pytorch_model.bin, or the shards "
+        "pytorch_model.bin.index.json lists, with torch.load(weights_only=True) — plain tensors only, no code "
+        "objects. Nothing else pickled is ever read. False (default): such a checkpoint is refused; convert it "
+        "once with `trtspec convert-draft` instead.",
+    )
 
 
 class Calibration(Section):
@@ -81,9 +88,20 @@ class Calibration(Section):
 
 
 class Quantization(Section):
-    mode: Literal["none", "fp8"] = Field("none", description="fp8: FP8 E4M3 weights and activations (modelopt PTQ).")
-    kv_cache: Literal["model_dtype", "fp8"] = Field("model_dtype", description="KV cache dtype.")
-    calibration: Calibration = Field(default_factory=Calibration, description="Calibration data for FP8 scales.")
+    mode: Literal["none", "fp8"] = Field(
+        "none",
+        description="fp8: FP8 E4M3 weights and activations — modelopt PTQ (on this host's CUDA GPUs in model.dtype, "
+        "else the CPU in float32), or, when model.checkpoint is a modelopt FP8 checkpoint (unified HF format: "
+        "hf_quant_config.json / quantization_config), its own FP8 weights and scales without calibration (fp8 is "
+        "then required).",
+    )
+    kv_cache: Literal["model_dtype", "fp8"] = Field(
+        "model_dtype", description="KV cache dtype. fp8 from a pre-quantized checkpoint needs its k/v scales."
+    )
+    calibration: Calibration = Field(
+        default_factory=Calibration,
+        description="Calibration data for FP8 scales (ignored, with a warning, for a pre-quantized checkpoint).",
+    )
     exclude_modules: list[Annotated[str, Field(max_length=256)]] = Field(
         default_factory=lambda: ["lm_head", "embed_tokens", "medusa_heads", "eagle_draft"],
         max_length=256,

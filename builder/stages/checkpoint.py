@@ -1,8 +1,9 @@
 """checkpoint (target.backend: trtllm): the TensorRT-LLM 1.2 checkpoint of the recipe, on the CPU.
 
 config.json + rank{N}.safetensors for tp × pp ranks (`builder.trtllm.checkpoint`): the load stage's HF
-Llama 3 (+ Medusa heads / EAGLE draft), or the quantize stage's FP8 checkpoint when the recipe quantizes,
-split and named as TensorRT-LLM's own conversion does. `checkpoint.json` records the facts (mapping,
+Llama 3 (+ Medusa heads / EAGLE draft), or the quantize stage's FP8 checkpoint when the recipe quantizes
+(calibrated, or made from a pre-quantized modelopt `model.checkpoint`: the same layout, one weight scale per
+fused group, so the writer copies its FP8 bytes and scales), split and named as TensorRT-LLM's own conversion does. `checkpoint.json` records the facts (mapping,
 per-rank files, quantization) the engine stage and `trtspec deploy` read.
 """
 
@@ -31,6 +32,7 @@ def eagle_tree_numbers(choices: list[Choice]) -> tuple[int, int]:
 
 def request(ctx: StageContext):
     """The CheckpointRequest for the recipe (the upstream quantize stage's FP8 checkpoint when it ran)."""
+    from builder.stages.load import safetensors_dir  # the load stage's copy of a pickled checkpoint, if any
     from builder.trtllm.checkpoint import CheckpointRequest
 
     recipe = ctx.loaded.recipe
@@ -38,7 +40,7 @@ def request(ctx: StageContext):
     parts = Parts(ctx.loaded, spec.method)
     extra: dict = {}
     if spec.method in ("medusa", "eagle"):
-        extra["draft_dir"] = parts.draft_dir()
+        extra["draft_dir"] = safetensors_dir(ctx.upstream["load"], "draft") or parts.draft_dir()
         extra["max_draft_len"] = max_draft_len(recipe, ctx.loaded.dir_of(tree_field(recipe)))
     if spec.method == "medusa":
         extra.update(medusa_num_heads=spec.num_heads, medusa_num_layers=spec.num_layers)
@@ -50,7 +52,8 @@ def request(ctx: StageContext):
             extra["eagle_dynamic_top_k"] = spec.tree.top_k
         extra.update(eagle_version=spec.version, num_eagle_layers=layers, max_non_leaves_per_layer=non_leaves)
     return CheckpointRequest(
-        base_dir=parts.base_dir(), tp=par.tp, pp=par.pp, dtype=DTYPES[recipe.model.dtype], method=spec.method,
+        base_dir=safetensors_dir(ctx.upstream["load"], "model") or parts.base_dir(),
+        tp=par.tp, pp=par.pp, dtype=DTYPES[recipe.model.dtype], method=spec.method,
         fp8_dir=ctx.upstream.get("quantize"), kv_cache_fp8=recipe.quantization.kv_cache == "fp8",
         use_parallel_embedding=recipe.trtllm.use_parallel_embedding, **extra,
     )

@@ -2,7 +2,8 @@
 
 `Parts(loaded, method)` resolves the recipe's checkpoints (hf:// references must already be in the
 local hub cache: no downloads at run time), loads the target and the method's draft (Medusa heads or
-the EAGLE draft, strictly checked), and describes the drafter (`drafter_config`) as plain data, which
+the EAGLE draft, strictly checked; upstream's pickled files only under `model.allow_pickle` /
+`speculative.allow_pickle`, `builder.model.pickled`), and describes the drafter (`drafter_config`) as plain data, which
 the engine folder stores so an engine can be opened without the recipe.
 """
 
@@ -24,6 +25,7 @@ from builder.speculative.ngram.config import DEFAULT_NGRAM
 METHODS = ("none", "medusa", "eagle", "lookahead", "ngram")
 ZERO_WEIGHT = ("none", "lookahead", "ngram")  # methods any recipe's engine runs (`--method`): no draft weights
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+PICKLE_FIELD = "speculative.allow_pickle"  # the draft's opt-in to upstream's pickled weights
 
 
 def local_dir(loaded: LoadedRecipe, field: tuple[str, ...], text: str) -> Path:
@@ -105,7 +107,14 @@ class Parts:
     def model(self):
         from builder.model.loader import load_model, resolve_dtype
 
-        return load_model(self.base_dir(), resolve_dtype(DTYPES[self.loaded.recipe.model.dtype]))
+        m = self.loaded.recipe.model
+        from builder.quantize import prequantized  # a modelopt FP8 checkpoint: its dequantized weights
+
+        pre = prequantized.detect(self.base_dir())
+        if pre is not None:
+            prequantized.check_recipe(self.loaded.recipe, pre)
+            return prequantized.dequantized_model(pre.folder, resolve_dtype(DTYPES[m.dtype]))
+        return load_model(self.base_dir(), resolve_dtype(DTYPES[m.dtype]), m.allow_pickle, "model.allow_pickle")
 
     def choices(self) -> list[tuple[int, ...]]:
         tree = self.spec.tree if self.method == "medusa" else self.spec.tree.choices
@@ -123,7 +132,7 @@ class Parts:
         from builder.speculative.medusa.heads import load_medusa
 
         heads = load_medusa(self.draft_dir(), hidden_size=model.cfg.hidden_size, vocab_size=model.cfg.vocab_size,
-                            dtype=model.dtype)  # fmt: skip
+                            dtype=model.dtype, allow_pickle=self.spec.allow_pickle, opt_in=PICKLE_FIELD)  # fmt: skip
         if heads.num_heads < self.spec.num_heads:
             raise UserError(f"the checkpoint has {heads.num_heads} heads, the recipe asks for {self.spec.num_heads}",
                             field="speculative.num_heads")  # fmt: skip
@@ -134,7 +143,8 @@ class Parts:
         False: the checkpoint alone, as the load stage checks it)."""
         from builder.speculative.eagle.draft_model import load_eagle
 
-        draft = load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype)
+        draft = load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype,
+                           allow_pickle=self.spec.allow_pickle, opt_in=PICKLE_FIELD)  # fmt: skip
         if draft_vocab:
             draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
         return draft

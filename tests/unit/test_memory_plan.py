@@ -25,19 +25,25 @@ def plan(recipe: str, *sets: str) -> dict:
 
 def test_llama3_70b_fp8_tp4_h100_trtllm_eagle():
     """TensorRT-LLM: embedding whole on every rank, LM head sharded, one EagleNet per tree level (mc_sim_7b_63:
-    4 levels), each with the draft layer, fc, its own embedding table and LM head; no rejection engine."""
+    4 levels), each with its own embedding table, the draft layer (no input norm, no ln_f), fc and LM head —
+    upstream shares none of them (tensorrt_llm/models/eagle/model.py @ 89fd9b74, `EagleNet`); no rejection
+    engine. FP8: 5 linears per layer (fused qkv, dense, fc, gate, proj) with two float32 [1] scales each, and
+    the KV cache's two (kv_cache_scaling_factor and its reciprocal) on every attention, EagleNets' included."""
     r = plan("recipes/llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml")
     m = r["memory"]
-    C, V, layer = 8192, 128256, 855_638_016
-    decoder = 80 * layer // 4 + 80 * 7 * 8
+    C, V = 8192, 128256
+    # per rank: qkv (64/4 + 2·8/4 heads)·128 rows, dense 8192 × 64·128/4, fc + gate + proj 3 × 28672/4 × 8192
+    layer = (16 + 2 * 2) * 128 * C + C * 2048 + 3 * 7168 * C
+    assert 4 * layer == 855_638_016  # = one full layer's linears: nothing duplicated at 8 KV heads over 4 ranks
+    decoder = 80 * layer + 80 * (5 * 2 * 4 + 2 * 4)
     norms = (2 * 80 + 1) * C * 2
-    embed, lm_head = V * C * 2, V * C // 4 * 2
-    net_sharded = 2 * C * C + C + layer + V * C  # fc (+ bias), the draft layer, the LM head: split over 4 ranks
-    net_whole = 2 * C + V * C  # the draft layer's 2 norms and the embedding table: on every rank
-    nets = 4 * (net_sharded // 4 + net_whole) * 2
+    embed, lm_head = V * C * 2, V // 4 * C * 2
+    net = V * C + layer + C + C // 4 * 2 * C + C // 4 + V // 4 * C  # embedding, layer, post norm, fc (+ bias), LM head
+    nets = 4 * (net * 2 + 2 * 4)
     comps = {c["name"]: c["bytes"] for c in m["components"]}
     assert comps == {"decoder": decoder, "norms": norms, "embed_tokens": embed, "lm_head": lm_head,
                      "eagle_nets (× 4)": nets}
+    assert nets == 12_486_524_960  # 11.63 GiB per rank: four nets' copies of the embedding dominate
     # KV: 80 target layers + 4 EagleNet layers, 8/4 = 2 KV heads per rank, 128 dims, FP8
     assert m["kv_bytes_per_token"] == 2 * 84 * 2 * 128 == 43_008
     assert r["max_draft_len"] == 63 and m["tokens_per_sequence"] == 4096 + 63
@@ -60,7 +66,8 @@ def test_medusa_heads_cost_their_lm_heads():
 
 
 def test_pipeline_parallel_counts_the_heavier_stage():
-    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2", "target.backend=trtllm")["memory"]
+    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2", "target.backend=trtllm",
+             "quantization.kv_cache=fp8")["memory"]  # (the own-backend deploy keeps a bf16 cache)
     comps = {c["name"]: c["params"] for c in m["components"]}
     assert comps["decoder"] == 40 * 855_638_016
     assert m["kv_bytes_per_token"] == 2 * 40 * 8 * 128

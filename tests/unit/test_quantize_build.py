@@ -33,6 +33,13 @@ def test_fp8_recipe_builds_reports_and_generates(tmp_path: Path) -> None:
         assert m is not None and m.problems(folder, hashes=True) == []
     q = json.loads((folders["quantize"] / "hf_quant_config.json").read_text())["quantization"]
     assert q["quant_algo"] == "FP8" and q["kv_cache_quant_algo"] == "FP8"
+    import torch
+
+    info = json.loads((folders["quantize"] / "quantize.json").read_text())  # calibrated where this host allows
+    where = "cuda" if torch.cuda.is_available() else "cpu"  # the recipe's model.dtype is fp32 either way
+    assert info["source"] == "calibrated" and (info["placement"]["device"], info["placement"]["dtype"]) == \
+        (where, "float32") and info["placement"]["fits"]  # fmt: skip
+    assert info["modelopt"]["supported"] == ">=0.37,<0.48" and info["modelopt"]["config_form"] == "list"
     report = json.loads((folders["export"] / "quality.json").read_text())
     assert (folders["export"] / "quality.md").read_text().startswith("# FP8 quality")
     assert report["num_prompts"] >= 20 and all(v > 1 for v in report["perplexity"].values())

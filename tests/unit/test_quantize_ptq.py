@@ -145,3 +145,91 @@ def test_reader_refuses_a_damaged_checkpoint(tmp_path: Path) -> None:
     save_file(tensors, str(tmp_path / "model.safetensors"))
     with pytest.raises(UserError, match="without"):
         read_fp8_checkpoint(tmp_path)
+
+
+# ---------------------------------------------------------------- modelopt's config forms (dict ≤ 0.39, list 0.47)
+
+# nvidia-modelopt 0.37.0 (TensorRT-LLM 1.2.x's line), modelopt/torch/quantization/config.py: lines 147-161
+# (_default_disabled_quantizer_cfg), 181-188 (FP8_DEFAULT_CFG), 336-346 (FP8_KV_CFG), as data.
+_OLD_DISABLED = {
+    "nn.BatchNorm1d": {"*": {"enable": False}}, "nn.BatchNorm2d": {"*": {"enable": False}},
+    "nn.BatchNorm3d": {"*": {"enable": False}}, "nn.LeakyReLU": {"*": {"enable": False}},
+    "*lm_head*": {"enable": False}, "*proj_out.*": {"enable": False}, "*block_sparse_moe.gate*": {"enable": False},
+    "*router*": {"enable": False}, "*mlp.gate.*": {"enable": False}, "*mlp.shared_expert_gate.*": {"enable": False},
+    "*output_layer*": {"enable": False}, "output.*": {"enable": False}, "default": {"enable": False},
+}  # fmt: skip
+OLD_FP8_DEFAULT_CFG = {"quant_cfg": {"*weight_quantizer": {"num_bits": (4, 3), "axis": None},
+                                     "*input_quantizer": {"num_bits": (4, 3), "axis": None}, **_OLD_DISABLED},
+                       "algorithm": "max"}  # fmt: skip
+OLD_FP8_KV_CFG = {"quant_cfg": {"*[kv]_bmm_quantizer": {"num_bits": (4, 3), "axis": None, "enable": True},
+                                "default": {"enable": False}}, "algorithm": "max"}  # fmt: skip
+
+# the quantizers modelopt puts on an HF Llama layer and the LM head (TensorQuantizer module names)
+LINEARS = [f"model.layers.0.self_attn.{p}_proj" for p in "qkvo"] + [f"model.layers.0.mlp.{p}_proj" for p in
+                                                                     ("gate", "up", "down")] + ["lm_head"]  # fmt: skip
+QUANTIZERS = [f"{m}.{q}_quantizer" for m in LINEARS for q in ("weight", "input", "output")] + \
+    [f"model.layers.0.self_attn.{p}_bmm_quantizer" for p in "qkv"]  # fmt: skip
+
+
+def enabled(cfg: dict) -> dict[str, tuple]:
+    """Quantizer name -> num_bits for the quantizers `cfg` leaves enabled, by modelopt's matching rules: dict
+    form (0.37 `conversion.py` `set_quantizer_by_cfg`): "default" on every quantizer first, then each wildcard
+    in order, `nn.*` class keys only for children of those classes (none here); list form (0.47
+    `set_quantizer_by_cfg`): the entries in order, entries with a parent_class only under that class. A later
+    match overrides an earlier one; an entry without "enable": False enables."""
+    import fnmatch
+
+    entries = cfg["quant_cfg"]
+    if isinstance(entries, dict):
+        order = [("*", entries["default"])] if "default" in entries else []
+        order += [(k, v) for k, v in entries.items() if k != "default" and not k.startswith("nn.")]
+    else:
+        order = [(e["quantizer_name"], {"enable": e["enable"]} if "enable" in e and "cfg" not in e else
+                  {**e.get("cfg", {}), **({"enable": e["enable"]} if "enable" in e else {})})
+                 for e in entries if "parent_class" not in e]  # fmt: skip
+    state: dict[str, tuple | None] = {q: None for q in QUANTIZERS}
+    for pattern, attrs in order:
+        for q in QUANTIZERS:
+            if fnmatch.fnmatch(q, pattern):
+                state[q] = None if attrs.get("enable") is False else tuple(attrs.get("num_bits", (4, 3)))
+    return {q: v for q, v in state.items() if v is not None}
+
+
+@pytest.mark.parametrize("mode,kv", [("fp8", "fp8"), ("fp8", "model_dtype"), ("none", "fp8")])
+@pytest.mark.parametrize("exclude", [EXCLUDE, ["embed_tokens"], [*EXCLUDE, "layers.0.mlp"]])
+def test_quant_config_dict_form_of_modelopt_037_matches_the_list_form(mode, kv, exclude) -> None:
+    """The same recipe gives the same enabled quantizers, with E4M3 numerics, in 0.37's dict form (from its
+    source, as data) and 0.47's list form (installed); both follow the recipe."""
+    old = ptq.quant_config(mode, kv, exclude, defaults=(OLD_FP8_DEFAULT_CFG, OLD_FP8_KV_CFG))
+    new = ptq.quant_config(mode, kv, exclude)
+    assert ptq.config_form(old) == "dict" and ptq.config_form(new) == "list"
+    assert isinstance(OLD_FP8_DEFAULT_CFG["quant_cfg"]["*lm_head*"], dict)  # the defaults are not mutated
+    got = enabled(old)
+    assert got == enabled(new)
+    assert set(got.values()) <= {(4, 3)}
+    linears = [m for m in LINEARS if not any(p in m for p in exclude)] if mode == "fp8" else []
+    want = {f"{m}.{q}_quantizer" for m in linears for q in ("weight", "input")}
+    want |= {f"model.layers.0.self_attn.{p}_bmm_quantizer" for p in "kv"} if kv == "fp8" else set()
+    assert set(got) == want
+
+
+def test_supported_modelopt_range_is_stated() -> None:
+    assert ptq.MODELOPT_RANGE in (ptq.__doc__ or "")
+    assert ptq.in_supported_range("0.37.0") and ptq.in_supported_range("0.47.0")
+    assert not ptq.in_supported_range("0.36.1") and not ptq.in_supported_range("0.48.0")
+    assert ptq.in_supported_range(ptq.modelopt_version())  # this machine's
+
+
+def test_load_hf_reads_safetensors_only_unless_allow_pickle(tmp_path: Path) -> None:
+    """`model.allow_pickle` off: a checkpoint with only pytorch_model.bin is refused by transformers'
+    use_safetensors=True; on: read (transformers' torch.load(weights_only=True) path)."""
+    from tests.unit.model_utils import hf_model
+
+    model = hf_model(seed=3, num_hidden_layers=1)
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")  # the upstream pickle layout
+    assert (tmp_path / "pytorch_model.bin").is_file() and not (tmp_path / "model.safetensors").exists()
+    with pytest.raises(OSError, match="safetensors"):
+        ptq.load_hf(tmp_path)
+    got = ptq.load_hf(tmp_path, allow_pickle=True)
+    assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), model.state_dict().values()))

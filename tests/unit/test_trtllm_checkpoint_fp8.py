@@ -4,13 +4,15 @@ The FP8 checkpoints are made by modelopt on the CPU (`tests.unit.test_quantize_p
 calibration tokens, cached per session), with and without an FP8 KV cache, and converted at tp 1, 2 and 4
 (tp 4 duplicates the fixture's 2 KV heads). Oracles:
 * `builder.quantize.checkpoint.read_fp8_checkpoint(...).model` (fp8 · weight_scale, float32): the reassembled
-  weights equal it exactly wherever nothing is requantized (o_proj, gate/up/down, embeddings, norms, LM head);
+  weights equal it exactly everywhere — the quantize stage gives q, k, v one scale, so the fused qkv is their
+  bytes concatenated (`test_quantize_once.py`: those bytes are one rounding of the original weights);
+* a checkpoint whose q, k, v keep their own scales (`tests.unit.fp8_oracle.published_fp8`, modelopt alone):
   the fused qkv, requantized to the max of the q, k, v weight scales (TensorRT-LLM's `FP8Linear.postprocess`,
   `tensorrt_llm/quantization/layers.py`), lies within the FP8 rounding bound of the new grid — half a step:
   |x|·2^-4 for normal values, s·2^-10 in the subnormal range, plus float32 rounding — and equals an
   independent re-rounding (`builder.quantize.reference.e4m3_round`, exact ties-to-even) bit for bit;
 * the scales have upstream's names, shapes ([1]) and dtypes (float32), and values: qkv weight / input scale =
-  max of q, k, v; every other linear its own modelopt scale; kv_cache_scaling_factor = max(k_scale, v_scale)
+  max of q, k, v; every other linear its own scale; kv_cache_scaling_factor = max(k_scale, v_scale)
   and kv_cache_rcp_scaling_factor its float32 reciprocal (`layers/attention.py` `Attention.postprocess`);
 * logits of the reassembled model against HF transformers running the same weights, judged in float64
   (`tests/unit/numerics.py`).
@@ -29,8 +31,9 @@ from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.quantize.reference import e4m3_round
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint, read_checkpoint
 from tests.unit.numerics import assert_close_to_float64
-from tests.unit.test_quantize_ptq import EXCLUDE, fixture_fp8
+from tests.unit.fp8_oracle import published_fp8
 from tests.unit.scratch import scratch_dir
+from tests.unit.test_quantize_ptq import EXCLUDE, fixture_fp8
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "tiny-llama3"
@@ -60,6 +63,9 @@ def fp8_bound(x: torch.Tensor, s: float) -> torch.Tensor:  # [..] float32 -> ele
 @pytest.mark.parametrize("kv", list(KV))
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_dequantized_weights_equal_the_quantize_stage_model(kv, tp):
+    """The quantize stage shares one weight scale per fused group, so nothing is requantized: every weight,
+    the fused qkv included, is the quantize stage's bytes and scale (`tests/unit/test_quantize_once.py` checks
+    those bytes against the original weights)."""
     ref = read_fp8_checkpoint(fp8_dir(kv))
     folder, facts = converted(kv, tp)
     got = read_checkpoint(folder)
@@ -67,6 +73,26 @@ def test_dequantized_weights_equal_the_quantize_stage_model(kv, tp):
     assert facts["quantization"]["kv_cache_quant_algo"] == ("FP8" if KV[kv] else None)
     mine, theirs = got.model.state_dict(), ref.model.state_dict()
     assert set(mine) == set(theirs)
+    for key, want in theirs.items():
+        assert torch.equal(mine[key], want), key
+
+
+@functools.lru_cache(maxsize=None)
+def converted_published(tp: int) -> tuple[Path, dict]:
+    out = scratch_dir("trtspec-trtllm-fp8-published-") / f"tp{tp}"
+    req = CheckpointRequest(FIX / "base", tp, 1, "float32", "none", fp8_dir=published_fp8("fp8"), kv_cache_fp8=True)
+    return out, convert_checkpoint(req, out)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qkv_with_different_scales_is_requantized_as_upstream(tp):
+    """An FP8 checkpoint whose q, k, v keep their own scales (modelopt alone): the fused qkv is requantized to
+    the max of the q, k, v weight scales as TensorRT-LLM's `FP8Linear.postprocess` does
+    (`tensorrt_llm/quantization/layers.py`), within the FP8 rounding bound of the new grid and equal to an
+    independent re-rounding (`builder.quantize.reference.e4m3_round`, exact ties-to-even) bit for bit."""
+    ref = read_fp8_checkpoint(published_fp8("fp8"))
+    got = read_checkpoint(converted_published(tp)[0])
+    mine, theirs = got.model.state_dict(), ref.model.state_dict()
     requantized = 0
     for key, want in theirs.items():
         have = mine[key]

@@ -180,8 +180,15 @@ def test_config_json_has_upstreams_fields(method, arch, extra):
         assert (c["num_medusa_heads"], c["num_medusa_layers"], c["max_draft_len"]) == (5, 1, 12)
     if method == "eagle1":
         assert (c["num_eagle_layers"], c["max_non_leaves_per_layer"], c["max_draft_len"]) == (3, 3, 12)
-        assert set(c["eagle_net_config"]) == LLAMA_KEYS | {"head_dim"}
-        assert c["eagle_net_config"]["num_hidden_layers"] == 1
+        net = c["eagle_net_config"]
+        assert set(net) == LLAMA_KEYS | {"head_dim"} and net["num_hidden_layers"] == 1
+        # what EagleForCausalLM.__init__ (eagle/model.py @ 89fd9b74) sets on the eagle_net_config that
+        # examples/eagle/convert_checkpoint.py (@ 65b31db1) then saves: not LLaMAConfig's defaults
+        assert (net["fc_after_embed"], net["use_input_layernorm_in_first_layer"], net["use_last_layernorm"]) == \
+            (True, False, False)  # fmt: skip
+        assert net["layer_idx_offset"] == c["num_hidden_layers"] == 3  # the random target: 3 layers
+        assert set(net["mapping"]) == MAPPING_KEYS
+        assert (net["mapping"]["tp_size"], net["mapping"]["pp_size"], net["mapping"]["world_size"]) == (2, 1, 2)
 
 
 # ---------------------------------------------------------------- the streaming writer's files

@@ -124,7 +124,7 @@ def _linear(name: str, shape: tuple[int, int], dtype: str, op: str, srcs: tuple[
         raise ValueError(f"{name}: q, k and v must all be FP8 or none of them")
     w_scales = tuple(s.removesuffix(".weight") + ".weight_scale" for s in srcs)
     a_scales = tuple(s.removesuffix(".weight") + ".input_scale" for s in srcs)
-    if op == "qkv":  # one scale for the fused weight: q, k, v requantized to it (fp8.py)
+    if op == "qkv":  # one scale for the fused weight: q, k, v share it (requantized only if not: fp8.py)
         return [Part(name + ".weight", shape, FP8, "qkv_fp8", srcs + w_scales),
                 Part(name + ".weights_scaling_factor", (1,), F32, "max_scale", w_scales),
                 Part(name + ".activation_scaling_factor", (1,), F32, "max_scale", a_scales)]  # fmt: skip

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from builder.errors import UserError
 from builder.trtllm.checkpoint import config as cfgjson
-from builder.trtllm.checkpoint.fp8 import requantize, shared_scale
+from builder.trtllm.checkpoint.fp8 import fuse, shared_scale
 from builder.trtllm.checkpoint.mapping import Mapping, pad_vocab_size
 from builder.trtllm.checkpoint.names import FP8, Heads, Part, base_parts, eagle_parts, medusa_parts
 from builder.trtllm.checkpoint.prepare import ST_DTYPE, Inputs, prepare
@@ -126,7 +126,7 @@ def make(part: Part, inputs: Inputs, m: Mapping) -> torch.Tensor:
         return torch.zeros(part.shape, dtype=dtype)
     if op == "qkv_fp8":
         w = [_qkv_slice(k, i, inputs, m) for i, k in enumerate(part.src[:3])]
-        return requantize(w, [files.read(k) for k in part.src[3:]])
+        return fuse(w, [files.read(k) for k in part.src[3:]])
     if op == "qkv":
         t = torch.cat([_qkv_slice(k, i, inputs, m).to(dtype) for i, k in enumerate(part.src)], dim=0)
     elif op == "copy":
