@@ -221,5 +221,6 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
             f"weights {plan.weight_bytes / GIB:.2f} GiB + KV for {lay.slots} slots of {lay.capacity} tokens "
             f"{plan.kv_budget_bytes / GIB:.2f} GiB + scratch {plan.activation_bytes / GIB:.2f} GiB + reserve "
             f"{plan.runtime_reserve_bytes / GIB:.2f} GiB do not fit in {total / GIB:.2f} GiB ({name}); lower "
-            "build.max_batch_size or max_seq_len, quantize to fp8 (weights and kv_cache), or use target.backend: trtllm")
+            "build.max_batch_size or max_seq_len, quantize the weights to fp8 (quantization.mode), or use target.backend: "
+            "trtllm (paged KV, FP8 KV cache)")  # own engines keep the KV cache in model.dtype (checks.py)
     return plan

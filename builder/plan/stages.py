@@ -112,7 +112,9 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding builder/, plugins/, triton_repo/
 STAGE_CODE = {  # source files (or folders of them) whose change must rebuild the stage
-    "load": ("builder/stages/load.py", "builder/stages/parts.py", "builder/model"),
+    "load": ("builder/stages/load.py", "builder/stages/parts.py", "builder/model",
+             # a pre-quantized checkpoint is recognised and dequantized by these (Parts.model)
+             "builder/quantize/prequantized.py", "builder/quantize/hf_quant.py", "builder/quantize/checkpoint.py"),
     "quantize": ("builder/stages/quantize.py", "builder/quantize"),
     "export": ("builder/stages/export.py", "builder/stages/parts.py", "builder/export", "plugins/tree_verify",
                "builder/speculative/drafters.py"),

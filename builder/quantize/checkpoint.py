@@ -1,7 +1,7 @@
 """Read modelopt's unified FP8 checkpoint (the quantize stage's output, or a published one) back, strictly.
 
 Layout (modelopt 0.37–0.47 `export_hf_checkpoint`): config.json (+ `quantization_config`, quant_method
-"modelopt"), hf_quant_config.json (absent in some published checkpoints: then `prequantized.quant_config_of`
+"modelopt"), hf_quant_config.json (absent in some published checkpoints: then `hf_quant.quant_config_of`
 rebuilds its `quantization` from config.json), `*.safetensors` with, per quantized linear `<m>`: `<m>.weight`
 float8_e4m3fn [out, in], `<m>.weight_scale` and `<m>.input_scale` float32 per tensor ([] or [1]: read as []);
 per layer with an FP8 KV cache: `model.layers.<i>.self_attn.k_proj.k_scale` and `…v_proj.v_scale` (older modelopt
@@ -29,7 +29,7 @@ from builder.export.qdq import Fp8Spec, LinearFp8
 from builder.model.config import LlamaConfig
 from builder.model.llama import Llama
 from builder.model.loader import expected_shapes
-from builder.quantize.prequantized import quant_config_of
+from builder.quantize.hf_quant import quant_config_of
 
 _KV = re.compile(r"^model\.layers\.(\d+)\.self_attn\.(?:[kv]_proj\.)?([kv])_scale$")
 SCALES = ("weight_scale", "input_scale")

@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from builder.errors import UserError
+from builder.quantize.hf_quant import QUANT_CONFIG, quant_config_of
 
 if TYPE_CHECKING:
     import torch
 
     from builder.quantize.checkpoint import Fp8Scan
 
-QUANT_CONFIG = "hf_quant_config.json"
 FUSED = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
 SHARD_BYTES = 2 * 2**30  # output shards: peak memory of the conversion is about one shard
 FIELD = "model.checkpoint"
@@ -85,27 +85,6 @@ def detect(folder: Path) -> PreQuantized | None:
         raise UserError(f"kv_cache_quant_algo {kv!r} is not supported", location=str(folder), field=FIELD,
                         allowed="FP8 or none")  # fmt: skip
     return PreQuantized(folder, "FP8", kv, tuple(quant.get("exclude_modules") or ()), dict(q.get("producer") or {}))
-
-
-def quant_config_of(folder: Path) -> dict[str, Any]:
-    """hf_quant_config.json, or the same facts from config.json's `quantization_config` (modelopt 0.47 writes
-    quant_algo, `ignore`, `kv_cache_scheme`; older releases kv_cache_quant_algo and exclude_modules)."""
-    path = Path(folder) / QUANT_CONFIG
-    if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or not isinstance(data.get("quantization"), dict):
-            raise UserError("expected an object with a 'quantization' object", location=str(path))
-        return data
-    raw = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("quantization_config")
-    if not isinstance(raw, dict):
-        raise UserError(f"neither {QUANT_CONFIG} nor a quantization_config in config.json", location=str(folder))
-    kv = raw.get("kv_cache_quant_algo")
-    scheme = raw.get("kv_cache_scheme")
-    if kv is None and isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8:
-        kv = "FP8"
-    quant = {"quant_algo": raw.get("quant_algo"), "kv_cache_quant_algo": kv,
-             "exclude_modules": list(raw.get("exclude_modules") or raw.get("ignore") or [])}  # fmt: skip
-    return {"producer": raw.get("producer", {}), "quantization": quant}
 
 
 def check_recipe(recipe: Any, pre: PreQuantized) -> list[str]:

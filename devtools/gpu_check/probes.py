@@ -84,22 +84,6 @@ class Combo:
 # -- building and running a tiny network ----------------------------------------------------------------------
 
 
-def _logger(errors: List[str]) -> "trt.ILogger":
-    import tensorrt as trt
-
-    class Log(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-            if severity <= trt.ILogger.Severity.ERROR:
-                errors.append(msg)
-            if severity <= trt.ILogger.Severity.WARNING:
-                print(f"[TensorRT] {msg}")
-
-    return Log()
-
-
 class Refused(Exception):
     """TensorRT refused a network at `stage` (parse | build | deserialize | run)."""
 
@@ -113,8 +97,9 @@ def build(model: Any) -> "trt.ICudaEngine":
     exception raised inside TensorRT (a plugin's Python, e.g. tensorrt.plugin's int()) is a refusal too."""
     import tensorrt as trt
 
-    errors: List[str] = []
-    log = _logger(errors)
+    from builder.engines.tensorrt.build import collecting_logger
+
+    log, errors = collecting_logger()
     builder = trt.Builder(log)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, log)

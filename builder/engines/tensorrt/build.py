@@ -61,7 +61,7 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
 
     if plugin is not None:
         plugin()
-    log, errors = _collecting_logger()
+    log, errors = collecting_logger()
     builder = trt.Builder(log)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, log)
@@ -189,7 +189,7 @@ def inspect_plan(path: Path, log: "trt.ILogger") -> dict[str, Any]:
     return {"io": io, "device_memory_bytes": memory, "device_memory_max_bytes": engine.device_memory_size_v2}
 
 
-def _collecting_logger() -> tuple["trt.ILogger", list[str]]:
+def collecting_logger() -> tuple["trt.ILogger", list[str]]:
     """A logger that prints warnings and errors (as trt.Logger(WARNING) would) and keeps the errors."""
     import tensorrt as trt
 
