@@ -20,21 +20,57 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("builder.commands.recipe_cmds", "plan", "Show build stages, cache keys and the memory plan."),
     "schema": ("builder.commands.recipe_cmds", "schema", "Print the recipe JSON schema."),
     "build": ("builder.commands.build_cmds", "build", "Build the recipe's engines (cached, atomic, resumable)."),
-    "generate": ("builder.commands.generate_cmds", "generate",
-                 "Generate text with speculative decoding on this machine (ONNX Runtime; --engine torch)."),
-    "serve": ("builder.commands.serve_cmds", "serve", "Serve a recipe's Triton repository (built first) with tritonserver."),
-    "bench": ("builder.commands.bench_cmds", "bench",
-              "perf_analyzer sweep of a served recipe: speculative vs no-speculation baseline, report + plots."),
-    "deploy": ("builder.commands.deploy_cmds", "deploy",
-               "TensorRT-LLM deployment bundle (target.backend: trtllm): checkpoint, build.sh, repository, launch/k8s/bench."),
-    "profile-acceptance": ("builder.commands.generate_cmds", "profile_acceptance",
-                           "τ and acceptance per depth for every method on held-out prompts."),
-    "ci": ("builder.commands.ci_cmds", "ci", "CI over a recipe set: build, check (lossless, τ, speed, FP8), gate, publish."),
-    "pull": ("builder.commands.ci_cmds", "pull", "Restore a recipe's published stages into the build cache (hashes checked)."),
+    "generate": (
+        "builder.commands.generate_cmds",
+        "generate",
+        "Generate text with speculative decoding on this machine (ONNX Runtime; --engine torch).",
+    ),
+    "serve": (
+        "builder.commands.serve_cmds",
+        "serve",
+        "Serve a recipe's Triton repository (built first) with tritonserver.",
+    ),
+    "bench": (
+        "builder.commands.bench_cmds",
+        "bench",
+        "perf_analyzer sweep of a served recipe: speculative vs no-speculation baseline, report + plots.",
+    ),
+    "deploy": (
+        "builder.commands.deploy_cmds",
+        "deploy",
+        "TensorRT-LLM deployment bundle (target.backend: trtllm): checkpoint, build.sh, repository, launch/k8s/bench.",
+    ),
+    "profile-acceptance": (
+        "builder.commands.generate_cmds",
+        "profile_acceptance",
+        "τ and acceptance per depth for every method on held-out prompts.",
+    ),
+    "ci": (
+        "builder.commands.ci_cmds",
+        "ci",
+        "CI over a recipe set: build, check (lossless, τ, speed, FP8), gate, publish.",
+    ),
+    "pull": (
+        "builder.commands.ci_cmds",
+        "pull",
+        "Restore a recipe's published stages into the build cache (hashes checked).",
+    ),
     "cache": ("builder.commands.cache_cmds", "cache", "The build cache: list its entries, prune the unused ones."),
-    "convert-draft": ("builder.commands.draft_cmds", "convert_draft", "Write a pickled draft (or target) once as safetensors."),
-    "tune": ("builder.commands.tune_cmds", "tune", "Pick the tree / draft sizes / draft schedule maximising E[τ]/c(T); predicted vs measured."),
-    "doctor": ("builder.commands.doctor_cmds", "doctor", "What this host has; per backend whether it can build and serve here, and why not."),
+    "convert-draft": (
+        "builder.commands.draft_cmds",
+        "convert_draft",
+        "Write a pickled draft (or target) once as safetensors.",
+    ),
+    "tune": (
+        "builder.commands.tune_cmds",
+        "tune",
+        "Pick the tree / draft sizes / draft schedule maximising E[τ]/c(T); predicted vs measured.",
+    ),
+    "doctor": (
+        "builder.commands.doctor_cmds",
+        "doctor",
+        "What this host has; per backend whether it can build and serve here, and why not.",
+    ),
 }
 
 

@@ -46,27 +46,52 @@ REPO = Path(__file__).resolve().parents[1]
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("recipes", nargs="*", help=f"fixture names ({', '.join(FIXTURES)}), recipe names or recipe "
-                    f"paths (default: {DEFAULT_FIXTURE})")
-    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
-                    help=f"comma-separated row groups out of {','.join(ROW_GROUPS)} (default: %(default)s)")
+    ap.add_argument(
+        "recipes",
+        nargs="*",
+        help=f"fixture names ({', '.join(FIXTURES)}), recipe names or recipe paths (default: {DEFAULT_FIXTURE})",
+    )
+    ap.add_argument(
+        "--rows",
+        default=",".join(DEFAULT_ROWS),
+        help=f"comma-separated row groups out of {','.join(ROW_GROUPS)} (default: %(default)s)",
+    )
     ap.add_argument("--torch", action="store_true", help="add our torch reference engine's rows")
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=1, help="threads for every row: torch, ORT GenAI, llama.cpp "
-                    "(our ORT engine always runs 1)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads for every row: torch, ORT GenAI, llama.cpp (our ORT engine always runs 1)",
+    )
     ap.add_argument("--lookup", type=int, default=10, help="draft tokens per prompt-lookup / n-gram step (all peers)")
-    ap.add_argument("--tuned", action="store_true", help="tune every method recipe now (trtspec tune's library) and "
-                    "add its tuned rows")
-    ap.add_argument("--tune-prompts", type=int, default=8, help="calibration prompts per method for --tuned "
-                    "(default: %(default)s)")
-    ap.add_argument("--tune-max-new-tokens", type=int, default=32, help="calibration tokens per prompt for --tuned "
-                    "(default: %(default)s; the tuner decodes every candidate setting, so its time grows with this)")
-    ap.add_argument("--tuned-dir", type=Path, help="where --tuned writes the overlays (default out/tuned); "
-                    "without --tuned: bench the overlays already there")
+    ap.add_argument(
+        "--tuned",
+        action="store_true",
+        help="tune every method recipe now (trtspec tune's library) and add its tuned rows",
+    )
+    ap.add_argument(
+        "--tune-prompts", type=int, default=8, help="calibration prompts per method for --tuned (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--tune-max-new-tokens",
+        type=int,
+        default=32,
+        help="calibration tokens per prompt for --tuned "
+        "(default: %(default)s; the tuner decodes every candidate setting, so its time grows with this)",
+    )
+    ap.add_argument(
+        "--tuned-dir",
+        type=Path,
+        help="where --tuned writes the overlays (default out/tuned); without --tuned: bench the overlays already there",
+    )
     ap.add_argument("--llama-cpp-src", help="llama-cpp-python sdist or llama.cpp tree holding convert_hf_to_gguf.py")
-    ap.add_argument("--draft-vocab", default="", help="comma-separated draft vocabulary sizes (or none) to add as "
-                    "rows beside each EAGLE recipe's own")
+    ap.add_argument(
+        "--draft-vocab",
+        default="",
+        help="comma-separated draft vocabulary sizes (or none) to add as rows beside each EAGLE recipe's own",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_decode.json")
     ap.add_argument("--md", type=Path, help="markdown tables (default: --out with the suffix .md)")
     args = ap.parse_args()
@@ -112,12 +137,23 @@ def main() -> None:
     tuning = None
     if args.tuned or args.tuned_dir:
         say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        tuning = Tuning(args.tuned_dir or REPO / "out" / "tuned", args.tune_prompts if args.tuned else 0,
-                        args.tune_max_new_tokens, say)  # fmt: skip
+        tuning = Tuning(
+            args.tuned_dir or REPO / "out" / "tuned",
+            args.tune_prompts if args.tuned else 0,
+            args.tune_max_new_tokens,
+            say,
+        )
     t0 = time.perf_counter()
-    report = bench_fixtures(with_draft_vocabs(group_recipes(args.paths), args.vocabs), args.num_prompts, args.max_new_tokens, rows=rows,
-                            threads=args.threads, lookup=args.lookup, llama_cpp_src=args.llama_cpp_src,
-                            tuning=tuning)  # fmt: skip
+    report = bench_fixtures(
+        with_draft_vocabs(group_recipes(args.paths), args.vocabs),
+        args.num_prompts,
+        args.max_new_tokens,
+        rows=rows,
+        threads=args.threads,
+        lookup=args.lookup,
+        llama_cpp_src=args.llama_cpp_src,
+        tuning=tuning,
+    )
     report["run_seconds"] = round(time.perf_counter() - t0, 1)
     md = args.md or args.out.with_suffix(".md")
     write(report, args.out, md)

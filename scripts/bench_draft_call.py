@@ -52,14 +52,23 @@ def main() -> None:
     flush = np.ones(3 * llc // 8, np.float64)  # streamed between cold calls
     rng = np.random.default_rng(0)
     kv, d, cap, c = e["kv_heads"], e["head_dim"], e["capacity"], e["hidden"]
-    caches = {f"past_{kind}_{i}": rng.standard_normal((1, kv, cap, d)).astype(np.float32)
-              for i in range(e["layers"]) for kind in ("key", "value")}  # fmt: skip
+    caches = {
+        f"past_{kind}_{i}": rng.standard_normal((1, kv, cap, d)).astype(np.float32)
+        for i in range(e["layers"])
+        for kind in ("key", "value")
+    }
     rows = []
     for f in [int(x) for x in args.frontiers.split(",") if x]:
         b = session.io_binding()
-        x = {"tokens": rng.integers(0, 1000, (1, f)), "hidden_in": rng.standard_normal((1, f, c)).astype(np.float32),
-             "position_ids": np.full((1, f), args.past, np.int64), "past_len": np.array([args.past]),
-             "write_offset": np.zeros(1, np.int64), "num_new": np.array([f]), "tree_mask": np.tril(np.ones((1, f, f), bool))}  # fmt: skip
+        x = {
+            "tokens": rng.integers(0, 1000, (1, f)),
+            "hidden_in": rng.standard_normal((1, f, c)).astype(np.float32),
+            "position_ids": np.full((1, f), args.past, np.int64),
+            "past_len": np.array([args.past]),
+            "write_offset": np.zeros(1, np.int64),
+            "num_new": np.array([f]),
+            "tree_mask": np.tril(np.ones((1, f, f), bool)),
+        }
         if any(i.name == "out_rows" for i in session.get_inputs()):  # (every row out, as an expand asks)
             x["out_rows"] = np.arange(f)[None]
         for k, v in {**x, **caches}.items():
@@ -79,13 +88,28 @@ def main() -> None:
             t = time.perf_counter()
             session.run_with_iobinding(b)
             cold.append(time.perf_counter() - t)
-        rows.append({"F": f, "warm_ms": round(1e3 * statistics.median(warm), 3),
-                     "cold_ms": round(1e3 * statistics.median(cold), 3)})  # fmt: skip
-    report = {"benchmark": "bench_draft_call", "recipe": args.recipe, "graph": str(graph), "weights_bytes": weights,
-              "llc_bytes": llc, "past": args.past, "runs": args.runs, "rows": rows}  # fmt: skip
-    print(f"EAGLE draft call, session only: weights file {weights / 2**20:.1f} MiB (the embedding's rows read as needed), "
-          f"LLC {llc / 2**20:.0f} MiB, past {args.past}, median of {args.runs}\n\n| F | warm ms | cold ms | cold / warm |\n"
-          "|---|---|---|---|")  # fmt: skip
+        rows.append(
+            {
+                "F": f,
+                "warm_ms": round(1e3 * statistics.median(warm), 3),
+                "cold_ms": round(1e3 * statistics.median(cold), 3),
+            }
+        )
+    report = {
+        "benchmark": "bench_draft_call",
+        "recipe": args.recipe,
+        "graph": str(graph),
+        "weights_bytes": weights,
+        "llc_bytes": llc,
+        "past": args.past,
+        "runs": args.runs,
+        "rows": rows,
+    }
+    print(
+        f"EAGLE draft call, session only: weights file {weights / 2**20:.1f} MiB (the embedding's rows read as needed), "
+        f"LLC {llc / 2**20:.0f} MiB, past {args.past}, median of {args.runs}\n\n| F | warm ms | cold ms | cold / warm |\n"
+        "|---|---|---|---|"
+    )
     for r in rows:
         print(f"| {r['F']} | {r['warm_ms']:.3f} | {r['cold_ms']:.3f} | {r['cold_ms'] / r['warm_ms']:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)

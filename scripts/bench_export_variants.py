@@ -32,10 +32,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_export_variants.json")
     args = ap.parse_args()
-    report = bench_variants(load_model(args.model), variants=tuple(args.variants.split(",")),
-                            nodes=tuple(int(t) for t in args.nodes.split(",")), past_len=args.past_len,
-                            batch=args.batch, capacity=args.capacity, warmup=args.warmup,
-                            repeats=args.repeats)  # fmt: skip
+    report = bench_variants(
+        load_model(args.model),
+        variants=tuple(args.variants.split(",")),
+        nodes=tuple(int(t) for t in args.nodes.split(",")),
+        past_len=args.past_len,
+        batch=args.batch,
+        capacity=args.capacity,
+        warmup=args.warmup,
+        repeats=args.repeats,
+    )
     print(table(report))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

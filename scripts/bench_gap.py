@@ -98,8 +98,20 @@ def main() -> int:
         print(f"  {label:38s} {ms:7.3f}" + (f"   ({ratio:.2f}x back to back)" if ratio else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = args.out.with_suffix(".tmp")
-    tmp_out.write_text(json.dumps({"benchmark": "bench_gap", "past": args.past, "samples": args.samples,
-                                   "rounds": args.rounds, "rows": rows, "host": host_about(threads=1)}, indent=2) + "\n")
+    tmp_out.write_text(
+        json.dumps(
+            {
+                "benchmark": "bench_gap",
+                "past": args.past,
+                "samples": args.samples,
+                "rounds": args.rounds,
+                "rows": rows,
+                "host": host_about(threads=1),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     tmp_out.replace(args.out)
     print(f"JSON: {args.out}")
     return 0

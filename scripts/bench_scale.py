@@ -31,8 +31,9 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     try:
-        report = run(args.work, args.repeats, tuple(args.precisions.split(",")),
-                     tuple(int(t) for t in args.threads.split(",")))  # fmt: skip
+        report = run(
+            args.work, args.repeats, tuple(args.precisions.split(",")), tuple(int(t) for t in args.threads.split(","))
+        )
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)

@@ -28,10 +28,20 @@ def load(name: str):
     if name == "fixture":
         return load_model(REPO / "tests" / "fixtures" / "tiny-llama3" / "base")
     if name == "8b-2l":
-        cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
-                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
-                          rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
-                          max_position_embeddings=8192)
+        cfg = LlamaConfig(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            rope_scaling=None,
+            tie_word_embeddings=False,
+            max_position_embeddings=8192,
+        )
         torch.manual_seed(0)
         with torch.no_grad():
             model = Llama(cfg)

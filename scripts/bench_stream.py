@@ -10,6 +10,7 @@ tenants decide. The curve shows where a working set stops being served from cach
 row at its step's bytes (tests/fixtures/regime-llama3/regime.json) gives the floor of a plain step:
 bytes / (GB/s at that size).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,8 +76,19 @@ def main() -> int:
         print(f"regime fixture: a T = 1 step reads {step / MiB:.1f} MiB: floor {floor:.2f} ms at {at['GB/s']} GB/s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"benchmark": "bench_stream", "rows": rows, "regime_step_bytes": step,
-                               "regime_floor_ms": floor, "host": host_about(threads=1)}, indent=2) + "\n")
+    tmp.write_text(
+        json.dumps(
+            {
+                "benchmark": "bench_stream",
+                "rows": rows,
+                "regime_step_bytes": step,
+                "regime_floor_ms": floor,
+                "host": host_about(threads=1),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     tmp.replace(args.out)
     print(f"JSON: {args.out}")
     return 0

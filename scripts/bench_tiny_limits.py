@@ -59,7 +59,8 @@ def _alternate(calls: dict[str, Any], runs: int) -> dict[str, float]:
 
 
 def lm_head(rows: list[int], runs: int) -> list[dict[str, Any]]:
-    from onnx import TensorProto as TP, helper, numpy_helper
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
     from safetensors.numpy import load_file
 
     from builder.export.nbits import ACCURACY_LEVEL, BLOCK, quantize_blocks
@@ -70,21 +71,38 @@ def lm_head(rows: list[int], runs: int) -> list[dict[str, Any]]:
     x = helper.make_tensor_value_info("x", TP.FLOAT, [None, k])
     y = helper.make_tensor_value_info("y", TP.FLOAT, [None, n])
     fp32 = _session([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], [numpy_helper.from_array(w, "w")])
-    int8 = _session([helper.make_node("MatMulNBits", ["x", "p", "s"], ["y"], domain="com.microsoft", K=k, N=n, bits=8,
-                                      block_size=BLOCK, accuracy_level=ACCURACY_LEVEL)],
-                    [x], [y], [numpy_helper.from_array(packed, "p"), numpy_helper.from_array(scales, "s")])  # fmt: skip
+    int8 = _session(
+        [
+            helper.make_node(
+                "MatMulNBits",
+                ["x", "p", "s"],
+                ["y"],
+                domain="com.microsoft",
+                K=k,
+                N=n,
+                bits=8,
+                block_size=BLOCK,
+                accuracy_level=ACCURACY_LEVEL,
+            )
+        ],
+        [x],
+        [y],
+        [numpy_helper.from_array(packed, "p"), numpy_helper.from_array(scales, "s")],
+    )
     out = []
     for m in rows:
         a = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
         us = _alternate({"fp32": lambda: fp32.run(None, {"x": a}), "int8": lambda: int8.run(None, {"x": a})}, runs)
-        out.append({"rows": m, "fp32_us": us["fp32"], "int8_us": us["int8"],
-                    "fp32_gflops": 2 * m * k * n / us["fp32"] / 1e3})  # fmt: skip
+        out.append(
+            {"rows": m, "fp32_us": us["fp32"], "int8_us": us["int8"], "fp32_gflops": 2 * m * k * n / us["fp32"] / 1e3}
+        )
     return out
 
 
 def attention(rows: list[int], past: int, runs: int) -> list[dict[str, Any]]:
     import onnxruntime as ort  # type: ignore[import-untyped]
-    from onnx import TensorProto as TP, helper, numpy_helper
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
 
     cfg = json.loads((FIXTURE / "config.json").read_text())
     h, kv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
@@ -93,25 +111,58 @@ def attention(rows: list[int], past: int, runs: int) -> list[dict[str, Any]]:
     cos, sin = (rng.standard_normal((cap, d // 2)).astype(np.float32) for _ in range(2))
     f, i32, i64 = TP.FLOAT, TP.INT32, TP.INT64
     info = helper.make_tensor_value_info
-    gqa = _session([helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "sk", "tot", "cos", "sin", "pos",
-                                                             "", "", "", "", "", "", "qs"], ["y", "pk_o", "pv_o"],
-                                     domain="com.microsoft", num_heads=h, kv_num_heads=kv, do_rotary=1, causal=1)],
-                   [info("qkv", f, [1, None, (h + 2 * kv) * d]), info("pk", f, [1, kv, cap, d]), info("pv", f, [1, kv, cap, d]),
-                    info("sk", i32, [1]), info("tot", i32, []), info("pos", i64, [1, None]), info("qs", i32, [1])],
-                   [info(o, f, None) for o in ("y", "pk_o", "pv_o")],
-                   [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")])  # fmt: skip
-    core = _session([helper.make_node("FusedMatMul", ["q", "k"], ["s"], domain="com.microsoft", transB=1, alpha=d ** -0.5),
-                     helper.make_node("Add", ["s", "bias"], ["sb"]), helper.make_node("Softmax", ["sb"], ["p"], axis=-1),
-                     helper.make_node("MatMul", ["p", "v"], ["y"])],
-                    [info("q", f, [kv, None, d]), info("k", f, [kv, None, d]), info("v", f, [kv, None, d]),
-                     info("bias", f, [None, None])], [info("y", f, None)], [])  # fmt: skip
+    gqa = _session(
+        [
+            helper.make_node(
+                "GroupQueryAttention",
+                ["qkv", "", "", "pk", "pv", "sk", "tot", "cos", "sin", "pos", "", "", "", "", "", "", "qs"],
+                ["y", "pk_o", "pv_o"],
+                domain="com.microsoft",
+                num_heads=h,
+                kv_num_heads=kv,
+                do_rotary=1,
+                causal=1,
+            )
+        ],
+        [
+            info("qkv", f, [1, None, (h + 2 * kv) * d]),
+            info("pk", f, [1, kv, cap, d]),
+            info("pv", f, [1, kv, cap, d]),
+            info("sk", i32, [1]),
+            info("tot", i32, []),
+            info("pos", i64, [1, None]),
+            info("qs", i32, [1]),
+        ],
+        [info(o, f, None) for o in ("y", "pk_o", "pv_o")],
+        [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")],
+    )
+    core = _session(
+        [
+            helper.make_node("FusedMatMul", ["q", "k"], ["s"], domain="com.microsoft", transB=1, alpha=d**-0.5),
+            helper.make_node("Add", ["s", "bias"], ["sb"]),
+            helper.make_node("Softmax", ["sb"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v"], ["y"]),
+        ],
+        [
+            info("q", f, [kv, None, d]),
+            info("k", f, [kv, None, d]),
+            info("v", f, [kv, None, d]),
+            info("bias", f, [None, None]),
+        ],
+        [info("y", f, None)],
+        [],
+    )
     pk, pv = (rng.standard_normal((1, kv, cap, d)).astype(np.float32) for _ in range(2))
     out = []
     for t in rows:
         io = gqa.io_binding()
-        feeds = {"qkv": rng.standard_normal((1, t, (h + 2 * kv) * d)).astype(np.float32),
-                 "sk": np.array([past + t - 1], np.int32), "tot": np.array(past + t, np.int32),
-                 "pos": np.arange(past, past + t)[None].astype(np.int64), "qs": np.array([t], np.int32)}  # fmt: skip
+        feeds = {
+            "qkv": rng.standard_normal((1, t, (h + 2 * kv) * d)).astype(np.float32),
+            "sk": np.array([past + t - 1], np.int32),
+            "tot": np.array(past + t, np.int32),
+            "pos": np.arange(past, past + t)[None].astype(np.int64),
+            "qs": np.array([t], np.int32),
+        }
         for name, v in feeds.items():
             io.bind_cpu_input(name, v)
         caches = [ort.OrtValue.ortvalue_from_numpy(c) for c in (pk, pv)]
@@ -121,8 +172,12 @@ def attention(rows: list[int], past: int, runs: int) -> list[dict[str, Any]]:
         io.bind_output("y")
         s = past + t
         bias = np.where(np.arange(s)[None] <= past + np.tile(np.arange(t), g)[:, None], 0, -np.inf).astype(np.float32)
-        folded = {"q": rng.standard_normal((kv, g * t, d)).astype(np.float32), "k": pk[0, :, :s].copy(),
-                  "v": pv[0, :, :s].copy(), "bias": bias}  # fmt: skip
+        folded = {
+            "q": rng.standard_normal((kv, g * t, d)).astype(np.float32),
+            "k": pk[0, :, :s].copy(),
+            "v": pv[0, :, :s].copy(),
+            "bias": bias,
+        }
         us = _alternate({"gqa": lambda: gqa.run_with_iobinding(io), "core": lambda: core.run(None, folded)}, runs)
         out.append({"T": t, "gqa_us": us["gqa"], "folded_core_us": us["core"]})
     return out
@@ -156,9 +211,10 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     for prompt in heldout_prompts(num_prompts):
         ids = tok.encode(prompt).ids
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=max_new + extra, do_sample=False,
-                                 eos_token_id=None, pad_token_id=1)  # fmt: skip
-        texts.append((ids, out[0, len(ids):].tolist()))
+            out = model.generate(
+                torch.tensor([ids]), max_new_tokens=max_new + extra, do_sample=False, eos_token_id=None, pad_token_id=1
+            )
+        texts.append((ids, out[0, len(ids) :].tolist()))
 
     def per_ms(nodes: Any, tokens: int) -> float:
         return tokens / sum(curve.target_ms(1, t) for t in nodes)
@@ -172,14 +228,25 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     for d in docs:
         pool.add(d)
     store = replay(texts, {**setting, "shared_pool": True}, max_new, pool=pool)
-    return {"setting": setting, "curve_c1_ms": curve.target_ms(1, 1),
-            "curve_cmax_ms": curve.target_ms(1, curve.max_nodes), "curve_max_nodes": curve.max_nodes,
-            "recipe": {"tokens_per_ms": per_ms(base.nodes, base.tokens), "tau": base.tau,
-                       "mean_nodes": float(np.mean(base.nodes))},
-            "grid_best": {"tokens_per_ms": scored[0][0], "setting": scored[0][1]},
-            "length_oracle": {"tokens_per_ms": oracle},
-            "datastore": {"tokens_per_ms": per_ms(store.nodes, store.tokens), "tau": store.tau,
-                          "mean_nodes": float(np.mean(store.nodes)), "training_tokens": sum(map(len, docs))}}  # fmt: skip
+    return {
+        "setting": setting,
+        "curve_c1_ms": curve.target_ms(1, 1),
+        "curve_cmax_ms": curve.target_ms(1, curve.max_nodes),
+        "curve_max_nodes": curve.max_nodes,
+        "recipe": {
+            "tokens_per_ms": per_ms(base.nodes, base.tokens),
+            "tau": base.tau,
+            "mean_nodes": float(np.mean(base.nodes)),
+        },
+        "grid_best": {"tokens_per_ms": scored[0][0], "setting": scored[0][1]},
+        "length_oracle": {"tokens_per_ms": oracle},
+        "datastore": {
+            "tokens_per_ms": per_ms(store.nodes, store.tokens),
+            "tau": store.tau,
+            "mean_nodes": float(np.mean(store.nodes)),
+            "training_tokens": sum(map(len, docs)),
+        },
+    }
 
 
 def main() -> None:
@@ -207,8 +274,10 @@ def main() -> None:
         print("| LM head rows | float32 MatMul µs (GFLOP/s) | int8 MatMulNBits µs | int8 / float32 |")
         print("|---|---|---|---|")
         for r in report["lm_head"]:
-            print(f"| {r['rows']} | {r['fp32_us']:.1f} ({r['fp32_gflops']:.0f}) | {r['int8_us']:.1f} | "
-                  f"{r['int8_us'] / r['fp32_us']:.2f} |")  # fmt: skip
+            print(
+                f"| {r['rows']} | {r['fp32_us']:.1f} ({r['fp32_gflops']:.0f}) | {r['int8_us']:.1f} | "
+                f"{r['int8_us'] / r['fp32_us']:.2f} |"
+            )
     if "attention" in parts:
         report["attention"] = attention(rows, args.past, args.runs)
         print("\n| T | GroupQueryAttention µs | folded core µs | core / GQA |\n|---|---|---|---|")
@@ -218,11 +287,17 @@ def main() -> None:
     if "replay" in parts:
         rep = report["replay"] = replay_limits(args.num_prompts, args.max_new_tokens)
         base = rep["recipe"]["tokens_per_ms"]
-        print(f"\nreplay on the engine's curve (c(1) {rep['curve_c1_ms']:.2f} ms, "
-              f"c({rep['curve_max_nodes']}) {rep['curve_cmax_ms']:.2f} ms):")
+        print(
+            f"\nreplay on the engine's curve (c(1) {rep['curve_c1_ms']:.2f} ms, "
+            f"c({rep['curve_max_nodes']}) {rep['curve_cmax_ms']:.2f} ms):"
+        )
         print("| setting | tokens per ms | vs the recipe's |\n|---|---|---|")
-        for label, key in (("the recipe's", "recipe"), ("best of the tuner's grid", "grid_best"),
-                           ("perfect draft-length oracle", "length_oracle"), ("training-text datastore", "datastore")):
+        for label, key in (
+            ("the recipe's", "recipe"),
+            ("best of the tuner's grid", "grid_best"),
+            ("perfect draft-length oracle", "length_oracle"),
+            ("training-text datastore", "datastore"),
+        ):
             v = rep[key]["tokens_per_ms"]
             print(f"| {label} | {v:.3f} | {v / base:.3f}× |")
     args.out.parent.mkdir(parents=True, exist_ok=True)

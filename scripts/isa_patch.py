@@ -158,8 +158,11 @@ def _make_site(dest: Path) -> dict[str, int]:
         jobs = []
         for d in dirs:
             shutil.copytree(d, work / d.name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-            jobs += [(d / p.relative_to(work / d.name), p) for p in sorted((work / d.name).rglob("*"))
-                     if p.is_file() and not p.is_symlink() and _elf(p)]  # fmt: skip
+            jobs += [
+                (d / p.relative_to(work / d.name), p)
+                for p in sorted((work / d.name).rglob("*"))
+                if p.is_file() and not p.is_symlink() and _elf(p)
+            ]
         with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:  # (objdump does the work)
             counts = list(pool.map(lambda job: patch_file(*job), jobs))
         patched = {str(p.relative_to(work)): n for (_, p), n in zip(jobs, counts) if n}

@@ -42,9 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join([".venv/bin/python scripts/make_fixture.py", *map(shlex.quote, shown)])
     rep = make_fixture(spec, args.out.resolve(), command)
     h = rep.heldout
-    print(f"wrote {args.out} in {rep.wall['total_s'] / 60:.1f} min; HumanEval perplexity "
-          f"{h['humaneval_perplexity']:.3f}; {h['tree']} tree τ: Medusa {h['medusa']['tree_tau']:.2f}, "
-          f"EAGLE {h['eagle']['tree_tau']:.2f}")
+    print(
+        f"wrote {args.out} in {rep.wall['total_s'] / 60:.1f} min; HumanEval perplexity "
+        f"{h['humaneval_perplexity']:.3f}; {h['tree']} tree τ: Medusa {h['medusa']['tree_tau']:.2f}, "
+        f"EAGLE {h['eagle']['tree_tau']:.2f}"
+    )
     return 0
 
 

@@ -17,9 +17,9 @@ import torch
 
 from builder.fixture.corpus import load_corpus
 from builder.recipe.loader import load_recipe
-from builder.stages.decoders import build_decoder
 from builder.speculative.medusa.accuracy import rank_accuracy
 from builder.speculative.tree_search import best_choices, expected_accepted
+from builder.stages.decoders import build_decoder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,13 +41,19 @@ def main() -> None:
     acc = rank_accuracy(model, dec.engine.medusa, prompts, ranks=args.ranks)
     choices = best_choices(acc, args.nodes)
     out = REPO / "builder" / "speculative" / "trees" / f"{args.name}.json"
-    source = (f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
-              f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})")
+    source = (
+        f"scripts/make_tree.py {args.recipe} --nodes {args.nodes} (head accuracy on {len(prompts)} "
+        f"held-out stdlib files; expected accepted per step {expected_accepted(choices, acc):.2f})"
+    )
     rows = ",\n".join("  " + json.dumps([round(a, 4) for a in row]) for row in acc)
-    out.write_text(f'{{\n "name": {json.dumps(args.name)},\n "source": {json.dumps(source)},\n'
-                   f' "accuracy": [\n{rows}\n ],\n "choices": {json.dumps([list(c) for c in choices])}\n}}\n')
-    print(f"{out}: {len(choices)} nodes, depth {max(len(c) for c in choices)}, "
-          f"expected accepted per step {expected_accepted(choices, acc):.2f}")
+    out.write_text(
+        f'{{\n "name": {json.dumps(args.name)},\n "source": {json.dumps(source)},\n'
+        f' "accuracy": [\n{rows}\n ],\n "choices": {json.dumps([list(c) for c in choices])}\n}}\n'
+    )
+    print(
+        f"{out}: {len(choices)} nodes, depth {max(len(c) for c in choices)}, "
+        f"expected accepted per step {expected_accepted(choices, acc):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -38,24 +38,37 @@ def main() -> None:
     ap.add_argument("fixture", nargs="?", default="tiny-llama3", help="fixture name, recipe name or recipe path")
     ap.add_argument("--variants", default="ort,standard", help="our graph variants to profile (comma-separated)")
     ap.add_argument("--past-len", type=int, default=300)
-    ap.add_argument("--nodes", type=int, default=1, help="profile a step of a chain of this many nodes (default 1: "
-                    "a plain step)")
+    ap.add_argument(
+        "--nodes", type=int, default=1, help="profile a step of a chain of this many nodes (default 1: a plain step)"
+    )
     ap.add_argument("--capacity", type=int, default=1024, help="our cache slots (max_seq_len at export)")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--no-genai", action="store_true", help="profile our graphs only")
-    ap.add_argument("--graph", action="append", default=[], metavar="LABEL=PATH",
-                    help="also profile this exported greedy target.ort.onnx of the same checkpoint (repeatable)")
+    ap.add_argument(
+        "--graph",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="also profile this exported greedy target.ort.onnx of the same checkpoint (repeatable)",
+    )
     ap.add_argument("--out", type=Path, help="JSON path (default out/profile_step-<fixture>.json)")
     args = ap.parse_args()
     try:
         label, hf_dir = checkpoint(args.fixture)
     except UserError as e:
         ap.error(str(e))
-    report = profile_fixture(hf_dir, variants=tuple(v for v in args.variants.split(",") if v),
-                             past_len=args.past_len, capacity=args.capacity, runs=args.runs, warmup=args.warmup,
-                             with_genai=not args.no_genai,
-                             graphs=dict(g.split("=", 1) for g in args.graph), nodes=args.nodes)  # fmt: skip
+    report = profile_fixture(
+        hf_dir,
+        variants=tuple(v for v in args.variants.split(",") if v),
+        past_len=args.past_len,
+        capacity=args.capacity,
+        runs=args.runs,
+        warmup=args.warmup,
+        with_genai=not args.no_genai,
+        graphs=dict(g.split("=", 1) for g in args.graph),
+        nodes=args.nodes,
+    )
     report["fixture"] = label
     print(table(report))
     out = args.out or REPO / "out" / f"profile_step-{label}{'' if args.nodes == 1 else f'-T{args.nodes}'}.json"

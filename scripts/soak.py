@@ -29,12 +29,20 @@ def main() -> int:
     ap.add_argument("--duration-s", type=float, default=300.0)
     ap.add_argument("--warmup-s", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cancel-rate", type=float, default=Settings.p_cancel,
-                    help="share of requests their client cancels (gRPC stream cancel); 0 leaves Triton 2.51's gRPC "
-                    "cancellation race (server issue 7368, fixed after 2.51) out of the run")
-    ap.add_argument("--disconnect-rate", type=float, default=Settings.p_disconnect,
-                    help="share of requests sent as HTTP generate_stream whose client closes the connection after a "
-                    "few events (Triton cancels on the EOF; the gRPC cancel race is not involved)")
+    ap.add_argument(
+        "--cancel-rate",
+        type=float,
+        default=Settings.p_cancel,
+        help="share of requests their client cancels (gRPC stream cancel); 0 leaves Triton 2.51's gRPC "
+        "cancellation race (server issue 7368, fixed after 2.51) out of the run",
+    )
+    ap.add_argument(
+        "--disconnect-rate",
+        type=float,
+        default=Settings.p_disconnect,
+        help="share of requests sent as HTTP generate_stream whose client closes the connection after a "
+        "few events (Triton cancels on the EOF; the gRPC cancel race is not involved)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "out" / "soak.json")
     a = ap.parse_args()
     from builder.recipe.loader import load_recipe
@@ -45,8 +53,14 @@ def main() -> int:
     loaded = load_recipe(a.recipe)
     repo = build(loaded, cache_dir(), until="repo").folder("repo")
     model = json.loads((repo / "trtspec-repo.json").read_text())["ensemble"]
-    s = Settings(streams=a.streams, duration_s=a.duration_s, warmup_s=min(a.warmup_s, a.duration_s / 3), seed=a.seed,
-                 p_cancel=a.cancel_rate, p_disconnect=a.disconnect_rate)
+    s = Settings(
+        streams=a.streams,
+        duration_s=a.duration_s,
+        warmup_s=min(a.warmup_s, a.duration_s / 3),
+        seed=a.seed,
+        p_cancel=a.cancel_rate,
+        p_disconnect=a.disconnect_rate,
+    )
     oracle = make_oracle(a.recipe, s.max_tokens)
     server = TritonServer(repo, ports=free_ports())  # explicit model control is the default (builder.serve.server)
     server.start()
@@ -62,14 +76,20 @@ def main() -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     d = result["server"]
-    print(f"\n{result['wall_s']} s, {a.streams} streams: sent {result['sent']}, as expected {result['ok']}, "
-          f"unexpected {result['unexpected']}")
-    print(f"{result['requests_per_s']:.1f} requests/s, {result['good_tokens_per_s']:.1f} checked tokens/s; server: "
-          f"{d['steps']:.0f} steps, mean batch {d['mean_batch'] or 0:.2f}, τ {d['tau'] or 0:.2f}, step {d['step_ms_mean'] or 0:.1f} ms, "
-          f"errors {d['errors']}")
+    print(
+        f"\n{result['wall_s']} s, {a.streams} streams: sent {result['sent']}, as expected {result['ok']}, "
+        f"unexpected {result['unexpected']}"
+    )
+    print(
+        f"{result['requests_per_s']:.1f} requests/s, {result['good_tokens_per_s']:.1f} checked tokens/s; server: "
+        f"{d['steps']:.0f} steps, mean batch {d['mean_batch'] or 0:.2f}, τ {d['tau'] or 0:.2f}, step {d['step_ms_mean'] or 0:.1f} ms, "
+        f"errors {d['errors']}"
+    )
     growth = result["rss_growth_after_warmup"]
-    print(f"server RSS {result['rss_mib'][0][1]} → {result['rss_mib'][-1][1]} MiB (after warm-up: "
-          f"{'–' if growth is None else f'{100 * growth:+.2f} %'}); left in the server: {result['left_in_server']}")
+    print(
+        f"server RSS {result['rss_mib'][0][1]} → {result['rss_mib'][-1][1]} MiB (after warm-up: "
+        f"{'–' if growth is None else f'{100 * growth:+.2f} %'}); left in the server: {result['left_in_server']}"
+    )
     for line in result["unexpected_samples"]:
         print("  unexpected:", line)
     print(("PASSED" if result["passed"] else "FAILED") + f" — {a.out}, server log {log}")

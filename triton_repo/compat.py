@@ -56,8 +56,10 @@ def mismatch(built: dict[str, str], runtime: dict[str, str]) -> str | None:
     if not diff:
         return None
     side = lambda d: ", ".join(f"{k} {d.get(k)}" for k in diff)  # noqa: E731
-    return (f"this repository's engine was built with {side(built)}, but this server runs {side(runtime)}: "
-            "rebuild it in this environment (trtspec build RECIPE) or serve it from the environment that built it")
+    return (
+        f"this repository's engine was built with {side(built)}, but this server runs {side(runtime)}: "
+        "rebuild it in this environment (trtspec build RECIPE) or serve it from the environment that built it"
+    )
 
 
 def check(meta: dict[str, Any], device: int = 0, host: Any = None) -> str | None:
@@ -85,6 +87,8 @@ def instance_gpu(args: dict, meta: dict) -> int | None:
     if meta.get("backend") != "tensorrt":
         return None
     if args.get("model_instance_kind") != "GPU":
-        raise RuntimeError(f"spec_decoder refuses to load: a TensorRT engine runs on a GPU, but this instance is "
-                           f"{args.get('model_instance_kind')} (the repository's spec_decoder needs a KIND_GPU instance group)")
+        raise RuntimeError(
+            f"spec_decoder refuses to load: a TensorRT engine runs on a GPU, but this instance is "
+            f"{args.get('model_instance_kind')} (the repository's spec_decoder needs a KIND_GPU instance group)"
+        )
     return int(args.get("model_instance_device_id", 0))

@@ -26,7 +26,9 @@ def pb2():
     try:
         from tritonclient.grpc import model_config_pb2
     except ImportError as exc:  # tritonclient or grpcio missing
-        raise ImportError("rendering Triton configs needs tritonclient[grpc] (the serve extra: bash scripts/setup.sh)") from exc
+        raise ImportError(
+            "rendering Triton configs needs tritonclient[grpc] (the serve extra: bash scripts/setup.sh)"
+        ) from exc
     return model_config_pb2
 
 
@@ -57,8 +59,9 @@ def _io(items: Any, specs: Sequence[T.Tensor], output: bool = False) -> None:
             entry.optional = True
 
 
-def _python_model(name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str],
-                  gpus: Sequence[int] = ()):  # fmt: skip
+def _python_model(
+    name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str], gpus: Sequence[int] = ()
+):
     """A Python-backend model: KIND_GPU with `count` instances on each of `gpus` when given, else KIND_CPU. The
     parameters hold no path: the bootstrap model.py finds the runtime beside itself (`triton_repo.runtime`)."""
     m = pb2()
@@ -76,22 +79,50 @@ def _python_model(name: str, impl: str, inputs, outputs, count: int, s: Settings
 
 
 def preprocessing_config(s: Settings):
-    return _python_model(T.PREPROCESSING, "triton_repo.models.preprocessing", T.PREPROCESSING_INPUTS,
-                         T.PREPROCESSING_OUTPUTS, s.instances[0], s, {"tokenizer": "tokenizer.json"})  # fmt: skip
+    return _python_model(
+        T.PREPROCESSING,
+        "triton_repo.models.preprocessing",
+        T.PREPROCESSING_INPUTS,
+        T.PREPROCESSING_OUTPUTS,
+        s.instances[0],
+        s,
+        {"tokenizer": "tokenizer.json"},
+    )
 
 
 def postprocessing_config(s: Settings):
-    return _python_model(T.POSTPROCESSING, "triton_repo.models.postprocessing", T.POSTPROCESSING_INPUTS,
-                         T.POSTPROCESSING_OUTPUTS, s.instances[2], s, {"tokenizer": "tokenizer.json"})  # fmt: skip
+    return _python_model(
+        T.POSTPROCESSING,
+        "triton_repo.models.postprocessing",
+        T.POSTPROCESSING_INPUTS,
+        T.POSTPROCESSING_OUTPUTS,
+        s.instances[2],
+        s,
+        {"tokenizer": "tokenizer.json"},
+    )
 
 
 def spec_decoder_config(s: Settings):
-    params = {"engine_dir": "engine", "max_input_len": str(s.max_input_len), "queue_delay_us": str(s.queue_delay_us),
-              "draft_schedule": json.dumps([list(e) for e in s.draft_schedule]), "ort_threads": str(s.ort_threads),
-              "decoupled": json.dumps(s.decoupled), "max_queue_size": str(s.max_queue_size),
-              "request_timeout_s": repr(float(s.request_timeout_s))}  # fmt: skip
-    cfg = _python_model(T.SPEC_DECODER, "triton_repo.models.spec_decoder", T.SPEC_DECODER_INPUTS,
-                        T.SPEC_DECODER_OUTPUTS, s.instances[1], s, params, s.gpus)  # fmt: skip
+    params = {
+        "engine_dir": "engine",
+        "max_input_len": str(s.max_input_len),
+        "queue_delay_us": str(s.queue_delay_us),
+        "draft_schedule": json.dumps([list(e) for e in s.draft_schedule]),
+        "ort_threads": str(s.ort_threads),
+        "decoupled": json.dumps(s.decoupled),
+        "max_queue_size": str(s.max_queue_size),
+        "request_timeout_s": repr(float(s.request_timeout_s)),
+    }
+    cfg = _python_model(
+        T.SPEC_DECODER,
+        "triton_repo.models.spec_decoder",
+        T.SPEC_DECODER_INPUTS,
+        T.SPEC_DECODER_OUTPUTS,
+        s.instances[1],
+        s,
+        params,
+        s.gpus,
+    )
     cfg.model_transaction_policy.decoupled = s.decoupled
     return cfg
 
@@ -100,9 +131,13 @@ def front_config(s: Settings):
     """text in, text out: the model clients call; relays each request to spec_decoder over a local socket and forwards
     its client's cancellation (`triton_repo.models.front`). One instance serves any number of requests (a
     thread each); it is decoupled when spec_decoder is."""
-    params = {"backend_model": T.SPEC_DECODER, "decoupled": json.dumps(s.decoupled),
-              "cancel_check_s": repr(float(s.cancel_check_s)), "watch_interval_s": repr(float(s.watch_interval_s)),
-              "restart_backend": "true"}  # fmt: skip
+    params = {
+        "backend_model": T.SPEC_DECODER,
+        "decoupled": json.dumps(s.decoupled),
+        "cancel_check_s": repr(float(s.cancel_check_s)),
+        "watch_interval_s": repr(float(s.watch_interval_s)),
+        "restart_backend": "true",
+    }
     cfg = _python_model(s.model_name, "triton_repo.models.front", T.CLIENT_INPUTS, T.CLIENT_OUTPUTS, 1, s, params)
     cfg.model_transaction_policy.decoupled = s.decoupled
     return cfg
@@ -110,8 +145,12 @@ def front_config(s: Settings):
 
 def all_configs(s: Settings) -> dict[str, Any]:
     """Model name -> ModelConfig for the whole repository."""
-    return {T.PREPROCESSING: preprocessing_config(s), T.SPEC_DECODER: spec_decoder_config(s),
-            T.POSTPROCESSING: postprocessing_config(s), s.model_name: front_config(s)}  # fmt: skip
+    return {
+        T.PREPROCESSING: preprocessing_config(s),
+        T.SPEC_DECODER: spec_decoder_config(s),
+        T.POSTPROCESSING: postprocessing_config(s),
+        s.model_name: front_config(s),
+    }
 
 
 def render(cfg) -> str:

@@ -42,14 +42,17 @@ def _tree(src: Path, dst: Path) -> None:
 def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
     """Write the repository into `out` (an empty folder); returns what trtspec-repo.json records."""
     if settings.model_name in T.RESERVED_NAMES:
-        raise ValueError(f"triton.model_name {settings.model_name!r} collides with a composing model "
-                         f"({', '.join(T.RESERVED_NAMES)})")  # fmt: skip
+        raise ValueError(
+            f"triton.model_name {settings.model_name!r} collides with a composing model ({', '.join(T.RESERVED_NAMES)})"
+        )
     engine_dir = Path(engine_dir)
     meta = json.loads((engine_dir / "engine.json").read_text(encoding="utf-8"))
     backend = meta.get("backend")
     if (backend == "tensorrt") != bool(settings.gpus):
-        raise ValueError(f"a {backend} engine's spec_decoder runs on "
-                         f"{'GPUs (KIND_GPU): give settings.gpus' if backend == 'tensorrt' else 'the CPU: no gpus'}")
+        raise ValueError(
+            f"a {backend} engine's spec_decoder runs on "
+            f"{'GPUs (KIND_GPU): give settings.gpus' if backend == 'tensorrt' else 'the CPU: no gpus'}"
+        )
     configs = all_configs(settings)
     for name, cfg in configs.items():
         (out / name / "1").mkdir(parents=True, exist_ok=True)
@@ -69,13 +72,20 @@ def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
         "ensemble": settings.model_name,  # the model clients call (the front model; the key predates it)
         "models": list(configs),
         "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
-        "engine": {"label": meta.get("drafter", {}).get("method"), "backend": backend, "format": meta.get("format"),
-                   "max_batch_size": meta.get("max_batch_size"), "max_seq_len": meta.get("max_seq_len"),
-                   "versions": meta.get("versions", {}), "tensorrt": meta.get("tensorrt")},
+        "engine": {
+            "label": meta.get("drafter", {}).get("method"),
+            "backend": backend,
+            "format": meta.get("format"),
+            "max_batch_size": meta.get("max_batch_size"),
+            "max_seq_len": meta.get("max_seq_len"),
+            "versions": meta.get("versions", {}),
+            "tensorrt": meta.get("tensorrt"),
+        },
         "runtime": {"folder": FOLDER, "trtspec": runtime["trtspec"], "files": len(runtime["files"])},
-        "inputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional}
-                   for t in T.CLIENT_INPUTS],
+        "inputs": [
+            {"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional} for t in T.CLIENT_INPUTS
+        ],
         "outputs": [{"name": t.name, "datatype": t.dtype, "dims": list(t.dims)} for t in T.CLIENT_OUTPUTS],
-    }  # fmt: skip
+    }
     (out / INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

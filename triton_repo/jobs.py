@@ -18,8 +18,15 @@ from typing import Protocol
 from builder.speculative.decoding import Generation, Request
 
 ERROR_KINDS = ("bad_request", "overload", "unavailable", "deadline", "prefill", "step", "shutdown")
-ERROR_CODES = {"bad_request": "INVALID_ARG", "overload": "UNAVAILABLE", "unavailable": "UNAVAILABLE",
-               "deadline": "UNAVAILABLE", "shutdown": "UNAVAILABLE", "prefill": "INTERNAL", "step": "INTERNAL"}  # fmt: skip
+ERROR_CODES = {
+    "bad_request": "INVALID_ARG",
+    "overload": "UNAVAILABLE",
+    "unavailable": "UNAVAILABLE",
+    "deadline": "UNAVAILABLE",
+    "shutdown": "UNAVAILABLE",
+    "prefill": "INTERNAL",
+    "step": "INTERNAL",
+}
 OUTCOMES = ("length", "stop", "cancelled", "error")
 
 
@@ -48,11 +55,9 @@ class Chunk:
 
 
 class Sink(Protocol):
-    def send(self, chunk: Chunk) -> None:
-        ...
+    def send(self, chunk: Chunk) -> None: ...
 
-    def cancelled(self) -> bool:
-        ...
+    def cancelled(self) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -102,8 +107,10 @@ def last_line() -> str:
 
 def deadline_message(job: Job, now: float) -> str:
     n = 0 if job.gen is None else len(job.gen.token_ids)
-    return (f"spec_decoder: deadline exceeded: {now - job.arrived:.3f} s after arrival (limit {job.deadline - job.arrived:.3g} s: "
-            f"the request's timeout_s or triton.request_timeout_s), {n} tokens generated")
+    return (
+        f"spec_decoder: deadline exceeded: {now - job.arrived:.3f} s after arrival (limit {job.deadline - job.arrived:.3g} s: "
+        f"the request's timeout_s or triton.request_timeout_s), {n} tokens generated"
+    )
 
 
 def end_line(job: Job, outcome: str, kind: str, error: str | None, detail: str) -> str:
@@ -112,11 +119,17 @@ def end_line(job: Job, outcome: str, kind: str, error: str | None, detail: str) 
     head = f"request {job.number}{label(job)} ended: "
     if outcome == "cancelled":
         n = 0 if gen is None else len(gen.token_ids)
-        freed = "" if job.cancel_at is None else f"; slot and KV freed {1e3 * (now - job.cancel_at):.1f} ms after the cancel"
+        freed = (
+            ""
+            if job.cancel_at is None
+            else f"; slot and KV freed {1e3 * (now - job.cancel_at):.1f} ms after the cancel"
+        )
         return f"{head}cancelled {detail} after {n} tokens{freed}".replace("  ", " ")
     if error is not None:
         return f"{head}error ({kind}): {error}"
     assert gen is not None
     waited = job.admitted - job.arrived if job.admitted else 0.0
-    return (f"{head}{outcome}: {len(gen.token_ids)} tokens, {gen.steps} steps, τ {gen.tau:.2f}, queued {waited:.3f} s, "
-            f"decoded {now - (job.admitted or job.arrived):.3f} s")  # fmt: skip
+    return (
+        f"{head}{outcome}: {len(gen.token_ids)} tokens, {gen.steps} steps, τ {gen.tau:.2f}, queued {waited:.3f} s, "
+        f"decoded {now - (job.admitted or job.arrived):.3f} s"
+    )

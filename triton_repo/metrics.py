@@ -68,7 +68,12 @@ SPEC_DECODER = (
     Family("trtspec_loop_up", "gauge", "1 while the decoding loop serves, 0 once it is broken."),
     Family("trtspec_requests_received_total", "counter", "Requests queued for decoding."),
     Family("trtspec_requests_ended_total", "counter", "Requests ended, by outcome.", "outcome"),
-    Family("trtspec_request_errors_total", "counter", "Requests that ended in or were refused with an error, by kind.", "kind"),
+    Family(
+        "trtspec_request_errors_total",
+        "counter",
+        "Requests that ended in or were refused with an error, by kind.",
+        "kind",
+    ),
     Family("trtspec_steps_total", "counter", "Batched target steps."),
     Family("trtspec_sequence_steps_total", "counter", "Sum over target steps of the sequences in them."),
     Family("trtspec_draft_tokens_total", "counter", "Draft tokens proposed (roots excluded)."),
@@ -79,8 +84,14 @@ SPEC_DECODER = (
 )
 FRONT = (
     Family("trtspec_front_cancels_total", "counter", "Client cancellations forwarded to spec_decoder."),
-    Family("trtspec_front_backend_failures_total", "counter", "spec_decoder stub processes that ended under the front model."),
-    Family("trtspec_front_backend_restarts_total", "counter", "spec_decoder reloads by the front model that succeeded."),
+    Family(
+        "trtspec_front_backend_failures_total",
+        "counter",
+        "spec_decoder stub processes that ended under the front model.",
+    ),
+    Family(
+        "trtspec_front_backend_restarts_total", "counter", "spec_decoder reloads by the front model that succeeded."
+    ),
 )
 
 Values = Mapping[str, "float | Mapping[str, float]"]  # family -> value, or label value -> value
@@ -93,16 +104,19 @@ def spec_decoder_values(s: Scheduler) -> dict[str, Any]:
     st, tot = s.stats, s.decoder.totals
     rows = s.decoder.rows_in_use
     return {
-        "trtspec_requests_queued": waiting, "trtspec_requests_active": active,
+        "trtspec_requests_queued": waiting,
+        "trtspec_requests_active": active,
         "trtspec_kv_rows_in_use": len(s.decoder.active) if rows is None else rows,
         "trtspec_loop_up": 1.0 if s.healthy else 0.0,
         "trtspec_requests_received_total": st.received,
         "trtspec_requests_ended_total": {k: st.ended.get(k, 0) for k in OUTCOMES},
         "trtspec_request_errors_total": {k: st.errors.get(k, 0) for k in ERROR_KINDS},
-        "trtspec_steps_total": st.steps, "trtspec_sequence_steps_total": tot.sequence_steps,
-        "trtspec_draft_tokens_total": tot.drafted, "trtspec_accepted_tokens_total": tot.accepted,
+        "trtspec_steps_total": st.steps,
+        "trtspec_sequence_steps_total": tot.sequence_steps,
+        "trtspec_draft_tokens_total": tot.drafted,
+        "trtspec_accepted_tokens_total": tot.accepted,
         "trtspec_output_tokens_total": tot.emitted,
-    }  # fmt: skip
+    }
 
 
 def spec_decoder_observations(s: Scheduler) -> dict[str, list[float]]:
@@ -128,13 +142,25 @@ class Exporter:
     live as long as the model (their deletion is an IPC message too).
     """
 
-    def __init__(self, pb: Any, families: tuple[Family, ...], labels: Mapping[str, str], read: Callable[[], Values],
-                 observe: Callable[[], Observations] = dict, interval_s: float = 0.25,
-                 log: Callable[[str], None] = lambda _m: None, eager: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pb: Any,
+        families: tuple[Family, ...],
+        labels: Mapping[str, str],
+        read: Callable[[], Values],
+        observe: Callable[[], Observations] = dict,
+        interval_s: float = 0.25,
+        log: Callable[[str], None] = lambda _m: None,
+        eager: bool = True,
+    ) -> None:
         self.pb, self.read, self.observe, self.interval_s, self.log = pb, read, observe, interval_s, log
         self.labels = {**labels, "pid": str(os.getpid())}
         self.families = {f.name: f for f in families}
-        self._kinds = {"counter": pb.MetricFamily.COUNTER, "gauge": pb.MetricFamily.GAUGE, "histogram": pb.MetricFamily.HISTOGRAM}
+        self._kinds = {
+            "counter": pb.MetricFamily.COUNTER,
+            "gauge": pb.MetricFamily.GAUGE,
+            "histogram": pb.MetricFamily.HISTOGRAM,
+        }
         self._pb_families: dict[str, Any] = {}
         self._metrics: dict[tuple[str, str], Any] = {}
         self._last: dict[tuple[str, str], float] = {}
@@ -155,7 +181,9 @@ class Exporter:
         if m is None:
             f = self.families[name]
             if name not in self._pb_families:
-                self._pb_families[name] = self.pb.MetricFamily(name=f.name, description=f.help, kind=self._kinds[f.kind])
+                self._pb_families[name] = self.pb.MetricFamily(
+                    name=f.name, description=f.help, kind=self._kinds[f.kind]
+                )
             labels = dict(self.labels, **({f.label: label_value} if f.label else {}))
             m = self._pb_families[name].Metric(labels=labels, buckets=list(f.buckets) if f.buckets else None)
             self._metrics[key] = m

@@ -92,8 +92,9 @@ def decode_inputs(raw: dict[str, Any]) -> dict[str, np.ndarray]:
     return fields
 
 
-def _write(sock: socket.socket, message: dict[str, Any], lock: threading.Lock | None = None,
-           timeout: float | None = None) -> None:  # fmt: skip
+def _write(
+    sock: socket.socket, message: dict[str, Any], lock: threading.Lock | None = None, timeout: float | None = None
+) -> None:
     """One message as a line; `timeout`: TimeoutError when the socket takes none of it for that long (the socket
     itself stays blocking: its reader thread waits on it for the whole request)."""
     data = (json.dumps(message) + "\n").encode()
@@ -180,17 +181,29 @@ class RelaySink:
         if chunk.error is not None:
             self.conn.send({"error": chunk.error, "kind": chunk.error_kind, "final": True})
             return
-        self.conn.send({"text": text_delta(self.tokenizer, chunk.ids, chunk.prefix_len, chunk.final),
-                        "output_tokens": chunk.output_tokens, "steps": chunk.steps, "accepted_tokens": chunk.accepted,
-                        "drafted_tokens": chunk.drafted, "finish_reason": chunk.finish_reason, "final": chunk.final})  # fmt: skip
+        self.conn.send(
+            {
+                "text": text_delta(self.tokenizer, chunk.ids, chunk.prefix_len, chunk.final),
+                "output_tokens": chunk.output_tokens,
+                "steps": chunk.steps,
+                "accepted_tokens": chunk.accepted,
+                "drafted_tokens": chunk.drafted,
+                "finish_reason": chunk.finish_reason,
+                "final": chunk.final,
+            }
+        )
 
 
 class RelayServer:
     """Accepts the front model's requests on `path`; `on_request(conn, inputs, parameters, request_id)` per request."""
 
-    def __init__(self, path: Path, on_request: Callable[[Connection, dict, dict, str], None],
-                 log: Callable[[str], None] = lambda _m: None,
-                 send_timeout_s: float = SEND_TIMEOUT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path,
+        on_request: Callable[[Connection, dict, dict, str], None],
+        log: Callable[[str], None] = lambda _m: None,
+        send_timeout_s: float = SEND_TIMEOUT_S,
+    ) -> None:
         self.path, self.on_request, self.log, self.send_timeout_s = Path(path), on_request, log, send_timeout_s
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if self.path.exists():
@@ -248,8 +261,14 @@ class RelayServer:
                 pass  # another stub's socket is still there (or the folder is gone)
 
 
-def relay_request(path: Path, inputs: dict[str, np.ndarray], parameters: dict[str, Any], request_id: str,
-                  holder: list | None = None, timeout: float = 5.0) -> Iterator[dict[str, Any]]:  # fmt: skip
+def relay_request(
+    path: Path,
+    inputs: dict[str, np.ndarray],
+    parameters: dict[str, Any],
+    request_id: str,
+    holder: list | None = None,
+    timeout: float = 5.0,
+) -> Iterator[dict[str, Any]]:
     """The front's side: send one request, yield spec_decoder's messages until the final one. `holder` gets the
     socket (closing it from another thread cancels the request). RelayClosed if it ends without a final one."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -116,8 +116,9 @@ def _prompt(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[i
     if not prompt:
         raise RequestError("empty prompt")
     if len(prompt) > limits.max_input_len:
-        raise RequestError(f"prompt has {len(prompt)} tokens; this engine takes at most {limits.max_input_len} "
-                           "(build.max_input_len)")  # fmt: skip
+        raise RequestError(
+            f"prompt has {len(prompt)} tokens; this engine takes at most {limits.max_input_len} (build.max_input_len)"
+        )
     return prompt, text is not None
 
 
@@ -189,20 +190,24 @@ def _timeout(params: Mapping[str, Any], limit: float) -> float:
     except ValueError:
         raise RequestError(f"{TIMEOUT_PARAMETER}: {v!r} is not a number") from None
     if not (math.isfinite(f) and 0.0 < f <= limit):
-        raise RequestError(f"{TIMEOUT_PARAMETER}: {v} outside (0, {limit:g}] seconds (the repository's "
-                           "triton.request_timeout_s)")  # fmt: skip
+        raise RequestError(
+            f"{TIMEOUT_PARAMETER}: {v} outside (0, {limit:g}] seconds (the repository's triton.request_timeout_s)"
+        )
     return f
 
 
-def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]],
-          params: Mapping[str, Any] | None = None) -> Parsed:  # fmt: skip
+def parse(
+    fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int]], params: Mapping[str, Any] | None = None
+) -> Parsed:
     """Check every field (and request parameter) of one request; RequestError on the first problem."""
     prompt, text = _prompt(fields, limits, encode)
     room = limits.max_seq_len - len(prompt)
     max_tokens = _scalar(fields, "max_tokens", int)
     if not 1 <= max_tokens <= room:
-        raise RequestError(f"max_tokens: {max_tokens} outside 1..{room} (max_seq_len {limits.max_seq_len} minus "
-                           f"{len(prompt)} prompt tokens)")  # fmt: skip
+        raise RequestError(
+            f"max_tokens: {max_tokens} outside 1..{room} (max_seq_len {limits.max_seq_len} minus "
+            f"{len(prompt)} prompt tokens)"
+        )
     temperature = _scalar(fields, "temperature", float, 0.0)
     if not (math.isfinite(temperature) and 0.0 <= temperature <= MAX_TEMPERATURE):
         raise RequestError(f"temperature: {temperature} outside 0..{MAX_TEMPERATURE}")
@@ -220,6 +225,13 @@ def parse(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[int
     params = params or {}
     stop_ids = () if _param_flag(params, "ignore_eos") else limits.stop_ids
     timeout_s = _timeout(params, limits.request_timeout_s)
-    req = Request(tuple(prompt), max_tokens, Sampling(temperature, top_p, seed), stop_ids, speculate,
-                  _stops(fields, limits, encode), lookahead if speculate else None)  # fmt: skip
+    req = Request(
+        tuple(prompt),
+        max_tokens,
+        Sampling(temperature, top_p, seed),
+        stop_ids,
+        speculate,
+        _stops(fields, limits, encode),
+        lookahead if speculate else None,
+    )
     return Parsed(req, stream, text, timeout_s)

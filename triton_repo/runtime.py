@@ -49,41 +49,64 @@ MANIFEST = "runtime.json"
 PACKAGES = ("builder", "plugins", "triton_repo")
 
 # the Python models (the bootstrap model.py names one as `implementation`; it is not part of the runtime itself)
-ENTRY = ("triton_repo.models.front", "triton_repo.models.spec_decoder", "triton_repo.models.preprocessing",
-         "triton_repo.models.postprocessing")  # fmt: skip
+ENTRY = (
+    "triton_repo.models.front",
+    "triton_repo.models.spec_decoder",
+    "triton_repo.models.preprocessing",
+    "triton_repo.models.postprocessing",
+)
 
 # (importing module, imported module) → why serving never makes that import (the function that does, first)
 BUILD_ONLY = {
-    ("builder.engines.tensorrt.folder", "builder.export.tensorrt"):
-        "build_folder (the engine stage) rewrites cached exports into their TensorRT form; open_engine never does",
-}  # fmt: skip
+    (
+        "builder.engines.tensorrt.folder",
+        "builder.export.tensorrt",
+    ): "build_folder (the engine stage) rewrites cached exports into their TensorRT form; open_engine never does",
+}
 
 # what the closure may reach: a module, or "pkg.*" = the package and everything under it, but none of SCOPE_EXCEPT
 SCOPE = (
     "triton_repo.*",  # the models and the serving runtime
-    "builder", "builder.errors", "builder.section",  # the package, its error type, the base of LookaheadConfig
+    "builder",
+    "builder.errors",
+    "builder.section",  # the package, its error type, the base of LookaheadConfig
     "builder.speculative.*",  # the decoding loop and the drafters (not the tree search / Medusa training below)
     "builder.engines.*",  # the neutral entry point and the ONNX Runtime / TensorRT host layers (not the torch engines)
-    "builder.export", "builder.export.contract",  # the graph I/O contract the host layers bind (no exporter)
-    "plugins", "plugins.tree_verify.*",  # tree_verify's contract and its TensorRT face (re-registered at load)
-)  # fmt: skip
+    "builder.export",
+    "builder.export.contract",  # the graph I/O contract the host layers bind (no exporter)
+    "plugins",
+    "plugins.tree_verify.*",  # tree_verify's contract and its TensorRT face (re-registered at load)
+)
 SCOPE_EXCEPT = (
-    "triton_repo.config", "triton_repo.emit", "triton_repo.trtllm", "triton_repo.models.model",
-    "builder.speculative.tree_search", "builder.speculative.medusa.heads", "builder.speculative.medusa.accuracy",
-    "builder.speculative.eagle.draft_model", "builder.engines.torch_engine", "builder.engines.torch_eagle",
-    "builder.engines.ort.build", "plugins.tree_verify.onnx_op", "plugins.tree_verify.typecheck",
+    "triton_repo.config",
+    "triton_repo.emit",
+    "triton_repo.trtllm",
+    "triton_repo.models.model",
+    "builder.speculative.tree_search",
+    "builder.speculative.medusa.heads",
+    "builder.speculative.medusa.accuracy",
+    "builder.speculative.eagle.draft_model",
+    "builder.engines.torch_engine",
+    "builder.engines.torch_eagle",
+    "builder.engines.ort.build",
+    "plugins.tree_verify.onnx_op",
+    "plugins.tree_verify.typecheck",
     "plugins.tree_verify.compile_check",
-)  # fmt: skip
+)
 
 CPU_THIRD_PARTY = {
-    "numpy": "every host layer", "onnxruntime": "ONNX Runtime folders", "tokenizers": "the models' tokenizer",
+    "numpy": "every host layer",
+    "onnxruntime": "ONNX Runtime folders",
+    "tokenizers": "the models' tokenizer",
     "pydantic": "builder.speculative.lookahead.config (LookaheadConfig is a recipe section)",
     "triton_python_backend_utils": "the Python backend's own module (inside the stub)",
-}  # fmt: skip
+}
 GPU_THIRD_PARTY = {
-    "tensorrt": "TensorRT folders", "torch": "the TensorRT runtime's CUDA API and the tree_verify plugin",
-    "triton": "the tree_verify plugin's kernel (OpenAI Triton)", "ml_dtypes": "bfloat16 / FP8 host arrays",
-}  # fmt: skip
+    "tensorrt": "TensorRT folders",
+    "torch": "the TensorRT runtime's CUDA API and the tree_verify plugin",
+    "triton": "the tree_verify plugin's kernel (OpenAI Triton)",
+    "ml_dtypes": "bfloat16 / FP8 host arrays",
+}
 THIRD_PARTY = {**CPU_THIRD_PARTY, **GPU_THIRD_PARTY}
 
 

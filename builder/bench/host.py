@@ -27,8 +27,8 @@ call the host code runs with cold caches (the bigger the fixture, the colder), s
 
 from __future__ import annotations
 
-import cProfile
 import contextlib
+import cProfile
 import platform
 import pstats
 import statistics
@@ -102,8 +102,9 @@ def derived(parts: dict[str, float]) -> dict[str, float]:
     }
 
 
-def _round(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int,
-           clock: _Clock | None) -> tuple[list[dict[str, float]], float]:  # fmt: skip
+def _round(
+    engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int, clock: _Clock | None
+) -> tuple[list[dict[str, float]], float]:
     """One round of B requests started together; (seconds per full-batch step by part, τ)."""
     from builder.speculative.decoding import Decoder, Request
 
@@ -130,8 +131,14 @@ def _round(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Seque
     return full, (totals.emitted - len(prompts)) / max(totals.sequence_steps, 1)
 
 
-def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Sequence[Any],
-            prompts: Sequence[Sequence[int]], max_new: int, rounds: int = 3) -> dict[str, Any]:  # fmt: skip
+def measure(
+    engine: Any,
+    make_drafter: Callable[[], Any],
+    target_sessions: Sequence[Any],
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    rounds: int = 3,
+) -> dict[str, Any]:
     """Per-step host shares (median and p90 over full-batch steps of `rounds` timed rounds, after a warm-up)."""
     _round(engine, make_drafter, prompts, max_new, None)  # warm-up: bindings, first shapes
     clock = _Clock()
@@ -157,8 +164,9 @@ def measure(engine: Any, make_drafter: Callable[[], Any], target_sessions: Seque
     return out
 
 
-def profile(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int,
-            top: int = 12) -> list[dict[str, Any]]:  # fmt: skip
+def profile(
+    engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int, top: int = 12
+) -> list[dict[str, Any]]:
     """cProfile of one round: the `top` functions by own time, µs per decoding step, session calls left out."""
     prof = cProfile.Profile()
     prof.runcall(_round, engine, make_drafter, prompts, max_new, None)
@@ -168,9 +176,14 @@ def profile(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequ
     for (file, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.items():
         if "run_with_iobinding" in name:
             continue
-        rows.append({"function": f"{Path(file).name}:{line}({name})", "calls_per_step": round(calls / steps, 2),
-                     "own_us_per_step": round(1e6 * tottime / steps, 1),
-                     "cum_us_per_step": round(1e6 * cumtime / steps, 1)})  # fmt: skip
+        rows.append(
+            {
+                "function": f"{Path(file).name}:{line}({name})",
+                "calls_per_step": round(calls / steps, 2),
+                "own_us_per_step": round(1e6 * tottime / steps, 1),
+                "cum_us_per_step": round(1e6 * cumtime / steps, 1),
+            }
+        )
     rows.sort(key=lambda r: -r["own_us_per_step"])
     return rows[:top]
 
@@ -207,8 +220,15 @@ def fake_session_us(engine: Any, batch: int, steps: int = 300, rounds: int = 5) 
     return round(1e6 * statistics.median(medians), 1)
 
 
-def bench_host(fixture: str, recipes_dir: Path, batches: Sequence[int] = (1, 16), methods: Sequence[str] = METHODS,
-               max_new: int = 64, rounds: int = 3, top: int = 12) -> dict[str, Any]:  # fmt: skip
+def bench_host(
+    fixture: str,
+    recipes_dir: Path,
+    batches: Sequence[int] = (1, 16),
+    methods: Sequence[str] = METHODS,
+    max_new: int = 64,
+    rounds: int = 3,
+    top: int = 12,
+) -> dict[str, Any]:
     """Every method × batch size on `fixture`'s recipes (`builder.bench.decode.FIXTURES`); the report."""
     from builder.bench.decode import resolve_recipes
     from builder.data.humaneval import heldout_prompts
@@ -232,15 +252,24 @@ def bench_host(fixture: str, recipes_dir: Path, batches: Sequence[int] = (1, 16)
             if method == "none":
                 row["fake_session_python_us"] = fake_session_us(dec.engine, b)
             rows.append(row)
-    return {"benchmark": "host", "fixture": fixture, "rounds": rounds, "machine": platform.platform(),
-            "processor": platform.processor(), "rows": rows}  # fmt: skip
+    return {
+        "benchmark": "host",
+        "fixture": fixture,
+        "rounds": rounds,
+        "machine": platform.platform(),
+        "processor": platform.processor(),
+        "rows": rows,
+    }
 
 
 def _method_sources(loaded: Sequence[Any]) -> dict[str, tuple[Any, str]]:
     """method label -> (loaded recipe, method): none / lookahead / ngram from the first recipe (ngram: the
     fixture's n-gram recipe where the set has one), the rest from theirs."""
-    out: dict[str, tuple[Any, str]] = {"none": (loaded[0], "none"), "lookahead": (loaded[0], "lookahead"),
-                                       "ngram": (loaded[0], "ngram")}  # fmt: skip
+    out: dict[str, tuple[Any, str]] = {
+        "none": (loaded[0], "none"),
+        "lookahead": (loaded[0], "lookahead"),
+        "ngram": (loaded[0], "ngram"),
+    }
     for rec in loaded:
         spec = rec.recipe.speculative
         if spec.method == "ngram":
@@ -257,20 +286,31 @@ GOALS_US = {1: 30.0, 16: 150.0}  # draft-free Python per step (issue 15, item 4)
 
 def table(report: dict[str, Any]) -> str:
     """Markdown: per method and batch size, median (p90) µs per step of each share."""
-    lines = [f"host work per step on {report['fixture']} — median (p90) over full-batch steps of "
-             f"{report['rounds']} rounds; python = loop + engine host (draft-free); goal: "
-             + ", ".join(f"≤ {g:.0f} µs at B={b}" for b, g in GOALS_US.items()), "",
-             "| method | B | steps | τ | python µs | loop µs | engine host µs | drafter host µs | draft session µs "
-             "| target session µs |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"host work per step on {report['fixture']} — median (p90) over full-batch steps of "
+        f"{report['rounds']} rounds; python = loop + engine host (draft-free); goal: "
+        + ", ".join(f"≤ {g:.0f} µs at B={b}" for b, g in GOALS_US.items()),
+        "",
+        "| method | B | steps | τ | python µs | loop µs | engine host µs | drafter host µs | draft session µs "
+        "| target session µs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in report["rows"]:
         cell = lambda k: f"{r[k]['median']:.1f} ({r[k]['p90']:.1f})" if k in r else "–"  # noqa: E731
-        lines.append(f"| {r['label']} | {r['batch']} | {r['full_batch_steps']} | {r['tau']:.2f} | {cell('python_us')} | "
-                     f"{cell('loop_us')} | {cell('engine_host_us')} | {cell('drafter_host_us')} | "
-                     f"{cell('draft_session_us')} | {cell('target_session_us')} |")  # fmt: skip
-    fake = [f"B={r['batch']} {r['fake_session_python_us']:.1f} µs" for r in report["rows"] if "fake_session_python_us" in r]
+        lines.append(
+            f"| {r['label']} | {r['batch']} | {r['full_batch_steps']} | {r['tau']:.2f} | {cell('python_us')} | "
+            f"{cell('loop_us')} | {cell('engine_host_us')} | {cell('drafter_host_us')} | "
+            f"{cell('draft_session_us')} | {cell('target_session_us')} |"
+        )
+    fake = [
+        f"B={r['batch']} {r['fake_session_python_us']:.1f} µs" for r in report["rows"] if "fake_session_python_us" in r
+    ]
     if fake:
-        lines += ["", "plain Decoder.step with a fake zero-cost session (no session time, no timer noise; median): "
-                  + ", ".join(fake)]  # fmt: skip
+        lines += [
+            "",
+            "plain Decoder.step with a fake zero-cost session (no session time, no timer noise; median): "
+            + ", ".join(fake),
+        ]
     lines += ["", "cProfile (one round; µs per step of own time, session calls left out):"]
     for r in report["rows"]:
         top = ", ".join(f"{p['function']} {p['own_us_per_step']:.1f}" for p in r["profile"][:6])

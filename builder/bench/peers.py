@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from builder.stages.decoders import cache_dir as cache_root
 from builder.export.graph import staged_dir
+from builder.stages.decoders import cache_dir as cache_root
 
 NGRAM_SIZE = 3  # ORT GenAI `speculative.ngram_size`; 2 and 3 measured within noise of each other on the fixture
 LOOKUP_NGRAM = 2  # llama.cpp LlamaPromptLookupDecoding max_ngram_size: HF prompt lookup's default
@@ -101,9 +101,25 @@ def convert_ortgenai(hf_dir: Path) -> Path:
 
     def produce(out: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="ortgenai-") as work:  # cwd and HF cache, outside the package
-            _run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(Path(hf_dir).resolve()),
-                  "-o", str(out.resolve()), "-p", "fp32", "-e", "cpu", "-c", str(Path(work) / "cache")],
-                 Path(work), "onnxruntime_genai model builder")  # fmt: skip
+            _run(
+                [
+                    sys.executable,
+                    "-m",
+                    "onnxruntime_genai.models.builder",
+                    "-i",
+                    str(Path(hf_dir).resolve()),
+                    "-o",
+                    str(out.resolve()),
+                    "-p",
+                    "fp32",
+                    "-e",
+                    "cpu",
+                    "-c",
+                    str(Path(work) / "cache"),
+                ],
+                Path(work),
+                "onnxruntime_genai model builder",
+            )
 
     return _cached("ortgenai", hf_dir, f"onnxruntime-genai {version} fp32 cpu", produce)
 
@@ -138,14 +154,29 @@ def convert_gguf(hf_dir: Path, source: Path | str | None = None) -> Path:
         return folder / "model-f32.gguf"
     source = source or os.environ.get("TRTSPEC_LLAMA_CPP_SRC")
     if not source:
-        raise PeerUnavailable("convert_hf_to_gguf.py is not in the llama-cpp-python wheel: set "
-                              "TRTSPEC_LLAMA_CPP_SRC (or --llama-cpp-src) to its sdist or a llama.cpp tree")
+        raise PeerUnavailable(
+            "convert_hf_to_gguf.py is not in the llama-cpp-python wheel: set "
+            "TRTSPEC_LLAMA_CPP_SRC (or --llama-cpp-src) to its sdist or a llama.cpp tree"
+        )
 
     def produce(out: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="gguf-") as work:
             src = _converter_tree(Path(source), Path(work))
-            _run([sys.executable, "-c", _GGUF_CONVERT, str(src), str(Path(hf_dir).resolve()), "--outtype", "f32",
-                  "--outfile", str((out / "model-f32.gguf").resolve())], Path(work), "convert_hf_to_gguf.py")
+            _run(
+                [
+                    sys.executable,
+                    "-c",
+                    _GGUF_CONVERT,
+                    str(src),
+                    str(Path(hf_dir).resolve()),
+                    "--outtype",
+                    "f32",
+                    "--outfile",
+                    str((out / "model-f32.gguf").resolve()),
+                ],
+                Path(work),
+                "convert_hf_to_gguf.py",
+            )
 
     return _cached("llamacpp", hf_dir, tool, produce) / "model-f32.gguf"
 
@@ -158,8 +189,12 @@ def _converter_tree(source: Path, work: Path) -> Path:
     if not (source.is_file() and tarfile.is_tarfile(source)):
         raise PeerUnavailable(f"no convert_hf_to_gguf.py in {source}")
     with tarfile.open(source) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name
-                   and any(m.name.split("/vendor/llama.cpp/", 1)[1].startswith(p) for p in _CONVERTER_PARTS)]
+        members = [
+            m
+            for m in tar.getmembers()
+            if "/vendor/llama.cpp/" in m.name
+            and any(m.name.split("/vendor/llama.cpp/", 1)[1].startswith(p) for p in _CONVERTER_PARTS)
+        ]
         if not members:
             raise PeerUnavailable(f"{source} has no vendor/llama.cpp/convert_hf_to_gguf.py")
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python ≥ 3.11.4
@@ -187,8 +222,12 @@ def ortgenai_peer(hf_dir: Path, threads: int, ngram: tuple[int, int] | None = No
     folder = convert_ortgenai(hf_dir)
     import onnxruntime_genai as og
 
-    overlay: dict[str, Any] = {"model": {"eos_token_id": [], "decoder": {"session_options": {
-        "intra_op_num_threads": threads, "inter_op_num_threads": 1}}}}  # fmt: skip
+    overlay: dict[str, Any] = {
+        "model": {
+            "eos_token_id": [],
+            "decoder": {"session_options": {"intra_op_num_threads": threads, "inter_op_num_threads": 1}},
+        }
+    }
     if ngram is not None:
         overlay["speculative"] = {"ngram_size": ngram[0], "max_draft_tokens": ngram[1]}
     config = og.Config(str(folder))
@@ -210,7 +249,7 @@ def ortgenai_peer(hf_dir: Path, threads: int, ngram: tuple[int, int] | None = No
         first = time.perf_counter() - t0
         for _ in range(max_new - 1):
             gen.generate_next_token()
-        tokens = [int(t) for t in gen.get_sequence(0)[len(ids):]]
+        tokens = [int(t) for t in gen.get_sequence(0)[len(ids) :]]
         return PeerOutput(tokens, max(len(tokens) - 1, 0), first)
 
     def generate(ids: Sequence[int], max_new: int) -> PeerOutput:
@@ -223,22 +262,32 @@ def ortgenai_peer(hf_dir: Path, threads: int, ngram: tuple[int, int] | None = No
         first = time.perf_counter() - t0
         while not gen.is_done():
             gen.generate_next_token()
-        tokens = [int(t) for t in gen.get_sequence(0)[len(ids):]]
+        tokens = [int(t) for t in gen.get_sequence(0)[len(ids) :]]
         if ngram is None:
             return PeerOutput(tokens, max(len(tokens) - 1, 0), first)
         s = gen.get_speculative_stats()  # a fallback step is one plain pass; the first token is the prefill's
         return PeerOutput(tokens, int(s["target_forward_passes"] + s["standard_fallback_steps"]) - 1, first)
 
     label = "ortgenai greedy" if ngram is None else f"ortgenai n-gram(n={ngram[0]},k={ngram[1]})"
-    info = {"model_dir": str(folder), "threads": threads, "config_overlay": overlay,
-            "version": _version("onnxruntime_genai"), "reused_generator": reuse}
+    info = {
+        "model_dir": str(folder),
+        "threads": threads,
+        "config_overlay": overlay,
+        "version": _version("onnxruntime_genai"),
+        "reused_generator": reuse,
+    }
     if reuse:
         return Peer(label + " (reused generator)", "onnxruntime-genai", generate_reused, info)
     return Peer(label, "onnxruntime-genai", generate, info)
 
 
-def llamacpp_peer(hf_dir: Path, threads: int, lookup: tuple[int, int] | None = None,
-                  source: Path | str | None = None, n_ctx: int = 2048) -> Peer:  # fmt: skip
+def llamacpp_peer(
+    hf_dir: Path,
+    threads: int,
+    lookup: tuple[int, int] | None = None,
+    source: Path | str | None = None,
+    n_ctx: int = 2048,
+) -> Peer:
     """llama.cpp greedy (lookup None) or with LlamaPromptLookupDecoding (max_ngram_size, num_pred_tokens)."""
     _version("llama_cpp")
     gguf = convert_gguf(hf_dir, source)
@@ -246,8 +295,16 @@ def llamacpp_peer(hf_dir: Path, threads: int, lookup: tuple[int, int] | None = N
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     draft = None if lookup is None else LlamaPromptLookupDecoding(max_ngram_size=lookup[0], num_pred_tokens=lookup[1])
-    llm = Llama(str(gguf), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=threads, n_threads_batch=threads,
-                verbose=False, draft_model=draft)  # fmt: skip
+    llm = Llama(
+        str(gguf),
+        n_ctx=n_ctx,
+        n_batch=n_ctx,
+        n_ubatch=n_ctx,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+        draft_model=draft,
+    )
     passes = [0]
     evaluate = llm.eval
 
@@ -271,4 +328,3 @@ def llamacpp_peer(hf_dir: Path, threads: int, lookup: tuple[int, int] | None = N
     label = "llama.cpp greedy" if lookup is None else f"llama.cpp prompt-lookup(n={lookup[0]},k={lookup[1]})"
     info = {"gguf": str(gguf), "threads": threads, "n_batch": n_ctx, "version": _version("llama_cpp")}
     return Peer(label, "llama.cpp", generate, info)
-

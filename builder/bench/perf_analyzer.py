@@ -36,8 +36,9 @@ def _model_stats(http: str, model: str) -> dict[str, int]:
 def _run_tool(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float) -> int:
     """Run a client tool in its own process group (killed with its children on timeout or interruption)."""
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -55,16 +56,33 @@ def _tail(path: Path, n: int = 25) -> str:
         return ""
 
 
-def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, concurrency: int, s: Settings,
-              raw: Path, repeat: int = 0) -> tuple[dict[str, Any], list[RequestRecord]]:  # fmt: skip
+def run_level(
+    endpoints: dict[str, str],
+    model: str,
+    data: Path,
+    mode: str,
+    concurrency: int,
+    s: Settings,
+    raw: Path,
+    repeat: int = 0,
+) -> tuple[dict[str, Any], list[RequestRecord]]:
     """One perf_analyzer run: its CSV and profile export in `raw`; the run's numbers and its measured requests."""
     from builder.serve.perf import perf_command, perf_env, read_perf_csv, read_profile_export
 
     stem = f"{mode}_c{concurrency}" + (f"_r{repeat + 1}" if s.repeats > 1 else "")
     csv, export, log = raw / f"{stem}.csv", raw / f"{stem}.export.json", raw / f"{stem}.log"
-    cmd = perf_command(model, endpoints["grpc"], data, concurrency, measurement_ms=s.window_ms,
-                       stability_percentage=s.stability_percentage, max_trials=s.max_trials, csv=csv,
-                       profile_export=export, request_parameters=dict(REQUEST_PARAMETERS))  # fmt: skip
+    cmd = perf_command(
+        model,
+        endpoints["grpc"],
+        data,
+        concurrency,
+        measurement_ms=s.window_ms,
+        stability_percentage=s.stability_percentage,
+        max_trials=s.max_trials,
+        csv=csv,
+        profile_export=export,
+        request_parameters=dict(REQUEST_PARAMETERS),
+    )
     before = _model_stats(endpoints["http"], model)
     metrics_before = _scrape(endpoints)
     timeout = 120 + 3 * (s.max_trials + 1) * s.window_ms / 1000
@@ -82,17 +100,23 @@ def run_level(endpoints: dict[str, str], model: str, data: Path, mode: str, conc
     rps = float(row["Inferences/Second"] or 0.0)
     failed = after["fail"] - before["fail"]
     return {
-        "concurrency": concurrency, "mode": mode, "speculate": MODES[mode],
-        "requests_per_s": rps, "output_tokens_per_s": rps * s.output_len,
+        "concurrency": concurrency,
+        "mode": mode,
+        "speculate": MODES[mode],
+        "requests_per_s": rps,
+        "output_tokens_per_s": rps * s.output_len,
         "responses_per_s": row.get("Response Throughput"),
         "pa_latency_p50_ms": (row.get("p50 latency") or 0) / 1000,
         "pa_latency_p99_ms": (row.get("p99 latency") or 0) / 1000,
         **summary,
         "failed_requests": failed,
         "errors": failed + (0 if summary["token_counts_ok"] else 1),
-        "csv": f"raw/{csv.name}", "export": f"raw/{export.name}.gz", "log": f"raw/{log.name}",
-        "command": cmd, "server": server,
-    }, recs  # fmt: skip
+        "csv": f"raw/{csv.name}",
+        "export": f"raw/{export.name}.gz",
+        "log": f"raw/{log.name}",
+        "command": cmd,
+        "server": server,
+    }, recs
 
 
 def _scrape(endpoints: dict[str, str]):
@@ -124,16 +148,24 @@ def combine(runs: list[tuple[dict[str, Any], list[RequestRecord]]], output_len: 
         return runs[0][0]
     rows = [r for r, _ in runs]
     out = dict(rows[0])
-    for key in ("requests_per_s", "output_tokens_per_s", "responses_per_s", "pa_latency_p50_ms", "pa_latency_p99_ms",
-                "export_requests_per_s"):  # fmt: skip
+    for key in (
+        "requests_per_s",
+        "output_tokens_per_s",
+        "responses_per_s",
+        "pa_latency_p50_ms",
+        "pa_latency_p99_ms",
+        "export_requests_per_s",
+    ):
         vals = [r[key] for r in rows if r.get(key) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
     out.update(summarize([x for _, recs in runs for x in recs], output_len))
     out["export_requests_per_s"] = sum(r.get("export_requests_per_s") or 0 for r in rows) / len(rows)
     out["failed_requests"] = sum(r["failed_requests"] for r in rows)
     out["errors"] = out["failed_requests"] + (0 if out["token_counts_ok"] else 1)
-    out["runs"] = [{k: r[k] for k in ("output_tokens_per_s", "requests_per_s", "latency_p50_ms", "tau", "csv", "export")}
-                   for r in rows]  # fmt: skip
+    out["runs"] = [
+        {k: r[k] for k in ("output_tokens_per_s", "requests_per_s", "latency_p50_ms", "tau", "csv", "export")}
+        for r in rows
+    ]
     out["server"] = _sum_server([r.get("server") for r in rows])
     return out
 
@@ -157,7 +189,10 @@ def _sum_server(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     timed = [(p["step_ms_mean"], p["steps"]) for p in got if p.get("step_ms_mean") is not None and p["steps"]]
     out["step_ms_mean"] = sum(v * w for v, w in timed) / sum(w for _, w in timed) if timed else None
     per_request = [(p["request_tau_mean"], p["requests"]) for p in got if p.get("request_tau_mean") is not None]
-    out["request_tau_mean"] = (sum(v * w for v, w in per_request) / sum(w for _, w in per_request)
-                               if per_request and sum(w for _, w in per_request) else None)  # fmt: skip
+    out["request_tau_mean"] = (
+        sum(v * w for v, w in per_request) / sum(w for _, w in per_request)
+        if per_request and sum(w for _, w in per_request)
+        else None
+    )
     out["queued_after"], out["active_after"] = got[-1].get("queued_after"), got[-1].get("active_after")
     return out

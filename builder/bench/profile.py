@@ -64,8 +64,9 @@ def parse_trace(events: list[dict[str, Any]], runs: int) -> tuple[list[float], l
     type's time is the median over runs of its kernels' sum in the run (robust to a noisy neighbour). A
     control-flow kernel (an If) counts only its own time: its event's span minus the subgraph kernels inside it,
     which count as themselves (so nothing is counted twice)."""
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and
-                   e.get("name") == "model_run")[-runs:]  # fmt: skip
+    spans = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
+    )[-runs:]
     if len(spans) < runs:
         raise ValueError(f"the trace holds {len(spans)} model runs, fewer than {runs}")
     starts = [s for s, _ in spans]
@@ -88,8 +89,13 @@ def parse_trace(events: list[dict[str, Any]], runs: int) -> tuple[list[float], l
     totals = [sum(t for t, _ in run.values()) for run in per_run]
     counts = [sum(n for _, n in run.values()) for run in per_run]
     names = {op for run in per_run for op in run}
-    ops = {op: OpTime(statistics.median(run.get(op, [0.0])[0] for run in per_run),
-                      statistics.median(run.get(op, [0.0, 0.0])[1] for run in per_run)) for op in names}  # fmt: skip
+    ops = {
+        op: OpTime(
+            statistics.median(run.get(op, [0.0])[0] for run in per_run),
+            statistics.median(run.get(op, [0.0, 0.0])[1] for run in per_run),
+        )
+        for op in names
+    }
     ops = dict(sorted(ops.items(), key=lambda kv: -kv[1].us))
     return totals, [float(b - a) for a, b in spans], ops, round(statistics.median(counts))
 
@@ -97,8 +103,15 @@ def parse_trace(events: list[dict[str, Any]], runs: int) -> tuple[list[float], l
 class Profiled:
     """One graph in an ORT session under the profiler: inputs bound once, caches in place (module docstring)."""
 
-    def __init__(self, label: str, graph: Path, feeds: dict[str, np.ndarray], caches: Sequence[CacheBind],
-                 threads: int = 1, as_engine: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        label: str,
+        graph: Path,
+        feeds: dict[str, np.ndarray],
+        caches: Sequence[CacheBind],
+        threads: int = 1,
+        as_engine: bool = True,
+    ) -> None:
         import onnxruntime as ort  # type: ignore[import-untyped]
 
         from builder.engines.ort.session import make_session, session_options
@@ -136,8 +149,16 @@ class Profiled:
         self._tmp.cleanup()
         totals, spans, ops, kernels = parse_trace(trace, runs)
         nodes = len(onnx.load(str(self.graph), load_external_data=False).graph.node)
-        return Profile(self.label, str(self.graph), nodes, kernels, statistics.median(totals) / 1e3,
-                       statistics.mean(totals) / 1e3, statistics.median(spans) / 1e3, ops)  # fmt: skip
+        return Profile(
+            self.label,
+            str(self.graph),
+            nodes,
+            kernels,
+            statistics.median(totals) / 1e3,
+            statistics.mean(totals) / 1e3,
+            statistics.median(spans) / 1e3,
+            ops,
+        )
 
 
 def profile_all(sessions: Sequence[Profiled], *, runs: int, warmup: int, rounds: int = 20) -> list[Profile]:
@@ -197,18 +218,30 @@ def genai(folder: Path, past_len: int, nodes: int = 1) -> Profiled:
     bufs = cache_buffers(dec["num_hidden_layers"], dec["num_key_value_heads"], cap, dec["head_size"])
     caches = []
     for layer in range(dec["num_hidden_layers"]):
-        caches += [(names_in["past_key_names"] % layer, names_out["present_key_names"] % layer, bufs[2 * layer]),
-                   (names_in["past_value_names"] % layer, names_out["present_value_names"] % layer,
-                    bufs[2 * layer + 1])]  # fmt: skip
+        caches += [
+            (names_in["past_key_names"] % layer, names_out["present_key_names"] % layer, bufs[2 * layer]),
+            (names_in["past_value_names"] % layer, names_out["present_value_names"] % layer, bufs[2 * layer + 1]),
+        ]
     gen = np.random.default_rng(0)
-    feeds = {names_in["input_ids"]: gen.integers(0, conf["model"]["vocab_size"], (1, nodes)).astype(np.int64),
-             names_in["attention_mask"]: np.ones((1, past_len + nodes), np.int64)}  # fmt: skip
+    feeds = {
+        names_in["input_ids"]: gen.integers(0, conf["model"]["vocab_size"], (1, nodes)).astype(np.int64),
+        names_in["attention_mask"]: np.ones((1, past_len + nodes), np.int64),
+    }
     return Profiled("ORT GenAI", folder / dec["filename"], feeds, caches, as_engine=False)
 
 
-def profile_fixture(hf_dir: Path, *, variants: Sequence[str], past_len: int, capacity: int, runs: int, warmup: int,
-                    with_genai: bool = True, graphs: Mapping[str, Path] | None = None,
-                    nodes: int = 1) -> dict[str, Any]:  # fmt: skip
+def profile_fixture(
+    hf_dir: Path,
+    *,
+    variants: Sequence[str],
+    past_len: int,
+    capacity: int,
+    runs: int,
+    warmup: int,
+    with_genai: bool = True,
+    graphs: Mapping[str, Path] | None = None,
+    nodes: int = 1,
+) -> dict[str, Any]:
     """Export our greedy target graph per variant (temp folder), convert GenAI's (cached), profile all; `graphs`:
     more of our greedy `target.ort.onnx` graphs of the same checkpoint by label (e.g. an older exporter's);
     `nodes`: profile a step of a chain of that many nodes instead of a plain step."""
@@ -223,11 +256,13 @@ def profile_fixture(hf_dir: Path, *, variants: Sequence[str], past_len: int, cap
             res = export_target(model, Path(tmp) / variant, variant=variant, mode="greedy", max_seq_len=capacity)
             makers.append(functools.partial(ours, f"ours {variant}", res.ort, model, past_len, capacity, nodes))
             if res.plain is not None:  # what method none (and n-gram chains) run: builder.export.verify.plain_twin
-                makers.append(functools.partial(ours, f"ours {variant} plain", res.plain, model, past_len, capacity,
-                                                nodes))  # fmt: skip
+                makers.append(
+                    functools.partial(ours, f"ours {variant} plain", res.plain, model, past_len, capacity, nodes)
+                )
         for label, graph in (graphs or {}).items():
-            makers.append(functools.partial(ours, label, Path(graph), model, past_len, graph_capacity(Path(graph)),
-                                            nodes))  # fmt: skip
+            makers.append(
+                functools.partial(ours, label, Path(graph), model, past_len, graph_capacity(Path(graph)), nodes)
+            )
         if with_genai:
             makers.append(functools.partial(genai, peers.convert_ortgenai(hf_dir), past_len, nodes))
         passes = []
@@ -236,13 +271,28 @@ def profile_fixture(hf_dir: Path, *, variants: Sequence[str], past_len: int, cap
             passes.append({p.label: p for p in profile_all(sessions, runs=runs, warmup=warmup)})
             del sessions
         profiles = [combined([ps[label] for ps in passes]) for label in passes[0]]
-    return {"benchmark": "profile_step", "checkpoint": str(hf_dir),
-            "settings": {"T": nodes, "batch": 1, "past_len": past_len, "capacity": capacity, "runs": runs,
-                         "warmup": warmup, "threads": 1},
-            "machine": {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
-                        "cores": os.cpu_count(), "load_avg": os.getloadavg()},
-            "versions": _versions(), "profiles": [asdict(p) for p in profiles],
-            "passes": [[asdict(p) for p in ps.values()] for ps in passes]}  # fmt: skip
+    return {
+        "benchmark": "profile_step",
+        "checkpoint": str(hf_dir),
+        "settings": {
+            "T": nodes,
+            "batch": 1,
+            "past_len": past_len,
+            "capacity": capacity,
+            "runs": runs,
+            "warmup": warmup,
+            "threads": 1,
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        },
+        "versions": _versions(),
+        "profiles": [asdict(p) for p in profiles],
+        "passes": [[asdict(p) for p in ps.values()] for ps in passes],
+    }
 
 
 def combined(runs: Sequence[Profile]) -> Profile:
@@ -252,13 +302,24 @@ def combined(runs: Sequence[Profile]) -> Profile:
     the places gives every graph each of them once."""
     n = len(runs)
     mean = lambda xs: sum(xs) / n  # noqa: E731
-    ops = {op: OpTime(mean([r.by_op[op].us if op in r.by_op else 0.0 for r in runs]),
-                      mean([r.by_op[op].kernels if op in r.by_op else 0.0 for r in runs]))
-           for op in {op for r in runs for op in r.by_op}}  # fmt: skip
+    ops = {
+        op: OpTime(
+            mean([r.by_op[op].us if op in r.by_op else 0.0 for r in runs]),
+            mean([r.by_op[op].kernels if op in r.by_op else 0.0 for r in runs]),
+        )
+        for op in {op for r in runs for op in r.by_op}
+    }
     first = runs[0]
-    return Profile(first.label, first.graph, first.nodes, round(mean([r.kernels for r in runs])),
-                   mean([r.kernel_ms_median for r in runs]), mean([r.kernel_ms_mean for r in runs]),
-                   mean([r.run_ms_median for r in runs]), dict(sorted(ops.items(), key=lambda kv: -kv[1].us)))
+    return Profile(
+        first.label,
+        first.graph,
+        first.nodes,
+        round(mean([r.kernels for r in runs])),
+        mean([r.kernel_ms_median for r in runs]),
+        mean([r.kernel_ms_mean for r in runs]),
+        mean([r.run_ms_median for r in runs]),
+        dict(sorted(ops.items(), key=lambda kv: -kv[1].us)),
+    )
 
 
 def _versions() -> dict[str, str | None]:
@@ -284,9 +345,13 @@ def table(report: dict[str, Any], top: int = 12) -> str:
     order = sorted(ops, key=lambda op: -ops[op])
     head = f"{'op type (µs per run, kernels)':<34}" + "".join(f"{p['label']:>20}" for p in profs)
     what = "one plain step: T=1" if s.get("T", 1) == 1 else f"one step of a {s['T']}-node chain"
-    lines = [f"{what}, past_len {s['past_len']}, batch 1, 1 thread, median of {s['runs']} runs, "
-             f"mean over creation orders "
-             f"(load avg {report['machine']['load_avg'][0]:.2f})", "", head]  # fmt: skip
+    lines = [
+        f"{what}, past_len {s['past_len']}, batch 1, 1 thread, median of {s['runs']} runs, "
+        f"mean over creation orders "
+        f"(load avg {report['machine']['load_avg'][0]:.2f})",
+        "",
+        head,
+    ]
     for op in order[:top]:
         cells = []
         for p in profs:
@@ -297,9 +362,12 @@ def table(report: dict[str, Any], top: int = 12) -> str:
     if rest:
         cells = [sum(p["by_op"][op]["us"] for op in rest if op in p["by_op"]) for p in profs]
         lines.append(f"{'other (' + str(len(rest)) + ' op types)':<34}" + "".join(f"{c:>13.1f}{'':>7}" for c in cells))
-    for key, name, fmt in (("kernel_ms_median", "kernel ms per token (median)", "{:.3f}"),
-                           ("kernel_ms_mean", "kernel ms per token (mean)", "{:.3f}"),
-                           ("run_ms_median", "model_run ms (median)", "{:.3f}"),
-                           ("nodes", "nodes in the graph file", "{}"), ("kernels", "kernels executed", "{}")):
+    for key, name, fmt in (
+        ("kernel_ms_median", "kernel ms per token (median)", "{:.3f}"),
+        ("kernel_ms_mean", "kernel ms per token (mean)", "{:.3f}"),
+        ("run_ms_median", "model_run ms (median)", "{:.3f}"),
+        ("nodes", "nodes in the graph file", "{}"),
+        ("kernels", "kernels executed", "{}"),
+    ):
         lines.append(f"{name:<34}" + "".join(f"{fmt.format(p[key]):>20}" for p in profs))
     return "\n".join(lines)

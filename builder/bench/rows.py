@@ -93,9 +93,11 @@ class _Run:
             self.ticks[t] = self.ticks.get(t, 0) + n - k0.get(t, 0)
 
     def cpu_columns(self, tokens: int) -> dict[str, Any]:
-        return {"tokens_per_cpu_s": round(tokens / self.cpu, 2) if self.cpu else None,
-                "cpu_per_wall": round(self.cpu / self.seconds, 3) if self.seconds else None,
-                "busy_threads": _busy_threads({}, self.ticks)}  # fmt: skip
+        return {
+            "tokens_per_cpu_s": round(tokens / self.cpu, 2) if self.cpu else None,
+            "cpu_per_wall": round(self.cpu / self.seconds, 3) if self.seconds else None,
+            "busy_threads": _busy_threads({}, self.ticks),
+        }
 
     def skipped(self) -> dict[str, Any]:
         return {"key": self.key, "method": self.key, "skipped": f"failed while measured: {self.failed}"}
@@ -143,10 +145,19 @@ class _PeerRun(_Run):
             return self.skipped()
         tokens, n = sum(len(o) for o in self.outs), len(self.outs)
         tau = round((tokens - n) / self.passes, 4) if self.passes > 0 else None
-        row = {"key": self.key, "engine": self.peer.engine, "method": self.peer.label, "prompts": n, "tokens": tokens,
-               "tau": tau, "seconds": round(self.seconds, 3), "tokens_per_s": round(tokens / self.seconds, 2),
-               **split_columns(self.seconds, self.first, n, tokens), **self.cpu_columns(tokens),
-               **self.peer.info}  # fmt: skip
+        row = {
+            "key": self.key,
+            "engine": self.peer.engine,
+            "method": self.peer.label,
+            "prompts": n,
+            "tokens": tokens,
+            "tau": tau,
+            "seconds": round(self.seconds, 3),
+            "tokens_per_s": round(tokens / self.seconds, 2),
+            **split_columns(self.seconds, self.first, n, tokens),
+            **self.cpu_columns(tokens),
+            **self.peer.info,
+        }
         return _check(row, self.outs, oracle)
 
 
@@ -236,8 +247,13 @@ class _OurRun(_Run):
 
 def _tuned_run(t: Tuned, vocab: int) -> _Run | dict[str, Any]:
     """Our engine built from a tuned overlay (cached like any recipe), or a skipped row with the reason."""
-    info = {"tuned": True, "spec_method": t.spec_method, "setting": t.setting, "predicted_speedup": t.predicted,
-            "overlay": str(t.overlay)}  # fmt: skip
+    info = {
+        "tuned": True,
+        "spec_method": t.spec_method,
+        "setting": t.setting,
+        "predicted_speedup": t.predicted,
+        "overlay": str(t.overlay),
+    }
     key = f"trtspec-ort {t.method} (tuned)"
     if t.skipped is not None:
         return {"key": key, "method": key, **info, "skipped": t.skipped}
@@ -258,15 +274,17 @@ def hf_runs(base: Path, lookup: int) -> list["_PeerRun"]:
         def generate(ids: Sequence[int], n: int) -> peers.PeerOutput:
             x = torch.tensor([list(ids)])
             with torch.no_grad():
-                out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
-                                     eos_token_id=None, **extra)  # eos off, like every row
-            toks = out[0, len(ids):].tolist()
+                out = model.generate(
+                    x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, eos_token_id=None, **extra
+                )  # eos off, like every row
+            toks = out[0, len(ids) :].tolist()
             return peers.PeerOutput(toks, len(toks) - 1 if not extra else None)
 
         return generate
 
     variants: list[tuple[str, str, dict[str, Any]]] = [
         ("hf greedy", "hf greedy", {}),
-        ("hf prompt-lookup", f"hf prompt-lookup(n=2,k={lookup})", {"prompt_lookup_num_tokens": lookup})]
+        ("hf prompt-lookup", f"hf prompt-lookup(n=2,k={lookup})", {"prompt_lookup_num_tokens": lookup}),
+    ]
     info = {"threads": torch.get_num_threads()}
     return [_PeerRun(key, peers.Peer(label, "transformers", runner(**extra), info)) for key, label, extra in variants]

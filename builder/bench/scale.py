@@ -28,10 +28,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
-          "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256,
-          "num_hidden_layers": 2, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
-          "tie_word_embeddings": False}  # fmt: skip
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "num_hidden_layers": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
 CAPACITY, PAST = 256, 128
 NODES = (1, 4, 16)
 
@@ -90,8 +100,11 @@ def fp8_spec(model, seed: int = 0):
     amax: dict[str, float] = {}
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith("layers.")]
     for n in names:
-        hooks.append(model.get_submodule(n).register_forward_pre_hook(
-            lambda _m, args, n=n: amax.__setitem__(n, float(args[0].abs().max()))))
+        hooks.append(
+            model.get_submodule(n).register_forward_pre_hook(
+                lambda _m, args, n=n: amax.__setitem__(n, float(args[0].abs().max()))
+            )
+        )
     T = 16
     tokens = torch.randint(0, cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(seed))
     cache = KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, T, torch.float32)
@@ -105,8 +118,10 @@ def fp8_spec(model, seed: int = 0):
         s = (w.abs().max() / FP8_MAX).float()
         q = (w / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
         linears[n] = LinearFp8(_numpy(q), np.array(s.item(), np.float32), np.array(amax[n] / FP8_MAX, np.float32))
-    kv = {i: (float(cache.k[i].abs().max()) / FP8_MAX, float(cache.v[i].abs().max()) / FP8_MAX)
-          for i in range(cfg.num_hidden_layers)}  # fmt: skip
+    kv = {
+        i: (float(cache.k[i].abs().max()) / FP8_MAX, float(cache.v[i].abs().max()) / FP8_MAX)
+        for i in range(cfg.num_hidden_layers)
+    }
     return Fp8Spec(linears, kv)
 
 
@@ -123,11 +138,18 @@ def phase_export(out_dir: str, fp8: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     res = export_target(model, out_dir, variant="standard", mode="greedy", max_seq_len=CAPACITY, fp8=spec)
     export_s = time.perf_counter() - t0
-    return {"phase": "export", "precision": "fp8" if fp8 else "fp32", "weight_bytes": weight_bytes,
-            "model_build_s": round(build_s, 2), "rss_before_export": rss_model, "export_s": round(export_s, 2),
-            "peak_rss": _status("VmHWM"), "peak_over_weights": round(_status("VmHWM") / weight_bytes, 3),
-            "files": {p.name: p.stat().st_size for p in Path(out_dir).iterdir()},
-            "ort_graph": str(res.ort)}  # fmt: skip
+    return {
+        "phase": "export",
+        "precision": "fp8" if fp8 else "fp32",
+        "weight_bytes": weight_bytes,
+        "model_build_s": round(build_s, 2),
+        "rss_before_export": rss_model,
+        "export_s": round(export_s, 2),
+        "peak_rss": _status("VmHWM"),
+        "peak_over_weights": round(_status("VmHWM") / weight_bytes, 3),
+        "files": {p.name: p.stat().st_size for p in Path(out_dir).iterdir()},
+        "ort_graph": str(res.ort),
+    }
 
 
 def phase_engine(graph: str, threads: int, repeats: int) -> dict[str, Any]:
@@ -142,8 +164,11 @@ def phase_engine(graph: str, threads: int, repeats: int) -> dict[str, Any]:
     shell: Any = SimpleNamespace(cfg=cfg)  # what StepTimer / step_feeds read of a model: its config
     timer = StepTimer(Path(graph), shell, 1, CAPACITY, threads=threads)
     load_s = time.perf_counter() - t0
-    loaded = {"load_s": round(load_s, 2), "rss_after_load": _status("VmRSS") - base,
-              "peak_rss_load": _status("VmHWM") - base}  # fmt: skip
+    loaded = {
+        "load_s": round(load_s, 2),
+        "rss_after_load": _status("VmRSS") - base,
+        "peak_rss_load": _status("VmHWM") - base,
+    }
     steps = {}
     for t in NODES:
         times = timer.time(step_feeds(shell, 1, t, PAST), warmup=2, repeats=repeats)
@@ -152,13 +177,23 @@ def phase_engine(graph: str, threads: int, repeats: int) -> dict[str, Any]:
 
 
 def _sub(*args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "builder.bench.scale", *args], check=True, capture_output=True,
-                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "builder.bench.scale", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(work: Path, repeats: int = 5, precisions: tuple[str, ...] = ("fp32", "fp8"),
-        threads: tuple[int, ...] = (1, 2), log=print) -> dict[str, Any]:  # fmt: skip
+def run(
+    work: Path,
+    repeats: int = 5,
+    precisions: tuple[str, ...] = ("fp32", "fp8"),
+    threads: tuple[int, ...] = (1, 2),
+    log=print,
+) -> dict[str, Any]:
     """Every phase in its own subprocess; graphs in `work` (≈ 6 GB per precision)."""
     rows: dict[str, Any] = {}
     for prec in precisions:
@@ -170,22 +205,34 @@ def run(work: Path, repeats: int = 5, precisions: tuple[str, ...] = ("fp32", "fp
             log(f"[{prec}] engine, {n} thread(s) …")
             engines.append(_sub("engine", exp["ort_graph"], str(n), str(repeats)))
         rows[prec] = {"export": exp, "engine": engines}
-    return {"config": CONFIG, "capacity": CAPACITY, "past_len": PAST, "nodes": list(NODES), "repeats": repeats,
-            "machine": {"cores": os.cpu_count(), "load_avg": os.getloadavg()}, "results": rows}  # fmt: skip
+    return {
+        "config": CONFIG,
+        "capacity": CAPACITY,
+        "past_len": PAST,
+        "nodes": list(NODES),
+        "repeats": repeats,
+        "machine": {"cores": os.cpu_count(), "load_avg": os.getloadavg()},
+        "results": rows,
+    }
 
 
 def table(report: dict[str, Any]) -> str:
     gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
-    lines = ["| precision | fp32 model GiB | export s | export peak RSS GiB (× weights) | graph files GiB | ORT threads | "
-             "session load s | session RSS GiB | step ms T=1 | T=4 | T=16 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| precision | fp32 model GiB | export s | export peak RSS GiB (× weights) | graph files GiB | ORT threads | "
+        "session load s | session RSS GiB | step ms T=1 | T=4 | T=16 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for prec, r in report["results"].items():
         e = r["export"]
         files = gib(sum(e["files"].values()))
         for eng in r["engine"]:
             s = eng["step_ms"]
-            lines.append(f"| {prec} | {gib(e['weight_bytes'])} | {e['export_s']} | {gib(e['peak_rss'])} "
-                         f"(×{e['peak_over_weights']}) | {files} | {eng['threads']} | {eng['load_s']} | "
-                         f"{gib(eng['rss_after_load'])} | {s['1']} | {s['4']} | {s['16']} |")
+            lines.append(
+                f"| {prec} | {gib(e['weight_bytes'])} | {e['export_s']} | {gib(e['peak_rss'])} "
+                f"(×{e['peak_over_weights']}) | {files} | {eng['threads']} | {eng['load_s']} | "
+                f"{gib(eng['rss_after_load'])} | {s['1']} | {s['4']} | {s['16']} |"
+            )
     return "\n".join(lines)
 
 

@@ -36,7 +36,6 @@ from typing import Any, Callable, Sequence
 from builder.bench.perf_analyzer import combine, run_level
 from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, Prompts, Settings, order
 
-
 # -- prompts ------------------------------------------------------------------------------------------
 
 
@@ -56,7 +55,9 @@ def source_texts(source: str, base_dir: Path) -> list[str]:
         return [" ".join(rng.choice(words) for _ in range(400)) for _ in range(64)]
     path = Path(source) if Path(source).is_absolute() else base_dir / source
     if not path.is_file():
-        raise BenchError(f"bench.prompt_source: no such file {path} (builtin:humaneval, builtin:synthetic or a JSONL file)")
+        raise BenchError(
+            f"bench.prompt_source: no such file {path} (builtin:humaneval, builtin:synthetic or a JSONL file)"
+        )
     texts = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
@@ -101,7 +102,9 @@ def make_prompts(tokenizer: Any, texts: Sequence[str], input_len: int, n: int) -
 # -- probes (this process's own gRPC client) -----------------------------------------------------------
 
 
-def probe(grpc_url: str, model: str, prompt: str, max_tokens: int, speculate: bool, timeout: float = 120.0) -> dict[str, Any]:
+def probe(
+    grpc_url: str, model: str, prompt: str, max_tokens: int, speculate: bool, timeout: float = 120.0
+) -> dict[str, Any]:
     """One streamed request with the bench's inputs and parameters; the final counters and the text."""
     import numpy as np
     import tritonclient.grpc as grpcclient
@@ -111,9 +114,12 @@ def probe(grpc_url: str, model: str, prompt: str, max_tokens: int, speculate: bo
         t.set_data_from_numpy(a)
         return t
 
-    inputs = [tensor("text_input", np.array([prompt.encode()], dtype=object), "BYTES"),
-              tensor("max_tokens", np.array([max_tokens], np.int32), "INT32"),
-              tensor("stream", np.array([True]), "BOOL"), tensor("speculate", np.array([speculate]), "BOOL")]  # fmt: skip
+    inputs = [
+        tensor("text_input", np.array([prompt.encode()], dtype=object), "BYTES"),
+        tensor("max_tokens", np.array([max_tokens], np.int32), "INT32"),
+        tensor("stream", np.array([True]), "BOOL"),
+        tensor("speculate", np.array([speculate]), "BOOL"),
+    ]
     q: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(grpc_url)
     client.start_stream(callback=lambda result, error: q.put((result, error)))
@@ -162,8 +168,15 @@ def machine() -> dict[str, Any]:
         mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError):
         pass
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
-            "cpus_usable": len(os.sched_getaffinity(0)), "memory_gib": mem, "loadavg": list(os.getloadavg())}  # fmt: skip
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "memory_gib": mem,
+        "loadavg": list(os.getloadavg()),
+    }
 
 
 def busy_processes(exclude: set[int], sample_s: float = 0.5, threshold: float = 20.0) -> list[dict[str, Any]]:
@@ -188,8 +201,14 @@ def busy_processes(exclude: set[int], sample_s: float = 0.5, threshold: float = 
         try:
             pct = p.cpu_percent(None)
             if pct >= threshold:
-                out.append({"pid": p.pid, "name": p.info["name"], "cpu_percent": round(pct, 1),
-                            "cmdline": " ".join(p.cmdline())[:120]})  # fmt: skip
+                out.append(
+                    {
+                        "pid": p.pid,
+                        "name": p.info["name"],
+                        "cpu_percent": round(pct, 1),
+                        "cmdline": " ".join(p.cmdline())[:120],
+                    }
+                )
         except psutil.Error:
             pass
     return out
@@ -227,18 +246,26 @@ def run_probes(grpc_url: str, model: str, prompts: Prompts, s: Settings, log: Ca
     """`s.probes` streamed requests per mode (also the server's warm-up): counters, τ, token-count check."""
     out = {}
     for mode, spec in MODES.items():
-        got = [probe(grpc_url, model, prompts.texts[i % len(prompts.texts)], s.output_len, spec) for i in range(s.probes)]
+        got = [
+            probe(grpc_url, model, prompts.texts[i % len(prompts.texts)], s.output_len, spec) for i in range(s.probes)
+        ]
         steps = sum(g.get("steps", 0) for g in got)
         tau = (sum(g.get("accepted_tokens", 0) for g in got) + steps) / steps if steps else None
-        out[mode] = {"requests": [{k: v for k, v in g.items() if k != "text"} for g in got],
-                     "token_counts_ok": all(g.get("output_tokens") == s.output_len for g in got), "tau": tau,
-                     "sample_text": got[0]["text"][:200] if got else ""}  # fmt: skip
-        log(f"probe {mode}: {len(got)} requests, output tokens {[g.get('output_tokens') for g in got]}, τ {tau or 1.0:.2f}")
+        out[mode] = {
+            "requests": [{k: v for k, v in g.items() if k != "text"} for g in got],
+            "token_counts_ok": all(g.get("output_tokens") == s.output_len for g in got),
+            "tau": tau,
+            "sample_text": got[0]["text"][:200] if got else "",
+        }
+        log(
+            f"probe {mode}: {len(got)} requests, output tokens {[g.get('output_tokens') for g in got]}, τ {tau or 1.0:.2f}"
+        )
     return out
 
 
-def sweep(endpoints: dict[str, str], model: str, data: dict[str, Path], s: Settings, raw: Path,
-          log: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
+def sweep(
+    endpoints: dict[str, str], model: str, data: dict[str, Path], s: Settings, raw: Path, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """Every level in both modes, `s.repeats` times, alternating which mode goes first (A B B A …)."""
     levels = []
     for i, c in enumerate(s.concurrency):
@@ -246,16 +273,24 @@ def sweep(endpoints: dict[str, str], model: str, data: dict[str, Path], s: Setti
         for rep in range(s.repeats):
             for mode in order(i + rep):
                 r, recs = run_level(endpoints, model, data[mode], mode, c, s, raw, rep)
-                log(f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
+                log(
+                    f"concurrency {c:3d} {mode:11s} {r['output_tokens_per_s']:9.1f} tok/s  {r['requests_per_s']:7.2f} req/s"
                     f"  p50 {r['latency_p50_ms']:.1f} ms  TTFT {r['ttft_p50_ms']:.1f} ms  τ {r['tau'] or 1.0:.2f}"
-                    f"  errors {r['errors']}")  # fmt: skip
+                    f"  errors {r['errors']}"
+                )
                 runs[mode].append((r, recs))
         levels += [combine(runs[mode], s.output_len) for mode in order(i)]
     return levels
 
 
-def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Callable[[str], None] = print,
-              genai: Callable[..., list[dict[str, Any]]] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_bench(
+    repo: Path,
+    info: dict[str, Any],
+    s: Settings,
+    raw: Path,
+    log: Callable[[str], None] = print,
+    genai: Callable[..., list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """Serve `repo`, probe, sweep every level in both modes, stop the server; the results (JSON-ready)."""
     from tokenizers import Tokenizer
 
@@ -266,8 +301,10 @@ def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Cal
     tokenizer = Tokenizer.from_file(str(repo / "preprocessing" / "1" / "tokenizer.json"))
     prompts = make_prompts(tokenizer, source_texts(s.prompt_source, Path(s.base_dir)), s.input_len, s.num_prompts)
     raw.mkdir(parents=True, exist_ok=True)
-    data = {mode: write_input_data(raw / f"inputs_{mode}.json", prompts.texts, s.output_len, speculate=spec)
-            for mode, spec in MODES.items()}  # fmt: skip
+    data = {
+        mode: write_input_data(raw / f"inputs_{mode}.json", prompts.texts, s.output_len, speculate=spec)
+        for mode, spec in MODES.items()
+    }
     server = TritonServer(repo, ports=free_ports())
     busy_before = busy_processes({os.getpid()})
     t0 = time.time()
@@ -278,12 +315,20 @@ def run_bench(repo: Path, info: dict[str, Any], s: Settings, raw: Path, log: Cal
         ep, model = server.endpoints, info["ensemble"]
         log(f"tritonserver ready: gRPC {ep['grpc']}, HTTP {ep['http']} (pid {server.proc.pid if server.proc else '?'})")
         results: dict[str, Any] = {
-            "model": model, "endpoints": ep, "settings": asdict(s), "engine": info.get("engine", {}),
+            "model": model,
+            "endpoints": ep,
+            "settings": asdict(s),
+            "engine": info.get("engine", {}),
             "draft_schedule": info.get("settings", {}).get("draft_schedule") or [],
-            "prompts": {"count": len(prompts.texts), "tokens_min": min(prompts.tokens), "tokens_max": max(prompts.tokens),
-                        "tokens_mean": sum(prompts.tokens) / len(prompts.tokens)},
-            "machine": {**machine(), "busy_before": busy_before}, "versions": versions(ep),
-        }  # fmt: skip
+            "prompts": {
+                "count": len(prompts.texts),
+                "tokens_min": min(prompts.tokens),
+                "tokens_max": max(prompts.tokens),
+                "tokens_mean": sum(prompts.tokens) / len(prompts.tokens),
+            },
+            "machine": {**machine(), "busy_before": busy_before},
+            "versions": versions(ep),
+        }
         results["probes"] = run_probes(ep["grpc"], model, prompts, s, log)
         results["levels"] = sweep(ep, model, data, s, raw, log)
         if genai is not None:

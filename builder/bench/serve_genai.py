@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-INSTALL_HINT = ("--genai-perf needs genai-perf 0.0.16 in the project environment: bash scripts/setup.sh (serve extra), "
-                "or .venv/bin/python -m pip install genai-perf==0.0.16")  # fmt: skip
+INSTALL_HINT = (
+    "--genai-perf needs genai-perf 0.0.16 in the project environment: bash scripts/setup.sh (serve extra), "
+    "or .venv/bin/python -m pip install genai-perf==0.0.16"
+)
 
 
 def find_genai_perf() -> Path | None:
@@ -31,14 +33,49 @@ def find_genai_perf() -> Path | None:
     return Path(found) if found else None
 
 
-def genai_command(exe: Path, model: str, http: str, prompts_file: Path, tokenizer_dir: Path, concurrency: int,
-                  output_len: int, speculate: bool, window_ms: int, artifacts: Path) -> list[str]:  # fmt: skip
-    return [str(exe), "profile", "-m", model, "--endpoint-type", "generate",
-            "--endpoint", f"v2/models/{model}/generate_stream", "--streaming", "-u", http,
-            "--concurrency", str(concurrency), "--input-file", str(prompts_file),
-            "--output-tokens-mean", str(output_len), "--extra-inputs", "ignore_eos:true",
-            "--extra-inputs", f"speculate:{str(speculate).lower()}", "--tokenizer", str(tokenizer_dir),
-            "--measurement-interval", str(window_ms), "-s", "999", "--artifact-dir", str(artifacts)]  # fmt: skip
+def genai_command(
+    exe: Path,
+    model: str,
+    http: str,
+    prompts_file: Path,
+    tokenizer_dir: Path,
+    concurrency: int,
+    output_len: int,
+    speculate: bool,
+    window_ms: int,
+    artifacts: Path,
+) -> list[str]:
+    return [
+        str(exe),
+        "profile",
+        "-m",
+        model,
+        "--endpoint-type",
+        "generate",
+        "--endpoint",
+        f"v2/models/{model}/generate_stream",
+        "--streaming",
+        "-u",
+        http,
+        "--concurrency",
+        str(concurrency),
+        "--input-file",
+        str(prompts_file),
+        "--output-tokens-mean",
+        str(output_len),
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--extra-inputs",
+        f"speculate:{str(speculate).lower()}",
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--measurement-interval",
+        str(window_ms),
+        "-s",
+        "999",
+        "--artifact-dir",
+        str(artifacts),
+    ]
 
 
 def _pick(data: dict[str, Any], key: str, stat: str) -> float | None:
@@ -48,18 +85,22 @@ def _pick(data: dict[str, Any], key: str, stat: str) -> float | None:
 
 def parse_genai_json(path: Path) -> dict[str, Any]:
     d = json.loads(path.read_text(encoding="utf-8"))
-    return {"output_token_throughput": _pick(d, "output_token_throughput", "avg"),
-            "request_throughput": _pick(d, "request_throughput", "avg"),
-            "request_latency_p50_ms": _pick(d, "request_latency", "p50"),
-            "request_latency_p99_ms": _pick(d, "request_latency", "p99"),
-            "ttft_p50_ms": _pick(d, "time_to_first_token", "p50"), "ttft_mean_ms": _pick(d, "time_to_first_token", "avg"),
-            "itl_mean_ms": _pick(d, "inter_token_latency", "avg"),
-            "output_sequence_length": _pick(d, "output_sequence_length", "avg"),
-            "request_count": _pick(d, "request_count", "avg")}  # fmt: skip
+    return {
+        "output_token_throughput": _pick(d, "output_token_throughput", "avg"),
+        "request_throughput": _pick(d, "request_throughput", "avg"),
+        "request_latency_p50_ms": _pick(d, "request_latency", "p50"),
+        "request_latency_p99_ms": _pick(d, "request_latency", "p99"),
+        "ttft_p50_ms": _pick(d, "time_to_first_token", "p50"),
+        "ttft_mean_ms": _pick(d, "time_to_first_token", "avg"),
+        "itl_mean_ms": _pick(d, "inter_token_latency", "avg"),
+        "output_sequence_length": _pick(d, "output_sequence_length", "avg"),
+        "request_count": _pick(d, "request_count", "avg"),
+    }
 
 
-def run_genai(endpoints: dict[str, str], model: str, prompts: Any, s: Any, out: Path, log: Callable[[str], None],
-              repo: Path) -> list[dict[str, Any]]:  # fmt: skip
+def run_genai(
+    endpoints: dict[str, str], model: str, prompts: Any, s: Any, out: Path, log: Callable[[str], None], repo: Path
+) -> list[dict[str, Any]]:
     """genai-perf at every level in both modes (alternating like the perf_analyzer sweep)."""
     from builder.bench.perf_analyzer import _run_tool, _tail
     from builder.bench.serve_settings import MODES, BenchError, order
@@ -78,23 +119,40 @@ def run_genai(endpoints: dict[str, str], model: str, prompts: Any, s: Any, out: 
     (tokenizer_dir / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     env = perf_env()
     pa = find_perf_analyzer()
-    env["PATH"] = os.pathsep.join(p for p in (str(pa.parent) if pa else "", str(Path(sys.prefix) / "bin"),
-                                              env.get("PATH", "")) if p)  # fmt: skip
+    env["PATH"] = os.pathsep.join(
+        p for p in (str(pa.parent) if pa else "", str(Path(sys.prefix) / "bin"), env.get("PATH", "")) if p
+    )
     env["HF_HUB_OFFLINE"] = "1"
     rows = []
     for i, c in enumerate(s.concurrency):
         for mode in order(i):
             art = out / f"{mode}_c{c}"
-            cmd = genai_command(exe, model, endpoints["http"], prompts_file, tokenizer_dir, c, s.output_len,
-                                MODES[mode], s.window_ms, art)  # fmt: skip
+            cmd = genai_command(
+                exe,
+                model,
+                endpoints["http"],
+                prompts_file,
+                tokenizer_dir,
+                c,
+                s.output_len,
+                MODES[mode],
+                s.window_ms,
+                art,
+            )
             logf = out / f"{mode}_c{c}.log"
             code = _run_tool(cmd, env, logf, 300 + 6 * s.window_ms / 1000)
             found = sorted(art.rglob("profile_export_genai_perf.json"))
             if code != 0 or not found:
                 raise BenchError(f"genai-perf failed ({mode}, concurrency {c}, exit {code}):\n{_tail(logf)}")
-            row = {"concurrency": c, "mode": mode, **parse_genai_json(found[0]),
-                   "json": str(found[0].relative_to(out.parent))}  # fmt: skip
-            log(f"genai-perf concurrency {c:3d} {mode:11s} {row['output_token_throughput'] or 0:9.1f} tok/s  "
-                f"TTFT p50 {row['ttft_p50_ms'] or 0:.1f} ms  ITL {row['itl_mean_ms'] or 0:.3f} ms")
+            row = {
+                "concurrency": c,
+                "mode": mode,
+                **parse_genai_json(found[0]),
+                "json": str(found[0].relative_to(out.parent)),
+            }
+            log(
+                f"genai-perf concurrency {c:3d} {mode:11s} {row['output_token_throughput'] or 0:9.1f} tok/s  "
+                f"TTFT p50 {row['ttft_p50_ms'] or 0:.1f} ms  ITL {row['itl_mean_ms'] or 0:.3f} ms"
+            )
             rows.append(row)
     return rows

@@ -65,13 +65,22 @@ def records(experiment: dict[str, Any]) -> list[RequestRecord]:
     out = []
     for r in experiment["requests"]:
         stamps, outputs = r.get("response_timestamps") or [], r.get("response_outputs") or []
-        counted = [(t, o) for t, o in zip(stamps, outputs) if isinstance(o, dict) and _int(o, "output_tokens") is not None]
+        counted = [
+            (t, o) for t, o in zip(stamps, outputs) if isinstance(o, dict) and _int(o, "output_tokens") is not None
+        ]
         if not counted:
             continue
         first, last = counted[0][1], counted[-1][1]
-        out.append(RequestRecord(int(r["timestamp"]), tuple(int(t) for t, _ in counted), _int(last, "output_tokens") or 0,
-                                 _int(first, "output_tokens") or 0, _int(last, "steps") or 0,
-                                 _int(last, "accepted_tokens") or 0))  # fmt: skip
+        out.append(
+            RequestRecord(
+                int(r["timestamp"]),
+                tuple(int(t) for t, _ in counted),
+                _int(last, "output_tokens") or 0,
+                _int(first, "output_tokens") or 0,
+                _int(last, "steps") or 0,
+                _int(last, "accepted_tokens") or 0,
+            )
+        )
     return out
 
 
@@ -102,12 +111,17 @@ def summarize(recs: Sequence[RequestRecord], output_len: int, window_ns: Sequenc
         "measured_requests": len(recs),
         "token_counts_ok": not wrong and bool(recs),
         "wrong_token_counts": wrong,
-        "latency_p50_ms": _pct(lat, 50), "latency_p99_ms": _pct(lat, 99), "latency_mean_ms": _mean(lat),
-        "ttft_p50_ms": _pct(ttft, 50), "ttft_p99_ms": _pct(ttft, 99), "ttft_mean_ms": _mean(ttft),
-        "itl_mean_ms": _mean(itl), "itl_p50_ms": _pct(itl, 50),
+        "latency_p50_ms": _pct(lat, 50),
+        "latency_p99_ms": _pct(lat, 99),
+        "latency_mean_ms": _mean(lat),
+        "ttft_p50_ms": _pct(ttft, 50),
+        "ttft_p99_ms": _pct(ttft, 99),
+        "ttft_mean_ms": _mean(ttft),
+        "itl_mean_ms": _mean(itl),
+        "itl_p50_ms": _pct(itl, 50),
         "responses_per_request": _mean([len(r.response_ns) for r in recs]),
         "tau": tau(recs),
-    }  # fmt: skip
+    }
     if len(window_ns) >= 2:
         lo, hi = int(window_ns[0]), int(window_ns[-1])
         inside = sum(1 for r in recs if lo <= r.sent_ns < hi)
@@ -157,13 +171,25 @@ def _labels(body: str) -> list[tuple[str, str]]:
 
 def total(series: Series, name: str, **match: str) -> float:
     """Σ of a sample over every series whose labels include `match` (e.g. total(s, "x_total", kind="deadline"))."""
-    return sum(v for (n, labels), v in series.items()
-               if n == name and all(dict(labels).get(k) == want for k, want in match.items()))  # fmt: skip
+    return sum(
+        v
+        for (n, labels), v in series.items()
+        if n == name and all(dict(labels).get(k) == want for k, want in match.items())
+    )
 
 
-SERVER_COUNTERS = ("trtspec_requests_received_total", "trtspec_steps_total", "trtspec_sequence_steps_total",
-                   "trtspec_draft_tokens_total", "trtspec_accepted_tokens_total", "trtspec_output_tokens_total",
-                   "trtspec_step_seconds_sum", "trtspec_step_seconds_count", "trtspec_tau_sum", "trtspec_tau_count")  # fmt: skip
+SERVER_COUNTERS = (
+    "trtspec_requests_received_total",
+    "trtspec_steps_total",
+    "trtspec_sequence_steps_total",
+    "trtspec_draft_tokens_total",
+    "trtspec_accepted_tokens_total",
+    "trtspec_output_tokens_total",
+    "trtspec_step_seconds_sum",
+    "trtspec_step_seconds_count",
+    "trtspec_tau_sum",
+    "trtspec_tau_count",
+)
 
 
 def server_delta(before: Series, after: Series) -> dict[str, Any]:
@@ -172,22 +198,34 @@ def server_delta(before: Series, after: Series) -> dict[str, Any]:
     d = {n: total(after, n) - total(before, n) for n in SERVER_COUNTERS}
     kinds = {dict(lb).get("kind") for (n, lb) in after if n == "trtspec_request_errors_total"}
     outcomes = {dict(lb).get("outcome") for (n, lb) in after if n == "trtspec_requests_ended_total"}
-    errors = {k: total(after, "trtspec_request_errors_total", kind=k) - total(before, "trtspec_request_errors_total", kind=k)
-              for k in sorted(kinds - {None})}  # fmt: skip
-    ended = {k: total(after, "trtspec_requests_ended_total", outcome=k) - total(before, "trtspec_requests_ended_total", outcome=k)
-             for k in sorted(outcomes - {None})}  # fmt: skip
+    errors = {
+        k: total(after, "trtspec_request_errors_total", kind=k) - total(before, "trtspec_request_errors_total", kind=k)
+        for k in sorted(kinds - {None})
+    }
+    ended = {
+        k: total(after, "trtspec_requests_ended_total", outcome=k)
+        - total(before, "trtspec_requests_ended_total", outcome=k)
+        for k in sorted(outcomes - {None})
+    }
     seq = d["trtspec_sequence_steps_total"]
     return {
-        "requests": d["trtspec_requests_received_total"], "ended": ended, "errors": errors,
-        "steps": d["trtspec_steps_total"], "sequence_steps": seq, "output_tokens": d["trtspec_output_tokens_total"],
-        "drafted": d["trtspec_draft_tokens_total"], "accepted": d["trtspec_accepted_tokens_total"],
+        "requests": d["trtspec_requests_received_total"],
+        "ended": ended,
+        "errors": errors,
+        "steps": d["trtspec_steps_total"],
+        "sequence_steps": seq,
+        "output_tokens": d["trtspec_output_tokens_total"],
+        "drafted": d["trtspec_draft_tokens_total"],
+        "accepted": d["trtspec_accepted_tokens_total"],
         "tau": (d["trtspec_accepted_tokens_total"] + seq) / seq if seq else None,
         "mean_batch": seq / d["trtspec_steps_total"] if d["trtspec_steps_total"] else None,
         "step_ms_mean": 1e3 * d["trtspec_step_seconds_sum"] / d["trtspec_step_seconds_count"]
-        if d["trtspec_step_seconds_count"] else None,
+        if d["trtspec_step_seconds_count"]
+        else None,
         "request_tau_mean": d["trtspec_tau_sum"] / d["trtspec_tau_count"] if d["trtspec_tau_count"] else None,
-        "queued_after": total(after, "trtspec_requests_queued"), "active_after": total(after, "trtspec_requests_active"),
-    }  # fmt: skip
+        "queued_after": total(after, "trtspec_requests_queued"),
+        "active_after": total(after, "trtspec_requests_active"),
+    }
 
 
 def scrape(url: str, timeout: float = 10.0) -> Series:

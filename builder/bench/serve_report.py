@@ -15,10 +15,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-CSV_COLUMNS = ("concurrency", "mode", "output_tokens_per_s", "requests_per_s", "latency_p50_ms", "latency_p99_ms",
-               "ttft_p50_ms", "ttft_mean_ms", "itl_mean_ms", "tau", "responses_per_request", "measured_requests",
-               "token_counts_ok", "failed_requests", "errors", "pa_latency_p50_ms", "export_requests_per_s",
-               "csv")  # fmt: skip
+CSV_COLUMNS = (
+    "concurrency",
+    "mode",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "ttft_p50_ms",
+    "ttft_mean_ms",
+    "itl_mean_ms",
+    "tau",
+    "responses_per_request",
+    "measured_requests",
+    "token_counts_ok",
+    "failed_requests",
+    "errors",
+    "pa_latency_p50_ms",
+    "export_requests_per_s",
+    "csv",
+)
 PLOTS = {  # file -> (title, y label, [(metric, label suffix)])
     "throughput.png": ("Output tokens/s vs concurrency", "output tokens/s", [("output_tokens_per_s", "")]),
     "latency.png": ("Request latency", "ms", [("latency_p50_ms", " p50"), ("latency_p99_ms", " p99")]),
@@ -44,19 +60,27 @@ def comparison(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for c in results["settings"]["concurrency"]:
         s, b = level(results, c, "speculative"), level(results, c, "baseline")
-        out.append({
-            "concurrency": c,
-            "spec_tokens_per_s": s["output_tokens_per_s"], "base_tokens_per_s": b["output_tokens_per_s"],
-            "throughput_ratio": _ratio(s["output_tokens_per_s"], b["output_tokens_per_s"]),
-            "spec_latency_p50_ms": s["latency_p50_ms"], "base_latency_p50_ms": b["latency_p50_ms"],
-            "latency_p50_ratio": _ratio(s["latency_p50_ms"], b["latency_p50_ms"]),
-            "spec_latency_p99_ms": s["latency_p99_ms"], "base_latency_p99_ms": b["latency_p99_ms"],
-            "spec_ttft_p50_ms": s["ttft_p50_ms"], "base_ttft_p50_ms": b["ttft_p50_ms"],
-            "ttft_ratio": _ratio(s["ttft_p50_ms"], b["ttft_p50_ms"]),
-            "spec_itl_ms": s["itl_mean_ms"], "base_itl_ms": b["itl_mean_ms"],
-            "itl_ratio": _ratio(s["itl_mean_ms"], b["itl_mean_ms"]),
-            "spec_tau": s["tau"], "base_tau": b["tau"],
-        })  # fmt: skip
+        out.append(
+            {
+                "concurrency": c,
+                "spec_tokens_per_s": s["output_tokens_per_s"],
+                "base_tokens_per_s": b["output_tokens_per_s"],
+                "throughput_ratio": _ratio(s["output_tokens_per_s"], b["output_tokens_per_s"]),
+                "spec_latency_p50_ms": s["latency_p50_ms"],
+                "base_latency_p50_ms": b["latency_p50_ms"],
+                "latency_p50_ratio": _ratio(s["latency_p50_ms"], b["latency_p50_ms"]),
+                "spec_latency_p99_ms": s["latency_p99_ms"],
+                "base_latency_p99_ms": b["latency_p99_ms"],
+                "spec_ttft_p50_ms": s["ttft_p50_ms"],
+                "base_ttft_p50_ms": b["ttft_p50_ms"],
+                "ttft_ratio": _ratio(s["ttft_p50_ms"], b["ttft_p50_ms"]),
+                "spec_itl_ms": s["itl_mean_ms"],
+                "base_itl_ms": b["itl_mean_ms"],
+                "itl_ratio": _ratio(s["itl_mean_ms"], b["itl_mean_ms"]),
+                "spec_tau": s["tau"],
+                "base_tau": b["tau"],
+            }
+        )
     return out
 
 
@@ -66,29 +90,37 @@ def _f(v: Any, digits: int = 1) -> str:
 
 def table_lines(results: dict[str, Any]) -> list[str]:
     """The markdown comparison table (also what the command prints)."""
-    lines = ["| conc. | tokens/s spec | tokens/s base | **spec/base** | p50 ms spec / base | p99 ms spec / base | "
-             "TTFT p50 ms spec / base | ITL ms spec / base | τ spec / base |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| conc. | tokens/s spec | tokens/s base | **spec/base** | p50 ms spec / base | p99 ms spec / base | "
+        "TTFT p50 ms spec / base | ITL ms spec / base | τ spec / base |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in comparison(results):
-        lines.append(f"| {r['concurrency']} | {_f(r['spec_tokens_per_s'])} | {_f(r['base_tokens_per_s'])} | "
-                     f"**{_f(r['throughput_ratio'], 2)}×** | {_f(r['spec_latency_p50_ms'])} / {_f(r['base_latency_p50_ms'])} | "
-                     f"{_f(r['spec_latency_p99_ms'])} / {_f(r['base_latency_p99_ms'])} | "
-                     f"{_f(r['spec_ttft_p50_ms'])} / {_f(r['base_ttft_p50_ms'])} | "
-                     f"{_f(r['spec_itl_ms'], 3)} / {_f(r['base_itl_ms'], 3)} | {_f(r['spec_tau'], 2)} / {_f(r['base_tau'], 2)} |")  # fmt: skip
+        lines.append(
+            f"| {r['concurrency']} | {_f(r['spec_tokens_per_s'])} | {_f(r['base_tokens_per_s'])} | "
+            f"**{_f(r['throughput_ratio'], 2)}×** | {_f(r['spec_latency_p50_ms'])} / {_f(r['base_latency_p50_ms'])} | "
+            f"{_f(r['spec_latency_p99_ms'])} / {_f(r['base_latency_p99_ms'])} | "
+            f"{_f(r['spec_ttft_p50_ms'])} / {_f(r['base_ttft_p50_ms'])} | "
+            f"{_f(r['spec_itl_ms'], 3)} / {_f(r['base_itl_ms'], 3)} | {_f(r['spec_tau'], 2)} / {_f(r['base_tau'], 2)} |"
+        )
     return lines
 
 
 def _detail_lines(results: dict[str, Any]) -> list[str]:
-    lines = ["| conc. | mode | req/s | tokens/s | tokens/s per run | measured requests | tokens ok | failed | "
-             "perf_analyzer p50 ms | export req/s | responses / request | CSV |",
-             "|---:|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        "| conc. | mode | req/s | tokens/s | tokens/s per run | measured requests | tokens ok | failed | "
+        "perf_analyzer p50 ms | export req/s | responses / request | CSV |",
+        "|---:|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
+    ]
     for r in results["levels"]:
         per_run = ", ".join(_f(x["output_tokens_per_s"]) for x in r.get("runs") or [r])
-        lines.append(f"| {r['concurrency']} | {r['mode']} | {_f(r['requests_per_s'], 2)} | {_f(r['output_tokens_per_s'])} | "
-                     f"{per_run} | "
-                     f"{r['measured_requests']} | {'yes' if r['token_counts_ok'] else 'NO ' + str(r['wrong_token_counts'])} | "
-                     f"{r['failed_requests']} | {_f(r['pa_latency_p50_ms'])} | {_f(r.get('export_requests_per_s'), 2)} | "
-                     f"{_f(r['responses_per_request'])} | `{r['csv']}` |")  # fmt: skip
+        lines.append(
+            f"| {r['concurrency']} | {r['mode']} | {_f(r['requests_per_s'], 2)} | {_f(r['output_tokens_per_s'])} | "
+            f"{per_run} | "
+            f"{r['measured_requests']} | {'yes' if r['token_counts_ok'] else 'NO ' + str(r['wrong_token_counts'])} | "
+            f"{r['failed_requests']} | {_f(r['pa_latency_p50_ms'])} | {_f(r.get('export_requests_per_s'), 2)} | "
+            f"{_f(r['responses_per_request'])} | `{r['csv']}` |"
+        )
     return lines
 
 
@@ -97,18 +129,26 @@ def server_lines(results: dict[str, Any]) -> list[str]:
     rows = [r for r in results["levels"] if r.get("server")]
     if not rows:
         return []
-    lines = ["", "## the server's view (spec_decoder's Triton metrics over each run)", "",
-             "Requests and tokens counted by spec_decoder itself over the whole perf_analyzer run (its warm-up included); τ over "
-             "all its steps = (accepted + sequence steps) / sequence steps; mean batch = sequences per target step; "
-             "step = mean wall time of a batched step (draft + target + commit).", "",
-             "| conc. | mode | requests | output tokens | target steps | mean batch | step ms | τ (server) | "
-             "τ (perf_analyzer's requests) | errors |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## the server's view (spec_decoder's Triton metrics over each run)",
+        "",
+        "Requests and tokens counted by spec_decoder itself over the whole perf_analyzer run (its warm-up included); τ over "
+        "all its steps = (accepted + sequence steps) / sequence steps; mean batch = sequences per target step; "
+        "step = mean wall time of a batched step (draft + target + commit).",
+        "",
+        "| conc. | mode | requests | output tokens | target steps | mean batch | step ms | τ (server) | "
+        "τ (perf_analyzer's requests) | errors |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         v = r["server"]
         errors = ", ".join(f"{k} {int(n)}" for k, n in (v.get("errors") or {}).items() if n) or "0"
-        lines.append(f"| {r['concurrency']} | {r['mode']} | {int(v['requests'])} | {int(v['output_tokens'])} | "
-                     f"{int(v['steps'])} | {_f(v.get('mean_batch'), 2)} | {_f(v.get('step_ms_mean'), 2)} | "
-                     f"{_f(v.get('tau'), 2)} | {_f(r.get('tau'), 2)} | {errors} |")  # fmt: skip
+        lines.append(
+            f"| {r['concurrency']} | {r['mode']} | {int(v['requests'])} | {int(v['output_tokens'])} | "
+            f"{int(v['steps'])} | {_f(v.get('mean_batch'), 2)} | {_f(v.get('step_ms_mean'), 2)} | "
+            f"{_f(v.get('tau'), 2)} | {_f(r.get('tau'), 2)} | {errors} |"
+        )
     return lines
 
 
@@ -116,16 +156,23 @@ def _genai_lines(results: dict[str, Any]) -> list[str]:
     rows = results.get("genai_perf") or []
     if not rows:
         return []
-    lines = ["", "## genai-perf (same server, same prompts, HTTP generate_stream)", "",
-             "genai-perf counts output tokens by re-tokenizing the streamed text, so its token numbers can "
-             "differ slightly from spec_decoder's counts above.", "",
-             "| conc. | mode | output tokens/s | req/s | request latency p50 / p99 ms | TTFT p50 ms | ITL mean ms | output len mean |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "",
+        "## genai-perf (same server, same prompts, HTTP generate_stream)",
+        "",
+        "genai-perf counts output tokens by re-tokenizing the streamed text, so its token numbers can "
+        "differ slightly from spec_decoder's counts above.",
+        "",
+        "| conc. | mode | output tokens/s | req/s | request latency p50 / p99 ms | TTFT p50 ms | ITL mean ms | output len mean |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for g in rows:
-        lines.append(f"| {g['concurrency']} | {g['mode']} | {_f(g.get('output_token_throughput'))} | "
-                     f"{_f(g.get('request_throughput'), 2)} | {_f(g.get('request_latency_p50_ms'))} / "
-                     f"{_f(g.get('request_latency_p99_ms'))} | {_f(g.get('ttft_p50_ms'))} | {_f(g.get('itl_mean_ms'), 3)} | "
-                     f"{_f(g.get('output_sequence_length'))} |")  # fmt: skip
+        lines.append(
+            f"| {g['concurrency']} | {g['mode']} | {_f(g.get('output_token_throughput'))} | "
+            f"{_f(g.get('request_throughput'), 2)} | {_f(g.get('request_latency_p50_ms'))} / "
+            f"{_f(g.get('request_latency_p99_ms'))} | {_f(g.get('ttft_p50_ms'))} | {_f(g.get('itl_mean_ms'), 3)} | "
+            f"{_f(g.get('output_sequence_length'))} |"
+        )
     return lines
 
 
@@ -133,9 +180,13 @@ def _busy_lines(m: dict[str, Any]) -> list[str]:
     busy = [(when, p) for when in ("before", "after") for p in m.get(f"busy_{when}") or []]
     if not busy:
         return []
-    return ["", "**Other processes were busy on this machine** (their CPU time competes with the server and the "
-            "client; both modes share the disturbance, since they alternate, but absolute numbers are lower): "
-            + "; ".join(f"{when}: {p['name']} (pid {p['pid']}, {p['cpu_percent']} % CPU)" for when, p in busy) + "."]  # fmt: skip
+    return [
+        "",
+        "**Other processes were busy on this machine** (their CPU time competes with the server and the "
+        "client; both modes share the disturbance, since they alternate, but absolute numbers are lower): "
+        + "; ".join(f"{when}: {p['name']} (pid {p['pid']}, {p['cpu_percent']} % CPU)" for when, p in busy)
+        + ".",
+    ]
 
 
 def report_md(results: dict[str, Any], title: str) -> str:
@@ -143,37 +194,52 @@ def report_md(results: dict[str, Any], title: str) -> str:
     p = results["prompts"]
     probes = results["probes"]
     lines = [
-        f"# trtspec bench: {title}", "",
+        f"# trtspec bench: {title}",
+        "",
         f"Model `{results['model']}` served by tritonserver {v.get('tritonserver')} on loopback; perf_analyzer "
         f"(gRPC streaming, time windows of {s['window_ms']} ms, stability {s['stability_percentage']} %, at most "
         f"{s['max_trials']} windows; {s.get('repeats', 1)} run(s) per level and mode, throughputs averaged). Both modes run on the same engine in the same server: `speculative` = the "
         "recipe's drafter, `baseline` = the per-request input `speculate: false` (plain decoding). The modes "
         "alternate per concurrency level. Every request sets the request parameter `ignore_eos`, so it generates "
         f"exactly {s['output_len']} tokens (checked on every measured request: spec_decoder's `output_tokens`), and "
-        "output tokens/s = requests/s × output_len.", "",
+        "output tokens/s = requests/s × output_len.",
+        "",
         f"Engine: {results.get('engine', {}).get('label') or '?'} drafter, max batch "
         f"{results.get('engine', {}).get('max_batch_size')}; draft schedule "
         f"{results.get('draft_schedule') or 'none (the full draft at every batch size)'}"
-        + (f"; recipe overrides {' '.join(results['overrides'])}" if results.get("overrides") else "") + ". "
+        + (f"; recipe overrides {' '.join(results['overrides'])}" if results.get("overrides") else "")
+        + ". "
         f"Prompts: {p['count']} from `{s['prompt_source']}`, {p['tokens_min']}–{p['tokens_max']} tokens "
         f"(asked {s['input_len']}); output_len {s['output_len']}. Machine: {m.get('cpu') or m.get('platform')}, "
         f"{m.get('cpus_usable')} usable CPUs, load average {', '.join(f'{x:.2f}' for x in m.get('loadavg', []))} "
-        "before the run.", *_busy_lines(m), "",
-        "## speculative vs baseline", "", *table_lines(results), "",
+        "before the run.",
+        *_busy_lines(m),
+        "",
+        "## speculative vs baseline",
+        "",
+        *table_lines(results),
+        "",
         "spec/base = output tokens/s ratio. Latency = last streamed response − send (perf_analyzer's own p50, in "
         "the table below, agrees); TTFT = first response − send; "
         "ITL = (last − first response) / tokens after the first response, averaged over requests; τ = tokens per "
-        "target step from spec_decoder's counters (Σ(accepted + steps) / Σ steps over the measured requests).", "",
+        "target step from spec_decoder's counters (Σ(accepted + steps) / Σ steps over the measured requests).",
+        "",
         f"Probe requests before the sweep: τ speculative {_f(probes.get('speculative', {}).get('tau'), 2)}, "
         f"baseline {_f(probes.get('baseline', {}).get('tau'), 2)}; token counts "
-        f"{'all = output_len' if all(x.get('token_counts_ok') for x in probes.values()) else 'WRONG'}.", "",
-        "## every run", "", *_detail_lines(results),
+        f"{'all = output_len' if all(x.get('token_counts_ok') for x in probes.values()) else 'WRONG'}.",
+        "",
+        "## every run",
+        "",
+        *_detail_lines(results),
         *server_lines(results),
-        *_genai_lines(results), "",
-        "## plots", "",
-        *[f"![{t}]({name})" for name, (t, _, _) in PLOTS.items()], "",
+        *_genai_lines(results),
+        "",
+        "## plots",
+        "",
+        *[f"![{t}]({name})" for name, (t, _, _) in PLOTS.items()],
+        "",
         "Raw perf_analyzer CSVs, profile exports (gzipped) and logs are in `raw/`; all numbers in `bench.json`.",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -32,10 +32,24 @@ from typing import Any, Callable
 
 import numpy as np
 
-PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:\n    def push(self, x):", "for i in range(10):",
-           "# parse the arguments\n", "def add(a, b):\n    return", "with open(path) as fh:", "x = [1, 2, 3]\n",
-           "try:\n    import numpy", "raise ValueError(", "def is_prime(n):\n", "while True:\n    line =",
-           "from typing import List\n", "def merge(a, b):", "print(", "@dataclass\nclass Point:"]  # fmt: skip
+PROMPTS = [
+    "def fibonacci(n):",
+    "import os\n",
+    "class Stack:\n    def push(self, x):",
+    "for i in range(10):",
+    "# parse the arguments\n",
+    "def add(a, b):\n    return",
+    "with open(path) as fh:",
+    "x = [1, 2, 3]\n",
+    "try:\n    import numpy",
+    "raise ValueError(",
+    "def is_prime(n):\n",
+    "while True:\n    line =",
+    "from typing import List\n",
+    "def merge(a, b):",
+    "print(",
+    "@dataclass\nclass Point:",
+]
 MALFORMED = {  # inputs / parameters -> the field the error must name
     "max_tokens zero": ({"max_tokens": 0}, {}, "max_tokens"),
     "max_tokens over the limit": ({"max_tokens": 100_000}, {}, "max_tokens"),
@@ -101,7 +115,9 @@ class _Stream:
         self.__init__(self.url)  # type: ignore[misc]
 
     def close(self) -> None:
-        t = threading.Thread(target=lambda: (self.client.stop_stream(cancel_requests=True), self.client.close()), daemon=True)
+        t = threading.Thread(
+            target=lambda: (self.client.stop_stream(cancel_requests=True), self.client.close()), daemon=True
+        )
         t.start()
         t.join(5)
 
@@ -115,10 +131,13 @@ class _Stream:
             if kind == "BYTES":
                 a = np.array([s.encode() if isinstance(s, str) else s for s in a.reshape(-1)], dtype=object)
             t = grpcclient.InferInput(name, list(a.shape), kind)
-            t.set_data_from_numpy(a.astype(np.int32) if kind == "INT32" else a.astype(np.float32) if kind == "FP32" else a)
+            t.set_data_from_numpy(
+                a.astype(np.int32) if kind == "INT32" else a.astype(np.float32) if kind == "FP32" else a
+            )
             inputs.append(t)
-        self.client.async_stream_infer(model, inputs, request_id=request_id, parameters=params,
-                                       enable_empty_final_response=True)  # fmt: skip
+        self.client.async_stream_infer(
+            model, inputs, request_id=request_id, parameters=params, enable_empty_final_response=True
+        )
 
     def answer(self, timeout: float, stop_after: int | None = None) -> dict[str, Any]:
         """Collect one request's responses: text, last counters, error; `stop_after` n responses: cancel it."""
@@ -148,16 +167,28 @@ class _Stream:
 
 def _kind(s: Settings, r: float) -> str:
     """The kind of a request from one uniform draw (shares from `s`, the rest well formed)."""
-    for kind, p in (("cancel", s.p_cancel), ("disconnect", s.p_disconnect), ("malformed", s.p_malformed),
-                    ("deadline", s.p_deadline)):  # fmt: skip
+    for kind, p in (
+        ("cancel", s.p_cancel),
+        ("disconnect", s.p_disconnect),
+        ("malformed", s.p_malformed),
+        ("deadline", s.p_deadline),
+    ):
         if r < p:
             return kind
         r -= p
     return "good"
 
 
-def _worker(i: int, urls: dict[str, str], s: Settings, oracle: dict[str, list[str]], model: str, stop_at: float,
-            tally: Tally, rng: random.Random) -> None:  # fmt: skip
+def _worker(
+    i: int,
+    urls: dict[str, str],
+    s: Settings,
+    oracle: dict[str, list[str]],
+    model: str,
+    stop_at: float,
+    tally: Tally,
+    rng: random.Random,
+) -> None:
     stream = _Stream(urls["grpc"])
     n = 0
     try:
@@ -180,10 +211,22 @@ def _worker(i: int, urls: dict[str, str], s: Settings, oracle: dict[str, list[st
         stream.close()
 
 
-def _one(stream: _Stream, kind: str, target: str, rid: str, s: Settings, oracle: dict[str, list[str]], tally: Tally,
-         rng: random.Random) -> None:  # fmt: skip
+def _one(
+    stream: _Stream,
+    kind: str,
+    target: str,
+    rid: str,
+    s: Settings,
+    oracle: dict[str, list[str]],
+    tally: Tally,
+    rng: random.Random,
+) -> None:
     prompt = rng.choice(PROMPTS)
-    values: dict[str, Any] = {"text_input": [prompt], "max_tokens": [rng.randint(1, s.max_tokens)], "stream": [rng.random() < 0.7]}
+    values: dict[str, Any] = {
+        "text_input": [prompt],
+        "max_tokens": [rng.randint(1, s.max_tokens)],
+        "stream": [rng.random() < 0.7],
+    }
     params: dict[str, Any] = {}
     expect = ""
     if kind in ("cancel", "deadline"):
@@ -225,8 +268,9 @@ def _disconnect(http_url: str, model: str, rid: str, s: Settings, tally: Tally, 
     conn = http.client.HTTPConnection(host, int(port), timeout=s.answer_timeout_s)
     events, want = 0, rng.randint(1, 4)
     try:
-        conn.request("POST", f"/v2/models/{model}/generate_stream", json.dumps(body),
-                     {"Content-Type": "application/json"})  # fmt: skip
+        conn.request(
+            "POST", f"/v2/models/{model}/generate_stream", json.dumps(body), {"Content-Type": "application/json"}
+        )
         resp = conn.getresponse()
         while events < want:
             line = resp.readline()
@@ -276,7 +320,9 @@ def server_rss(pids: list[int]) -> int:
     return total
 
 
-def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log: Callable[[str], None] = print) -> dict[str, Any]:
+def soak(
+    server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Run the soak against a started, ready `TritonServer`; the figures and the verdict (JSON-ready)."""
     from builder.bench.serve_metrics import scrape, server_delta, total
 
@@ -284,15 +330,23 @@ def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log
     before = scrape(server.endpoints["metrics"])
     t0 = time.monotonic()
     stop_at = t0 + s.duration_s
-    workers = [threading.Thread(target=_worker, args=(i, server.endpoints, s, oracle, model, stop_at, tally,
-                                                      random.Random(rng.random())), daemon=True) for i in range(s.streams)]  # fmt: skip
+    workers = [
+        threading.Thread(
+            target=_worker,
+            args=(i, server.endpoints, s, oracle, model, stop_at, tally, random.Random(rng.random())),
+            daemon=True,
+        )
+        for i in range(s.streams)
+    ]
     for w in workers:
         w.start()
     rss: list[tuple[float, int]] = []
     while time.monotonic() < stop_at and server.alive():
         rss.append((round(time.monotonic() - t0, 1), server_rss(server.processes())))
-        log(f"soak {rss[-1][0]:6.1f} s: {sum(tally.sent.values())} requests, {len(tally.unexpected)} unexpected, "
-            f"server RSS {rss[-1][1] / 2**20:.1f} MiB")
+        log(
+            f"soak {rss[-1][0]:6.1f} s: {sum(tally.sent.values())} requests, {len(tally.unexpected)} unexpected, "
+            f"server RSS {rss[-1][1] / 2**20:.1f} MiB"
+        )
         time.sleep(s.rss_every_s)
     for w in workers:
         w.join(s.answer_timeout_s + 10)
@@ -302,15 +356,27 @@ def soak(server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log
     after = _idle(server, scrape, total)
     warm = [b for t, b in rss if t >= s.warmup_s] or [b for _, b in rss]
     growth = warm[-1] / warm[0] - 1 if warm and warm[0] else None
-    left = {n: total(after, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")}
+    left = {
+        n: total(after, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")
+    }
     result = {
-        "settings": asdict(s), "wall_s": round(wall, 1), "sent": dict(tally.sent), "ok": dict(tally.ok),
-        "unexpected": len(tally.unexpected), "unexpected_samples": tally.unexpected[:20],
-        "requests_per_s": sum(tally.sent.values()) / wall, "good_tokens_per_s": tally.tokens / wall,
-        "rss_mib": [(t, round(b / 2**20, 1)) for t, b in rss], "rss_growth_after_warmup": growth,
-        "left_in_server": left, "server": server_delta(before, after), "stall_log": tally.stall_log,
-    }  # fmt: skip
-    result["passed"] = (not tally.unexpected and growth is not None and growth < s.max_rss_growth and not any(left.values()))
+        "settings": asdict(s),
+        "wall_s": round(wall, 1),
+        "sent": dict(tally.sent),
+        "ok": dict(tally.ok),
+        "unexpected": len(tally.unexpected),
+        "unexpected_samples": tally.unexpected[:20],
+        "requests_per_s": sum(tally.sent.values()) / wall,
+        "good_tokens_per_s": tally.tokens / wall,
+        "rss_mib": [(t, round(b / 2**20, 1)) for t, b in rss],
+        "rss_growth_after_warmup": growth,
+        "left_in_server": left,
+        "server": server_delta(before, after),
+        "stall_log": tally.stall_log,
+    }
+    result["passed"] = (
+        not tally.unexpected and growth is not None and growth < s.max_rss_growth and not any(left.values())
+    )
     return result
 
 
@@ -327,7 +393,9 @@ def _idle(server: Any, scrape: Callable, total: Callable, timeout: float = 30.0)
     time.sleep(0.5)
     while True:
         m = scrape(server.endpoints["metrics"])
-        busy = sum(total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use"))
+        busy = sum(
+            total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")
+        )
         if not busy or time.monotonic() > deadline:
             return m
         time.sleep(0.2)

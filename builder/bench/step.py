@@ -71,16 +71,26 @@ class Curve:
     step_ms: dict[int, float]
 
 
-def step_curve(model: Llama, folder: Path, variant: str, ts: tuple[int, ...] = TS, past: int = 300,
-               repeats: int = 30, threads: int = 1) -> Curve:  # fmt: skip
+def step_curve(
+    model: Llama,
+    folder: Path,
+    variant: str,
+    ts: tuple[int, ...] = TS,
+    past: int = 300,
+    repeats: int = 30,
+    threads: int = 1,
+) -> Curve:
     """Median ms of one engine step over a T-node chain, for each T."""
     max_t = max(ts)
-    engine = target_engine(model, folder, max_seq_len=past + (repeats + 3) * max_t + 8, max_nodes=max_t,
-                           variant=variant, threads=threads)  # fmt: skip
+    engine = target_engine(
+        model, folder, max_seq_len=past + (repeats + 3) * max_t + 8, max_nodes=max_t, variant=variant, threads=threads
+    )
     rng = np.random.default_rng(0)
     out: dict[int, float] = {}
     for t in ts:
-        (seq,), pre = engine.start([rng.integers(0, model.cfg.vocab_size, past).tolist()], SamplingBatch.all_greedy(1, 1))
+        (seq,), pre = engine.start(
+            [rng.integers(0, model.cfg.vocab_size, past).tolist()], SamplingBatch.all_greedy(1, 1)
+        )
         root, times = int(pre.tokens[0]), []
         greedy = SamplingBatch.all_greedy(1, t)
         for i in range(repeats + 3):
@@ -94,8 +104,15 @@ def step_curve(model: Llama, folder: Path, variant: str, ts: tuple[int, ...] = T
     return Curve(variant, out)
 
 
-def report(name: str, model: Llama, folder: Path, variants: tuple[str, ...], threads: int, ts: tuple[int, ...] = TS,
-           past: int = 300) -> dict[str, Any]:  # fmt: skip
+def report(
+    name: str,
+    model: Llama,
+    folder: Path,
+    variants: tuple[str, ...],
+    threads: int,
+    ts: tuple[int, ...] = TS,
+    past: int = 300,
+) -> dict[str, Any]:
     torch.set_num_threads(threads)
     c = model.cfg
     bw = copy_bandwidth()
@@ -104,21 +121,41 @@ def report(name: str, model: Llama, folder: Path, variants: tuple[str, ...], thr
     weight_bytes = params * 4
     floor = {t: 1e3 * max(weight_bytes / bw, 2 * t * params / flops) for t in ts}
     curves = [step_curve(model, folder / v, v, ts, past, threads=threads) for v in variants]
-    rows = [{"T": t, "floor_ms": round(floor[t], 4),
-             **{f"{cv.variant}_ms": round(cv.step_ms[t], 4) for cv in curves},
-             **{f"{cv.variant}_x_floor": round(cv.step_ms[t] / floor[t], 2) for cv in curves}} for t in ts]  # fmt: skip
-    return {"model": name, "threads": threads, "past": past, "active_params": params, "weight_bytes": weight_bytes,
-            "copy_bandwidth_GBps": round(bw / 1e9, 2), "gemm_GFLOPs": round(flops / 1e9, 2),
-            "gemm_shape": [64, c.hidden_size, c.intermediate_size], "rows": rows}  # fmt: skip
+    rows = [
+        {
+            "T": t,
+            "floor_ms": round(floor[t], 4),
+            **{f"{cv.variant}_ms": round(cv.step_ms[t], 4) for cv in curves},
+            **{f"{cv.variant}_x_floor": round(cv.step_ms[t] / floor[t], 2) for cv in curves},
+        }
+        for t in ts
+    ]
+    return {
+        "model": name,
+        "threads": threads,
+        "past": past,
+        "active_params": params,
+        "weight_bytes": weight_bytes,
+        "copy_bandwidth_GBps": round(bw / 1e9, 2),
+        "gemm_GFLOPs": round(flops / 1e9, 2),
+        "gemm_shape": [64, c.hidden_size, c.intermediate_size],
+        "rows": rows,
+    }
 
 
 def table(rep: dict[str, Any]) -> str:
     variants = [k[:-3] for k in rep["rows"][0] if k.endswith("_ms") and k != "floor_ms"]
-    head = (f"{rep['model']}: {rep['active_params'] / 1e6:.1f} M active params ({rep['weight_bytes'] / 2**20:.1f} MiB "
-            f"fp32), copy {rep['copy_bandwidth_GBps']} GB/s, GEMM {rep['gemm_GFLOPs']} GFLOP/s, {rep['threads']} "
-            f"thread(s), past {rep['past']} tokens")  # fmt: skip
-    lines = [head, "", "| T | floor ms | " + " | ".join(f"{v} ms | {v} ×floor" for v in variants) + " |",
-             "|---|---|" + "---|---|" * len(variants)]
+    head = (
+        f"{rep['model']}: {rep['active_params'] / 1e6:.1f} M active params ({rep['weight_bytes'] / 2**20:.1f} MiB "
+        f"fp32), copy {rep['copy_bandwidth_GBps']} GB/s, GEMM {rep['gemm_GFLOPs']} GFLOP/s, {rep['threads']} "
+        f"thread(s), past {rep['past']} tokens"
+    )
+    lines = [
+        head,
+        "",
+        "| T | floor ms | " + " | ".join(f"{v} ms | {v} ×floor" for v in variants) + " |",
+        "|---|---|" + "---|---|" * len(variants),
+    ]
     for r in rep["rows"]:
         cells = " | ".join(f"{r[v + '_ms']:.3f} | {r[v + '_x_floor']:.2f}×" for v in variants)
         lines.append(f"| {r['T']} | {r['floor_ms']:.3f} | {cells} |")

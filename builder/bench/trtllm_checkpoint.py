@@ -54,8 +54,14 @@ def convert(base: Path, out: Path, tp: int) -> dict[str, Any]:
     baseline = _status("VmRSS")
     start = time.perf_counter()
     facts = convert_checkpoint(CheckpointRequest(base, tp, 1, "bfloat16", "none"), out)
-    return {"tp": tp, "seconds": time.perf_counter() - start, "vm_hwm": _status("VmHWM"), "baseline_rss": baseline,
-            "rank_bytes": [r["bytes"] for r in facts["ranks"]], "tensors": facts["tensors"]}  # fmt: skip
+    return {
+        "tp": tp,
+        "seconds": time.perf_counter() - start,
+        "vm_hwm": _status("VmHWM"),
+        "baseline_rss": baseline,
+        "rank_bytes": [r["bytes"] for r in facts["ranks"]],
+        "tensors": facts["tensors"],
+    }
 
 
 def run(work: Path, out_json: Path) -> dict[str, Any]:
@@ -83,13 +89,22 @@ def _input_facts(base: Path) -> dict[str, Any]:
 
     header = read_header(base / "model.safetensors")
     sizes = [v["data_offsets"][1] - v["data_offsets"][0] for v in header.values()]
-    return {"bytes": (base / "model.safetensors").stat().st_size, "largest_tensor_bytes": max(sizes), "tensors": len(sizes)}
+    return {
+        "bytes": (base / "model.safetensors").stat().st_size,
+        "largest_tensor_bytes": max(sizes),
+        "tensors": len(sizes),
+    }
 
 
 def _child(args: list[str]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    r = subprocess.run([sys.executable, "-m", "builder.bench.trtllm_checkpoint", *args], capture_output=True, text=True,
-                       env=env, check=False)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "builder.bench.trtllm_checkpoint", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"{args[0]} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -97,12 +112,16 @@ def _child(args: list[str]) -> dict[str, Any]:
 
 def table(report: dict[str, Any]) -> str:
     gib = 2.0**30
-    lines = [f"input: {report['input']['bytes'] / gib:.2f} GiB, largest tensor {report['input']['largest_tensor_bytes'] / gib:.2f} GiB",
-             "| tp | seconds | rank file GiB | peak RSS (VmHWM) GiB | baseline GiB | bound GiB | within |",
-             "|---:|---:|---:|---:|---:|---:|:---:|"]  # fmt: skip
+    lines = [
+        f"input: {report['input']['bytes'] / gib:.2f} GiB, largest tensor {report['input']['largest_tensor_bytes'] / gib:.2f} GiB",
+        "| tp | seconds | rank file GiB | peak RSS (VmHWM) GiB | baseline GiB | bound GiB | within |",
+        "|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     for r in report["runs"]:
-        lines.append(f"| {r['tp']} | {r['seconds']:.1f} | {max(r['rank_bytes']) / gib:.2f} | {r['vm_hwm'] / gib:.2f} | "
-                     f"{r['baseline_rss'] / gib:.2f} | {r['bound'] / gib:.2f} | {'yes' if r['within_bound'] else 'NO'} |")  # fmt: skip
+        lines.append(
+            f"| {r['tp']} | {r['seconds']:.1f} | {max(r['rank_bytes']) / gib:.2f} | {r['vm_hwm'] / gib:.2f} | "
+            f"{r['baseline_rss'] / gib:.2f} | {r['bound'] / gib:.2f} | {'yes' if r['within_bound'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 

@@ -56,8 +56,14 @@ def overlay_path(folder: Path, rec: LoadedRecipe) -> Path:
     return Path(folder) / f"{Path(rec.path).stem}.yaml"
 
 
-def tune_overlays(loaded: list[LoadedRecipe], folder: Path, prompts: int, max_new: int, threads: int = 1,
-                  say: Callable[[str], None] = lambda _m: None) -> list[Tuned]:  # fmt: skip
+def tune_overlays(
+    loaded: list[LoadedRecipe],
+    folder: Path,
+    prompts: int,
+    max_new: int,
+    threads: int = 1,
+    say: Callable[[str], None] = lambda _m: None,
+) -> list[Tuned]:
     """Tune every method recipe of `loaded`, write its overlay and report under `folder`, return them read."""
     from builder.stages.decoders import cache_dir
     from builder.tune.overlay import write_overlay
@@ -67,12 +73,20 @@ def tune_overlays(loaded: list[LoadedRecipe], folder: Path, prompts: int, max_ne
     out = []
     for rec in tunable(loaded):
         path = overlay_path(folder, rec)
-        opts = Options(prompts=prompts, max_new_tokens=max_new, measure_prompts=0, cache=cache_dir(),
-                       threads=threads, say=lambda m, n=path.stem: say(f"tune {n}: {m}"))  # fmt: skip
+        opts = Options(
+            prompts=prompts,
+            max_new_tokens=max_new,
+            measure_prompts=0,
+            cache=cache_dir(),
+            threads=threads,
+            say=lambda m, n=path.stem: say(f"tune {n}: {m}"),
+        )
         try:
             report = tune(rec, opts)
-            header = (f"trtspec tune {rec.path} (scripts/bench_decode.py --tuned, {prompts} calibration prompts × "
-                      f"{max_new}): {describe(report['pick'])}, predicted {report['pick']['speedup']:.2f}x plain")
+            header = (
+                f"trtspec tune {rec.path} (scripts/bench_decode.py --tuned, {prompts} calibration prompts × "
+                f"{max_new}): {describe(report['pick'])}, predicted {report['pick']['speedup']:.2f}x plain"
+            )
             write_overlay(rec, report["overlay"], path, header)
             path.with_suffix(".tune.json").write_text(json.dumps(report, indent=2) + "\n")
         except Exception as e:  # noqa: BLE001 - the row says why; the other methods still run
@@ -104,8 +118,15 @@ def read_overlay(rec: LoadedRecipe, folder: Path) -> Tuned:
         return _missing(rec, path, f"{path} is {method_key(loaded)}, not {method_key(rec)}")
     report = _report(path.with_suffix(".tune.json"))
     pick = report.get("pick") or {}
-    return Tuned(Path(rec.path), path, rec.recipe.speculative.method, _LABELS[method_key(rec)], loaded,
-                 describe(pick) if pick else None, pick.get("speedup"))  # fmt: skip
+    return Tuned(
+        Path(rec.path),
+        path,
+        rec.recipe.speculative.method,
+        _LABELS[method_key(rec)],
+        loaded,
+        describe(pick) if pick else None,
+        pick.get("speedup"),
+    )
 
 
 def _report(path: Path) -> dict[str, Any]:

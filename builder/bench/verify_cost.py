@@ -18,15 +18,24 @@ def verify_estimate(draft: Draft, vocab: int, runs: int = 200) -> dict[str, Any]
 
     t, (p, w) = draft.num_nodes, draft.paths.shape
     rng = np.random.default_rng(0)
-    feeds = {"logits": rng.standard_normal((1, t, vocab), dtype=np.float32),
-             "tokens": draft.tokens.astype(np.int32)[None], "paths": draft.paths.astype(np.int32)[None],
-             "temperature": np.zeros(1, np.float32), "top_p": np.ones(1, np.float32),
-             "uniforms": np.zeros((1, w), np.float32), "draft_probs": np.ones((1, t), np.float32)}  # fmt: skip
+    feeds = {
+        "logits": rng.standard_normal((1, t, vocab), dtype=np.float32),
+        "tokens": draft.tokens.astype(np.int32)[None],
+        "paths": draft.paths.astype(np.int32)[None],
+        "temperature": np.zeros(1, np.float32),
+        "top_p": np.ones(1, np.float32),
+        "uniforms": np.zeros((1, w), np.float32),
+        "draft_probs": np.ones((1, t), np.float32),
+    }
     feeds = {k: np.ascontiguousarray(feeds[k]) for k in INPUT_NAMES}
     full = _mean_call_ms(_verify_model(feeds, identity=False), feeds, runs)
     empty = _mean_call_ms(_verify_model(feeds, identity=True), feeds, runs)
-    return {"verify_ms_per_step_est": round(max(full - empty, 0.0), 4), "verify_call_ms": round(full, 4),
-            "empty_call_ms": round(empty, 4), "verify_tree": {"T": t, "P": p, "W": w, "V": vocab}}  # fmt: skip
+    return {
+        "verify_ms_per_step_est": round(max(full - empty, 0.0), 4),
+        "verify_call_ms": round(full, 4),
+        "empty_call_ms": round(empty, 4),
+        "verify_tree": {"T": t, "P": p, "W": w, "V": vocab},
+    }
 
 
 def _verify_model(feeds: dict[str, np.ndarray], identity: bool):

@@ -66,9 +66,14 @@ class Role:
         return (self.accepted + self.steps) / self.steps if self.steps else 0.0
 
     def as_json(self, label: str) -> dict[str, Any]:
-        return {"method": label, "tau": round(self.tau, 4), "tokens": self.tokens, "target_steps": self.steps,
-                "tokens_per_cpu_s": round(self.tokens / self.cpu_s, 2) if self.cpu_s else None,
-                "tokens_per_s": round(self.tokens / self.wall_s, 2) if self.wall_s else None}
+        return {
+            "method": label,
+            "tau": round(self.tau, 4),
+            "tokens": self.tokens,
+            "target_steps": self.steps,
+            "tokens_per_cpu_s": round(self.tokens / self.cpu_s, 2) if self.cpu_s else None,
+            "tokens_per_s": round(self.tokens / self.wall_s, 2) if self.wall_s else None,
+        }
 
 
 def _decode(engine: Any, drafter: Any, ids: Sequence[int], max_new: int, role: Role | None) -> list[int]:
@@ -116,8 +121,9 @@ def open_engine(folder: Path) -> Any:
     return None
 
 
-def engine_checks(loaded: LoadedRecipe, folder: Path, quantized: bool, checks: Checks,
-                  memo: dict[str, Any] | None = None) -> dict[str, CheckResult]:  # fmt: skip
+def engine_checks(
+    loaded: LoadedRecipe, folder: Path, quantized: bool, checks: Checks, memo: dict[str, Any] | None = None
+) -> dict[str, CheckResult]:
     """lossless and acceptance of the engine in `folder` (one decode pass feeds both). `memo` keeps the torch
     oracle's tokens for the run: recipes on the same target checkpoint share them."""
     from builder.data.humaneval import heldout_prompts
@@ -140,8 +146,9 @@ def engine_checks(loaded: LoadedRecipe, folder: Path, quantized: bool, checks: C
     acceptance = _acceptance(roles, opened.label)
     acceptance.seconds = decode_s
     t1 = time.perf_counter()
-    lossless = _lossless(loaded, quantized, prompts, checks.max_new_tokens, roles, opened.label,
-                         {} if memo is None else memo)  # fmt: skip
+    lossless = _lossless(
+        loaded, quantized, prompts, checks.max_new_tokens, roles, opened.label, {} if memo is None else memo
+    )
     lossless.seconds = time.perf_counter() - t1
     return {"lossless": lossless, "acceptance": acceptance}
 
@@ -152,16 +159,21 @@ def _acceptance(roles: dict[str, Role], label: str) -> CheckResult:
     rows = {"plain": plain.as_json("none"), "method": method.as_json(label if "method" in roles else "none")}
     ratio = (method.tokens / method.cpu_s) / (plain.tokens / plain.cpu_s) if method.cpu_s and plain.cpu_s else None
     wall = (method.tokens / method.wall_s) / (plain.tokens / plain.wall_s) if method.wall_s and plain.wall_s else None
-    data = {"method": rows["method"]["method"], "tau": rows["method"]["tau"], "rows": rows,
-            "speed_ratio": None if ratio is None else round(ratio, 4),
-            "speed_ratio_wall": None if wall is None else round(wall, 4)}
+    data = {
+        "method": rows["method"]["method"],
+        "tau": rows["method"]["tau"],
+        "rows": rows,
+        "speed_ratio": None if ratio is None else round(ratio, 4),
+        "speed_ratio_wall": None if wall is None else round(wall, 4),
+    }
     if plain.tau != 1.0:  # plain decoding emits one token per step by definition: a broken loop otherwise
         return CheckResult(FAILED, f"plain decoding gave τ = {plain.tau:.4f}, not 1", data)
     return CheckResult(PASSED, "", data)
 
 
-def _torch_oracle(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int,
-                  memo: dict[str, Any]) -> tuple[list[list[int]], list[list[tuple[float, float]]]]:  # fmt: skip
+def _torch_oracle(
+    loaded: LoadedRecipe, prompts: list[list[int]], max_new: int, memo: dict[str, Any]
+) -> tuple[list[list[int]], list[list[tuple[float, float]]]]:
     """Plain greedy tokens of the torch reference model, each token from a forward pass over the whole
     sequence (no KV cache: greedy decoding in its simplest form), with the top-2 logit gap and max |logit|
     at every position; remembered per target checkpoint, dtype and prompts."""
@@ -171,8 +183,16 @@ def _torch_oracle(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int,
     from builder.stages.parts import Parts
 
     r = loaded.recipe
-    key = json.dumps([checkpoint_identity(r.model.checkpoint, loaded.dir_of(("model", "checkpoint"))), r.model.dtype,
-                      prompts, max_new], sort_keys=True, default=str)  # fmt: skip
+    key = json.dumps(
+        [
+            checkpoint_identity(r.model.checkpoint, loaded.dir_of(("model", "checkpoint"))),
+            r.model.dtype,
+            prompts,
+            max_new,
+        ],
+        sort_keys=True,
+        default=str,
+    )
     if key not in memo:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # small models: more threads only fight other jobs on a shared runner
@@ -183,8 +203,9 @@ def _torch_oracle(loaded: LoadedRecipe, prompts: list[list[int]], max_new: int,
     return memo[key]
 
 
-def _greedy_by_recomputation(model: Any, prompts: list[list[int]],
-                             max_new: int) -> tuple[list[list[int]], list[list[tuple[float, float]]]]:  # fmt: skip
+def _greedy_by_recomputation(
+    model: Any, prompts: list[list[int]], max_new: int
+) -> tuple[list[list[int]], list[list[tuple[float, float]]]]:
     import torch
 
     from builder.model.llama import causal_mask
@@ -200,13 +221,20 @@ def _greedy_by_recomputation(model: Any, prompts: list[list[int]],
                 top = torch.topk(last, 2).values
                 gap.append((float(top[0] - top[1]), float(last.abs().max())))
                 ids.append(int(last.argmax()))
-            outs.append(ids[len(p):])
+            outs.append(ids[len(p) :])
             gaps.append(gap)
     return outs, gaps
 
 
-def _lossless(loaded: LoadedRecipe, quantized: bool, prompts: list[list[int]], max_new: int,
-              roles: dict[str, Role], label: str, memo: dict[str, Any]) -> CheckResult:  # fmt: skip
+def _lossless(
+    loaded: LoadedRecipe,
+    quantized: bool,
+    prompts: list[list[int]],
+    max_new: int,
+    roles: dict[str, Role],
+    label: str,
+    memo: dict[str, Any],
+) -> CheckResult:
     gaps: list[list[tuple[float, float]]] = []
     if quantized:
         oracle = "the same engine, plain greedy (FP8: quality.json compares it with fp32)"
@@ -223,20 +251,38 @@ def _lossless(loaded: LoadedRecipe, quantized: bool, prompts: list[list[int]], m
             pos = next((j for j in range(max(len(a), len(b))) if j >= len(a) or j >= len(b) or a[j] != b[j]), None)
             if pos is None:
                 continue
-            row = {"decoding": name, "prompt": i, "position": pos, "expected": a[pos] if pos < len(a) else None,
-                   "got": b[pos] if pos < len(b) else None}  # fmt: skip
+            row = {
+                "decoding": name,
+                "prompt": i,
+                "position": pos,
+                "expected": a[pos] if pos < len(a) else None,
+                "got": b[pos] if pos < len(b) else None,
+            }
             if gaps and pos < len(gaps[i]):
                 row.update(top2_gap=gaps[i][pos][0], max_abs_logit=gaps[i][pos][1])
             mismatches.append(row)
-    data = {"oracle": oracle, "prompts": len(prompts), "max_new_tokens": max_new, "compared": sorted(compared),
-            "mismatching": len(mismatches), "mismatches": mismatches[:MAX_MISMATCHES]}  # fmt: skip
+    data = {
+        "oracle": oracle,
+        "prompts": len(prompts),
+        "max_new_tokens": max_new,
+        "compared": sorted(compared),
+        "mismatching": len(mismatches),
+        "mismatches": mismatches[:MAX_MISMATCHES],
+    }
     if not mismatches:
         return CheckResult(PASSED, "", data)
     m = mismatches[0]
-    gap = f", reference top-2 logit gap {m['top2_gap']:.3g} of max |logit| {m['max_abs_logit']:.3g}" if "top2_gap" in m else ""
-    return CheckResult(FAILED, f"{len(mismatches)} decodes differ from the oracle ({oracle}); first: {m['decoding']}, "
-                               f"prompt {m['prompt']}, token {m['position']}: expected {m['expected']}, got {m['got']}{gap}",
-                       data)  # fmt: skip
+    gap = (
+        f", reference top-2 logit gap {m['top2_gap']:.3g} of max |logit| {m['max_abs_logit']:.3g}"
+        if "top2_gap" in m
+        else ""
+    )
+    return CheckResult(
+        FAILED,
+        f"{len(mismatches)} decodes differ from the oracle ({oracle}); first: {m['decoding']}, "
+        f"prompt {m['prompt']}, token {m['position']}: expected {m['expected']}, got {m['got']}{gap}",
+        data,
+    )
 
 
 def fp8_quality(export_folder: Path) -> CheckResult:
@@ -247,10 +293,16 @@ def fp8_quality(export_folder: Path) -> CheckResult:
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
         ppl, greedy = report["perplexity"], report["greedy"]
-        data = {"perplexity_fp32": ppl["fp32"], "perplexity_fp8": ppl["fp8"],
-                "delta_ppl": round(ppl["fp8"] - ppl["fp32"], 4), "perplexity_ratio": report["perplexity_ratio"],
-                "token_agreement": greedy["token_agreement"], "identical_prompts": greedy["identical_prompts"],
-                "num_prompts": report["num_prompts"], "report": str(path)}  # fmt: skip
+        data = {
+            "perplexity_fp32": ppl["fp32"],
+            "perplexity_fp8": ppl["fp8"],
+            "delta_ppl": round(ppl["fp8"] - ppl["fp32"], 4),
+            "perplexity_ratio": report["perplexity_ratio"],
+            "token_agreement": greedy["token_agreement"],
+            "identical_prompts": greedy["identical_prompts"],
+            "num_prompts": report["num_prompts"],
+            "report": str(path),
+        }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return CheckResult(FAILED, f"no readable FP8 quality report at {path}: {exc}")
     return CheckResult(PASSED, "", data)

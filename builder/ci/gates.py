@@ -36,8 +36,11 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise UserError(f"the baseline is not JSON: {exc}", location=str(path), field="--baseline") from None
     if not isinstance(data, dict) or data.get("kind") != KIND or data.get("format") != FORMAT:
-        raise UserError(f"not a trtspec ci summary of format {FORMAT} (written by `trtspec ci --json`)",
-                        location=str(path), field="--baseline")  # fmt: skip
+        raise UserError(
+            f"not a trtspec ci summary of format {FORMAT} (written by `trtspec ci --json`)",
+            location=str(path),
+            field="--baseline",
+        )
     if not isinstance(data.get("entries"), list) or not isinstance(data.get("recipe_set"), dict):
         raise UserError("a trtspec ci summary without entries or recipe_set", location=str(path), field="--baseline")
     return data
@@ -52,13 +55,20 @@ def check_same_set(baseline: dict[str, Any], spec: RunSpec, path: str | Path) ->
     """Refuse (exit 2, one line) a baseline from another recipe set."""
     theirs, ours = baseline["recipe_set"], recipe_set(spec)
     if theirs.get("name") != ours["name"]:
-        raise UserError(f"the baseline is from recipe set {theirs.get('name')!r}, this run is {ours['name']!r}",
-                        location=str(path), field="--baseline")  # fmt: skip
+        raise UserError(
+            f"the baseline is from recipe set {theirs.get('name')!r}, this run is {ours['name']!r}",
+            location=str(path),
+            field="--baseline",
+        )
     a, b = set(theirs.get("entries") or ()), set(ours["entries"])
     if a != b:
         only_base, only_now = sorted(a - b), sorted(b - a)
-        raise UserError(f"the baseline is from another recipe set: only in the baseline: {_few(only_base)}; "
-                        f"only in this run: {_few(only_now)}", location=str(path), field="--baseline")  # fmt: skip
+        raise UserError(
+            f"the baseline is from another recipe set: only in the baseline: {_few(only_base)}; "
+            f"only in this run: {_few(only_now)}",
+            location=str(path),
+            field="--baseline",
+        )
 
 
 def _few(items: list[str], n: int = 3) -> str:
@@ -74,9 +84,11 @@ def _check(entry: dict[str, Any], name: str, key: str) -> Any:
 def gate_entry(now: dict[str, Any], base: dict[str, Any] | None, gates: Gates) -> list[dict[str, Any]]:
     """The gate rows of one entry (JSON form of both runs' entries)."""
     rows = []
-    specs = (("tau", "acceptance", "tau", gates.tau_drop, True),
-             ("speed", "acceptance", "speed_ratio", gates.speed_ratio_drop, True),
-             ("fp8_agreement", "fp8_quality", "token_agreement", gates.fp8_agreement_drop, False))
+    specs = (
+        ("tau", "acceptance", "tau", gates.tau_drop, True),
+        ("speed", "acceptance", "speed_ratio", gates.speed_ratio_drop, True),
+        ("fp8_agreement", "fp8_quality", "token_agreement", gates.fp8_agreement_drop, False),
+    )
     for gate, check, key, drop, relative in specs:
         if check == "fp8_quality" and "fp8_quality" not in (now.get("checks") or {}):
             continue
@@ -91,9 +103,17 @@ def gate_entry(now: dict[str, Any], base: dict[str, Any] | None, gates: Gates) -
         change = (new / old - 1) if relative and old else (new - old)
         unit = f"{100 * change:+.2f} %" if relative else f"{100 * change:+.2f} points"
         rule = f"drop > {100 * drop:g} %" if relative else f"drop > {100 * drop:g} points"
-        rows.append({"gate": gate, "status": "passed" if ok else "failed", "baseline": old, "now": new,
-                     "limit": round(limit, 6), "change": round(change, 6),
-                     "reason": "" if ok else f"{gate} {old:g} → {new:g} ({unit}; fails at {rule})"})  # fmt: skip
+        rows.append(
+            {
+                "gate": gate,
+                "status": "passed" if ok else "failed",
+                "baseline": old,
+                "now": new,
+                "limit": round(limit, 6),
+                "change": round(change, 6),
+                "reason": "" if ok else f"{gate} {old:g} → {new:g} ({unit}; fails at {rule})",
+            }
+        )
     return rows
 
 

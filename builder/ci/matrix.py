@@ -39,17 +39,32 @@ class _Strict(BaseModel):
 class Gates(_Strict):
     """Regression gates against a baseline run (`trtspec ci --baseline FILE`)."""
 
-    tau_drop: float = Field(0.02, ge=0, lt=1, allow_inf_nan=False,
-                            description="Fail when a method's τ (tokens per target step) falls by more than this "
-                            "fraction of the baseline's (0.02 = 2 %).")
-    fp8_agreement_drop: float = Field(0.02, ge=0, le=1, allow_inf_nan=False,
-                                      description="Fail when the FP8 greedy agreement with the unquantized model "
-                                      "(a fraction of positions) falls by more than this (0.02 = 2 points).")
-    speed_ratio_drop: float = Field(0.25, ge=0, lt=1, allow_inf_nan=False,
-                                    description="Fail when tokens/s of the recipe's method divided by tokens/s of "
-                                    "plain decoding on the same engine in the same run falls by more than this "
-                                    "fraction of the baseline's ratio (absolute speeds are not compared: shared "
-                                    "runners differ from run to run). Set it from the recipe set's measured spread.")
+    tau_drop: float = Field(
+        0.02,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Fail when a method's τ (tokens per target step) falls by more than this "
+        "fraction of the baseline's (0.02 = 2 %).",
+    )
+    fp8_agreement_drop: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Fail when the FP8 greedy agreement with the unquantized model "
+        "(a fraction of positions) falls by more than this (0.02 = 2 points).",
+    )
+    speed_ratio_drop: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Fail when tokens/s of the recipe's method divided by tokens/s of "
+        "plain decoding on the same engine in the same run falls by more than this "
+        "fraction of the baseline's ratio (absolute speeds are not compared: shared "
+        "runners differ from run to run). Set it from the recipe set's measured spread.",
+    )
 
 
 class Checks(_Strict):
@@ -62,30 +77,49 @@ class Checks(_Strict):
 class Variant(_Strict):
     """One set of `--set` overrides applied to (some of) the recipes."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="Names the variant in entry ids: recipe@name, or just the "
-                      "recipe for the variant named default (its overrides do not change the id a baseline matches).")
-    set: list[str] = Field(default_factory=list, max_length=64,
-                           description="Recipe overrides as for --set, e.g. speculative.tree=chain_4.")
-    only: list[str] = Field(default_factory=list, max_length=64,
-                            description="Glob patterns of recipe file names this variant applies to (default: all).")
-    skip: list[str] = Field(default_factory=list, max_length=64,
-                            description="Glob patterns of recipe file names this variant does not apply to.")
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Names the variant in entry ids: recipe@name, or just the "
+        "recipe for the variant named default (its overrides do not change the id a baseline matches).",
+    )
+    set: list[str] = Field(
+        default_factory=list, max_length=64, description="Recipe overrides as for --set, e.g. speculative.tree=chain_4."
+    )
+    only: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Glob patterns of recipe file names this variant applies to (default: all).",
+    )
+    skip: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Glob patterns of recipe file names this variant does not apply to.",
+    )
 
 
 class Matrix(_Strict):
     """A recipe set for `trtspec ci`."""
 
     name: str = Field(pattern=NAME_PATTERN, description="The recipe set's name, recorded in the JSON summary.")
-    recipes: list[str] = Field(min_length=1, max_length=1000,
-                               description="Recipe files or glob patterns, relative to the matrix file.")
-    variants: list[Variant] = Field(default_factory=lambda: [Variant(name="default")], min_length=1, max_length=64,
-                                    description="Override sets; every recipe runs once per variant that applies.")
+    recipes: list[str] = Field(
+        min_length=1, max_length=1000, description="Recipe files or glob patterns, relative to the matrix file."
+    )
+    variants: list[Variant] = Field(
+        default_factory=lambda: [Variant(name="default")],
+        min_length=1,
+        max_length=64,
+        description="Override sets; every recipe runs once per variant that applies.",
+    )
     gates: Gates = Field(default_factory=Gates, description="Regression gates (with --baseline).")
     checks: Checks = Field(default_factory=Checks, description="Decoding per engine.")
 
 
-SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {(): Matrix, ("variants",): Variant, ("gates",): Gates,
-                                                     ("checks",): Checks}
+SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
+    (): Matrix,
+    ("variants",): Variant,
+    ("gates",): Gates,
+    ("checks",): Checks,
+}
 
 
 @dataclass(frozen=True)
@@ -136,8 +170,9 @@ def _error(err: dict[str, Any], locations: dict, display: str, count: int) -> Us
     return UserError(f"{msg}{more}", location=where, field=field)
 
 
-def expand(matrix: Matrix, matrix_path: Path, cli_overrides: tuple[str, ...] = (),
-           cli_recipes: tuple[str, ...] = ()) -> RunSpec:  # fmt: skip
+def expand(
+    matrix: Matrix, matrix_path: Path, cli_overrides: tuple[str, ...] = (), cli_recipes: tuple[str, ...] = ()
+) -> RunSpec:
     """The matrix's entries: every recipe (globs expanded, in order) × every variant that applies.
     Recipes named on the command line replace the matrix's `recipes`."""
     base = matrix_path.resolve().parent
@@ -146,24 +181,32 @@ def expand(matrix: Matrix, matrix_path: Path, cli_overrides: tuple[str, ...] = (
         full = str(base / pattern)
         found = sorted(glob.glob(full)) if glob.has_magic(pattern) else [full] if os.path.isfile(full) else []
         if not found:
-            raise UserError(f"{clip(pattern)!r} matches no recipe file (relative to {_show(base)})",
-                            location=str(matrix_path), field=f"recipes.{i}")
+            raise UserError(
+                f"{clip(pattern)!r} matches no recipe file (relative to {_show(base)})",
+                location=str(matrix_path),
+                field=f"recipes.{i}",
+            )
         recipes += [r for r in _unique(found) if r not in recipes]
     entries: list[Entry] = []
     for recipe in recipes:
         for v in matrix.variants:
             name = Path(recipe).name
-            if (v.only and not any(fnmatch.fnmatch(name, pat) for pat in v.only)) or \
-                    any(fnmatch.fnmatch(name, pat) for pat in v.skip):  # fmt: skip
+            if (v.only and not any(fnmatch.fnmatch(name, pat) for pat in v.only)) or any(
+                fnmatch.fnmatch(name, pat) for pat in v.skip
+            ):
                 continue
             entry_id = recipe if v.name == "default" else f"{recipe}@{v.name}"
             if any(e.id == entry_id for e in entries):
-                raise UserError(f"two variants named {v.name!r} apply to {recipe}", location=str(matrix_path),
-                                field="variants")
+                raise UserError(
+                    f"two variants named {v.name!r} apply to {recipe}", location=str(matrix_path), field="variants"
+                )
             entries.append(Entry(entry_id, recipe, (*v.set, *cli_overrides)))
     if not entries:
-        raise UserError("no recipe × variant applies (check the variants' only / skip patterns)", location=str(matrix_path),
-                        field="variants")
+        raise UserError(
+            "no recipe × variant applies (check the variants' only / skip patterns)",
+            location=str(matrix_path),
+            field="variants",
+        )
     return RunSpec(matrix.name, entries, matrix.gates, matrix.checks)
 
 

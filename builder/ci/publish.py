@@ -71,8 +71,9 @@ class Target:
             self.fs.pipe_file(probe, b"ok")
             self.fs.rm_file(probe)
         except Exception as exc:  # OSError locally; each object store raises its own kinds
-            raise UserError(f"the publish target {self.uri} is not writable: {type(exc).__name__}: {exc}",
-                            field="--publish") from None  # fmt: skip
+            raise UserError(
+                f"the publish target {self.uri} is not writable: {type(exc).__name__}: {exc}", field="--publish"
+            ) from None
 
     def makedirs(self, folder: str) -> None:
         if folder not in self._dirs:
@@ -110,8 +111,11 @@ def _put_file(t: Target, local: Path, sha: str, size: int, stats: dict[str, int]
             dst.write(block)
     if h.hexdigest() != sha:
         t.fs.rm_file(tmp)
-        raise UserError(f"{local} changed since its stage's manifest was written (sha256 {h.hexdigest()[:12]}…, "
-                        f"manifest {sha[:12]}…); rebuild it", field="--publish")  # fmt: skip
+        raise UserError(
+            f"{local} changed since its stage's manifest was written (sha256 {h.hexdigest()[:12]}…, "
+            f"manifest {sha[:12]}…); rebuild it",
+            field="--publish",
+        )
     t.fs.mv(tmp, final)
     stats["uploaded"] += 1
     stats["uploaded_bytes"] += size
@@ -154,9 +158,13 @@ def publish(t: Target, entries: list[dict[str, Any]], say: Say = lambda _m: None
                 published[s["stage"], s["key"]] = _publish_stage(t, s["stage"], s["key"], Path(s["output"]), stats)
             rows.append(published[s["stage"], s["key"]])
         if rows:
-            index["recipes"][entry["id"]] = {"recipe": entry["recipe_file"], "overrides": entry["overrides"],
-                                             "status": entry["status"], "stages": rows,
-                                             "published": datetime.now(timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+            index["recipes"][entry["id"]] = {
+                "recipe": entry["recipe_file"],
+                "overrides": entry["overrides"],
+                "status": entry["status"],
+                "stages": rows,
+                "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
     index["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t.write_atomic(INDEX, (json.dumps(index, indent=1) + "\n").encode())
     return {"target": t.uri, "index": t.fs.unstrip_protocol(t.path(INDEX)), "stages": len(published), **stats}
@@ -173,8 +181,12 @@ def _publish_stage(t: Target, stage: str, key: str, folder: Path, stats: dict[st
     copy = t.path(f"stages/{stage}/{key}/{MANIFEST}")
     if not (t.fs.exists(copy) and _sha(t.fs.cat_file(copy)) == manifest_sha):
         t.write_atomic(f"stages/{stage}/{key}/{MANIFEST}", raw)
-    return {"stage": stage, "key": key, "manifest_sha256": manifest_sha,
-            "files": [{"path": f["path"], "bytes": f["bytes"], "sha256": f["sha256"]} for f in m.outputs]}
+    return {
+        "stage": stage,
+        "key": key,
+        "manifest_sha256": manifest_sha,
+        "files": [{"path": f["path"], "bytes": f["bytes"], "sha256": f["sha256"]} for f in m.outputs],
+    }
 
 
 def find_entry(index: dict[str, Any], recipe: str) -> tuple[str, dict[str, Any]]:
@@ -183,8 +195,9 @@ def find_entry(index: dict[str, Any], recipe: str) -> tuple[str, dict[str, Any]]
     if recipe in recipes:
         return recipe, recipes[recipe]
     norm = PurePosixPath(Path(recipe).as_posix())
-    hits = [k for k, v in recipes.items() if PurePosixPath(str(v.get("recipe"))) == norm] or \
-        [k for k, v in recipes.items() if PurePosixPath(str(v.get("recipe"))).name == norm.name]  # fmt: skip
+    hits = [k for k, v in recipes.items() if PurePosixPath(str(v.get("recipe"))) == norm] or [
+        k for k, v in recipes.items() if PurePosixPath(str(v.get("recipe"))).name == norm.name
+    ]
     if len(hits) == 1:
         return hits[0], recipes[hits[0]]
     shown = ", ".join(sorted(hits or recipes)[:8]) + (" …" if len(hits or recipes) > 8 else "")
@@ -194,11 +207,23 @@ def find_entry(index: dict[str, Any], recipe: str) -> tuple[str, dict[str, Any]]
 
 def checked_stage(stage: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     name, key, files = stage.get("stage"), stage.get("key"), stage.get("files")
-    if not (isinstance(name, str) and _STAGE.match(name) and isinstance(key, str) and _KEY.match(key)
-            and isinstance(files, list) and _SHA.match(str(stage.get("manifest_sha256")))):  # fmt: skip
+    if not (
+        isinstance(name, str)
+        and _STAGE.match(name)
+        and isinstance(key, str)
+        and _KEY.match(key)
+        and isinstance(files, list)
+        and _SHA.match(str(stage.get("manifest_sha256")))
+    ):
         raise UserError(f"the index holds a malformed stage entry: {str(stage)[:200]}")
     for f in files:
         p = PurePosixPath(str(f.get("path")))
-        if p.is_absolute() or ".." in p.parts or not p.parts or p.name == MANIFEST or not _SHA.match(str(f.get("sha256"))):
+        if (
+            p.is_absolute()
+            or ".." in p.parts
+            or not p.parts
+            or p.name == MANIFEST
+            or not _SHA.match(str(f.get("sha256")))
+        ):
             raise UserError(f"the index names an unsafe or malformed file for {name}/{key}: {str(f)[:200]}")
     return name, key, files

@@ -61,15 +61,29 @@ def pull(index_uri: str, recipe: str, cache_dir: str | Path, say: Say = lambda _
                 _fetch_file(t, f, tmp / f["path"], f"{name}/{key}/{f['path']}", index_uri)
             (tmp / MANIFEST).write_bytes(raw)
         store.touch(name, key)
-        rows.append({"stage": name, "key": key, "status": "restored", "files": len(files),
-                     "bytes": sum(int(f["bytes"]) for f in files), "output": str(folder)})  # fmt: skip
-    return {"index": index_uri, "entry": entry_id, "cache_dir": str(cache_dir), "stages": rows,
-            "keys_here": keys_here(entry, rows)}
+        rows.append(
+            {
+                "stage": name,
+                "key": key,
+                "status": "restored",
+                "files": len(files),
+                "bytes": sum(int(f["bytes"]) for f in files),
+                "output": str(folder),
+            }
+        )
+    return {
+        "index": index_uri,
+        "entry": entry_id,
+        "cache_dir": str(cache_dir),
+        "stages": rows,
+        "keys_here": keys_here(entry, rows),
+    }
 
 
 def _corrupt(display: str, index_uri: str, what: str) -> UserError:
-    return UserError(f"{display}: {what}; the published file is corrupted, nothing was installed for its stage",
-                     location=index_uri)
+    return UserError(
+        f"{display}: {what}; the published file is corrupted, nothing was installed for its stage", location=index_uri
+    )
 
 
 def _fetch_bytes(t: Target, sha: str, display: str, index_uri: str) -> bytes:
@@ -96,8 +110,11 @@ def _fetch_file(t: Target, f: dict[str, Any], dst: Path, display: str, index_uri
     except FileNotFoundError:
         raise _corrupt(display, index_uri, f"blob {blob_rel(sha)} is missing") from None
     if n != size or h.hexdigest() != sha:
-        raise _corrupt(display, index_uri, f"{n} bytes with sha256 {h.hexdigest()[:16]}…, the index says "
-                                           f"{size} bytes with {sha[:16]}…")  # fmt: skip
+        raise _corrupt(
+            display,
+            index_uri,
+            f"{n} bytes with sha256 {h.hexdigest()[:16]}…, the index says {size} bytes with {sha[:16]}…",
+        )
 
 
 def _same_outputs(raw: bytes, files: list[dict[str, Any]], name: str, key: str) -> None:

@@ -23,15 +23,36 @@ from builder.ci.gates import FORMAT, KIND
 MIB = 2**20
 
 
-def summary(spec_set: dict[str, Any], entries: list[dict[str, Any]], *, started: str, wall_s: float,
-            cache_dir: str, gates: dict[str, Any], checks: dict[str, Any], baseline: str | None) -> dict[str, Any]:  # fmt: skip
+def summary(
+    spec_set: dict[str, Any],
+    entries: list[dict[str, Any]],
+    *,
+    started: str,
+    wall_s: float,
+    cache_dir: str,
+    gates: dict[str, Any],
+    checks: dict[str, Any],
+    baseline: str | None,
+) -> dict[str, Any]:
     """The JSON summary (the next run's --baseline); `publish` is filled in after publishing."""
     counts = {s: sum(e["status"] == s for e in entries) for s in ("passed", "failed", "needs_gpu")}
     host = {"machine": platform.platform(), "cpus": os.cpu_count(), "commit": os.environ.get("GITHUB_SHA")}
-    return {"kind": KIND, "format": FORMAT, "trtspec": builder.__version__, "recipe_set": spec_set,
-            "started": started, "wall_s": round(wall_s, 3), "host": host, "cache_dir": cache_dir,
-            "gates_settings": gates, "checks_settings": checks, "baseline": baseline, "counts": counts,
-            "entries": entries, "publish": None}  # fmt: skip
+    return {
+        "kind": KIND,
+        "format": FORMAT,
+        "trtspec": builder.__version__,
+        "recipe_set": spec_set,
+        "started": started,
+        "wall_s": round(wall_s, 3),
+        "host": host,
+        "cache_dir": cache_dir,
+        "gates_settings": gates,
+        "checks_settings": checks,
+        "baseline": baseline,
+        "counts": counts,
+        "entries": entries,
+        "publish": None,
+    }
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -109,8 +130,20 @@ def _pct(fraction: Any) -> str:
 
 MARK = {"passed": "✓", "failed": "✗", "skipped": "·"}
 STATUS = {"passed": "✅ passed", "failed": "❌ failed", "needs_gpu": "⏭️ needs GPU"}
-COLUMNS = ("entry", "status", "stages built", "stages cached", "time (build + checks)", "engine", "checks",
-           "τ (method)", "tokens/CPU-s (× plain)", "FP8 Δppl", "FP8 agreement", "gates")
+COLUMNS = (
+    "entry",
+    "status",
+    "stages built",
+    "stages cached",
+    "time (build + checks)",
+    "engine",
+    "checks",
+    "τ (method)",
+    "tokens/CPU-s (× plain)",
+    "FP8 Δppl",
+    "FP8 agreement",
+    "gates",
+)
 
 
 def _row(e: dict[str, Any]) -> str:
@@ -124,27 +157,45 @@ def _row(e: dict[str, Any]) -> str:
     speed = "–" if tps is None else f"{tps:.0f} ({_num(acc.get('speed_ratio'), '.2f')}×)"
     checks = " ".join(f"{k} {MARK[c['status']]}" for k, c in e["checks"].items()) or "–"
     gates = ", ".join(f"{g['gate']} {MARK[g['status']]}" for g in e["gates"]) or "–"
-    cells = [f"`{e['id']}`", STATUS[e["status"]], built, cached, f"{e['build_s']:.1f} + {checks_s:.1f} s",
-             "–" if size is None else f"{size / MIB:.1f} MiB", checks, tau, speed, _num(fp8.get("delta_ppl"), "+.3f"),
-             _pct(fp8.get("token_agreement")), gates]  # fmt: skip
+    cells = [
+        f"`{e['id']}`",
+        STATUS[e["status"]],
+        built,
+        cached,
+        f"{e['build_s']:.1f} + {checks_s:.1f} s",
+        "–" if size is None else f"{size / MIB:.1f} MiB",
+        checks,
+        tau,
+        speed,
+        _num(fp8.get("delta_ppl"), "+.3f"),
+        _pct(fp8.get("token_agreement")),
+        gates,
+    ]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
 def _publish_line(pub: dict[str, Any]) -> str:
     if pub.get("error"):
         return f"**Published** to `{pub['target']}`: failed: {_cell(pub['error'])}"
-    return (f"**Published** to `{pub['target']}`: {pub['stages']} stages, {pub['uploaded']} files uploaded "
-            f"({pub['uploaded_bytes'] / MIB:.1f} MiB), {pub['skipped']} already there; index `{pub['index']}`")
+    return (
+        f"**Published** to `{pub['target']}`: {pub['stages']} stages, {pub['uploaded']} files uploaded "
+        f"({pub['uploaded_bytes'] / MIB:.1f} MiB), {pub['skipped']} already there; index `{pub['index']}`"
+    )
 
 
 def markdown(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     name = doc["recipe_set"]["name"] or "recipes named on the command line"
     base = f"baseline `{doc['baseline']}`" if doc["baseline"] else "no baseline"
-    lines = [f"## trtspec ci: {name}", "",
-             f"{c['passed']} passed, {c['failed']} failed, {c['needs_gpu']} need a GPU host · {doc['wall_s']:.1f} s · "
-             f"trtspec {doc['trtspec']} · {base}", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]  # fmt: skip
+    lines = [
+        f"## trtspec ci: {name}",
+        "",
+        f"{c['passed']} passed, {c['failed']} failed, {c['needs_gpu']} need a GPU host · {doc['wall_s']:.1f} s · "
+        f"trtspec {doc['trtspec']} · {base}",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     lines += [_row(e) for e in doc["entries"]]
     failed = [e for e in doc["entries"] if e["status"] == "failed"]
     if failed:

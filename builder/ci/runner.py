@@ -31,7 +31,9 @@ class EntryResult:
     reason: str = ""
     warnings: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)  # method, target, backend, quantized
-    stages: list[dict[str, Any]] = field(default_factory=list)  # stage, key, status (built|cached), seconds, bytes, output
+    stages: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # stage, key, status (built|cached), seconds, bytes, output
     stopped_at: str | None = None  # the stage that needs a GPU host
     build_s: float = 0.0
     checks: dict[str, CheckResult] = field(default_factory=dict)
@@ -43,11 +45,21 @@ class EntryResult:
             self.status, self.reason = FAILED_ENTRY, reason
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.entry.id, "recipe_file": self.entry.recipe, "overrides": list(self.entry.overrides),
-                "status": self.status, "reason": self.reason, "warnings": self.warnings, **self.recipe,
-                "stages": self.stages, "stopped_at": self.stopped_at, "build_s": round(self.build_s, 3),
-                "checks": {k: c.as_json() for k, c in self.checks.items()}, "gates": self.gates,
-                "traceback": self.traceback}  # fmt: skip
+        return {
+            "id": self.entry.id,
+            "recipe_file": self.entry.recipe,
+            "overrides": list(self.entry.overrides),
+            "status": self.status,
+            "reason": self.reason,
+            "warnings": self.warnings,
+            **self.recipe,
+            "stages": self.stages,
+            "stopped_at": self.stopped_at,
+            "build_s": round(self.build_s, 3),
+            "checks": {k: c.as_json() for k, c in self.checks.items()},
+            "gates": self.gates,
+            "traceback": self.traceback,
+        }
 
 
 def _load(entry: Entry) -> tuple[Any, list[str]]:
@@ -67,8 +79,9 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
 
 
-def run_entry(entry: Entry, cache_dir: Path, checks: Checks, say: Say = lambda _m: None,
-              memo: dict[str, Any] | None = None) -> EntryResult:  # fmt: skip
+def run_entry(
+    entry: Entry, cache_dir: Path, checks: Checks, say: Say = lambda _m: None, memo: dict[str, Any] | None = None
+) -> EntryResult:
     """Build and check one entry (module docstring); the result holds everything the reports show. `memo`:
     what checks may share between the entries of a run (the torch oracle's tokens)."""
     res = EntryResult(entry)
@@ -114,17 +127,28 @@ def _build(entry: Entry, cache_dir: Path, res: EntryResult, say: Say):
 
     loaded, res.warnings = _load(entry)
     r = loaded.recipe
-    res.recipe = {"method": r.speculative.method, "target": r.target.device, "backend": r.target.engine_backend,
-                  "quantized": r.quantization.mode != "none" or r.quantization.kv_cache != "model_dtype"}
+    res.recipe = {
+        "method": r.speculative.method,
+        "target": r.target.device,
+        "backend": r.target.engine_backend,
+        "quantized": r.quantization.mode != "none" or r.quantization.kv_cache != "model_dtype",
+    }
     memory = build_report(loaded, cache_dir)["memory"]
     if not memory["fits"]:
         raise UserError("memory plan: " + "; ".join(memory["problems"]))
     result = build(loaded, cache_dir, report=lambda stage, msg: say(f"{stage}: {msg}"))
     for run in result.runs:
         m = run.manifest
-        res.stages.append({"stage": run.name, "key": run.key, "status": "cached" if run.cached else "built",
-                           "seconds": None if m is None else m.wall_s, "bytes": None if m is None else m.total_bytes,
-                           "output": str(run.folder)})  # fmt: skip
+        res.stages.append(
+            {
+                "stage": run.name,
+                "key": run.key,
+                "status": "cached" if run.cached else "built",
+                "seconds": None if m is None else m.wall_s,
+                "bytes": None if m is None else m.total_bytes,
+                "output": str(run.folder),
+            }
+        )
     if result.stopped is not None:
         planned = [s.name for s in stages_for(loaded)]
         res.stopped_at = planned[len(result.runs)] if len(result.runs) < len(planned) else None

@@ -23,8 +23,15 @@ from builder.errors import UserError
 Progress = Callable[[str, str], None]  # (entry id, message)
 
 
-def run(spec: RunSpec, cache_dir: Path, *, baseline: dict[str, Any] | None = None, baseline_path: str | None = None,
-        target: Target | None = None, progress: Progress = lambda _e, _m: None) -> dict[str, Any]:  # fmt: skip
+def run(
+    spec: RunSpec,
+    cache_dir: Path,
+    *,
+    baseline: dict[str, Any] | None = None,
+    baseline_path: str | None = None,
+    target: Target | None = None,
+    progress: Progress = lambda _e, _m: None,
+) -> dict[str, Any]:
     """Build and check every entry, gate against `baseline`, publish to `target`; the summary document."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -37,8 +44,16 @@ def run(spec: RunSpec, cache_dir: Path, *, baseline: dict[str, Any] | None = Non
         progress(entry.id, f"{res.status}{': ' + res.reason if res.reason else ''} ({time.perf_counter() - t0:.1f} s)")
     if baseline is not None:
         apply_gates(entries, baseline, spec.gates)
-    doc = summary(recipe_set(spec), entries, started=started, wall_s=time.perf_counter() - t0, cache_dir=str(cache_dir),
-                  gates=spec.gates.model_dump(), checks=spec.checks.model_dump(), baseline=baseline_path)  # fmt: skip
+    doc = summary(
+        recipe_set(spec),
+        entries,
+        started=started,
+        wall_s=time.perf_counter() - t0,
+        cache_dir=str(cache_dir),
+        gates=spec.gates.model_dump(),
+        checks=spec.checks.model_dump(),
+        baseline=baseline_path,
+    )
     if target is not None:
         try:
             doc["publish"] = publish(target, entries, say=lambda m: progress("publish", m))

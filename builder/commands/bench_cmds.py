@@ -26,8 +26,10 @@ def _levels(text: str | None) -> tuple[int, ...] | None:
     except ValueError:
         levels = ()
     if not levels or any(c < 1 or c > 4096 for c in levels) or len(set(levels)) != len(levels):
-        raise UserError(f"--concurrency {text!r}: expected distinct levels 1..4096 separated by commas, e.g. 1,2,4",
-                        field="--concurrency")  # fmt: skip
+        raise UserError(
+            f"--concurrency {text!r}: expected distinct levels 1..4096 separated by commas, e.g. 1,2,4",
+            field="--concurrency",
+        )
     return levels
 
 
@@ -65,23 +67,73 @@ def _replace(tmp: Path, out: Path) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output folder [out/bench/<recipe stem>].")
 @click.option("--concurrency", help="Levels, e.g. 1,2,4 [the recipe's bench.concurrency].")
 @click.option("--input-len", type=click.IntRange(1, 1_000_000), help="Prompt tokens [bench.input_len].")
-@click.option("--output-len", type=click.IntRange(1, 1_000_000), help="Generated tokens per request [bench.output_len].")
-@click.option("--window-ms", type=click.IntRange(100, 3_600_000), help="perf_analyzer measurement window [bench.measurement_window_ms].")
-@click.option("--stability", default=1000.0, show_default=True, type=click.FloatRange(1, 1000),
-              help="perf_analyzer --stability-percentage; 1000 accepts the first windows (3 × window per run), "
-                   "10 asks for 3 windows within 10 % (a quiet machine).")
-@click.option("--max-trials", default=3, show_default=True, type=click.IntRange(3, 50), help="perf_analyzer --max-trials.")
-@click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 10_000), help="Distinct prompts (round-robin).")
-@click.option("--probes", default=3, show_default=True, type=click.IntRange(1, 100), help="Probe requests per mode before the sweep.")
-@click.option("--repeats", default=1, show_default=True, type=click.IntRange(1, 20),
-              help="perf_analyzer runs per level and mode, alternating the modes' order (A B B A …); "
-                   "throughputs averaged, each run kept in bench.json.")
+@click.option(
+    "--output-len", type=click.IntRange(1, 1_000_000), help="Generated tokens per request [bench.output_len]."
+)
+@click.option(
+    "--window-ms",
+    type=click.IntRange(100, 3_600_000),
+    help="perf_analyzer measurement window [bench.measurement_window_ms].",
+)
+@click.option(
+    "--stability",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(1, 1000),
+    help="perf_analyzer --stability-percentage; 1000 accepts the first windows (3 × window per run), "
+    "10 asks for 3 windows within 10 % (a quiet machine).",
+)
+@click.option(
+    "--max-trials", default=3, show_default=True, type=click.IntRange(3, 50), help="perf_analyzer --max-trials."
+)
+@click.option(
+    "--num-prompts",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Distinct prompts (round-robin).",
+)
+@click.option(
+    "--probes",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Probe requests per mode before the sweep.",
+)
+@click.option(
+    "--repeats",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="perf_analyzer runs per level and mode, alternating the modes' order (A B B A …); "
+    "throughputs averaged, each run kept in bench.json.",
+)
 @click.option("--genai-perf", "genai_perf", is_flag=True, help="Also run genai-perf 0.0.16 at the same levels.")
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="Build cache (when TARGET is a recipe).")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Build cache (when TARGET is a recipe).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No build progress or per-run lines.")
-def bench(target, overrides, out_dir, concurrency, input_len, output_len, window_ms, stability, max_trials, num_prompts,
-          probes, repeats, genai_perf, cache_dir, quiet):  # fmt: skip
+def bench(
+    target,
+    overrides,
+    out_dir,
+    concurrency,
+    input_len,
+    output_len,
+    window_ms,
+    stability,
+    max_trials,
+    num_prompts,
+    probes,
+    repeats,
+    genai_perf,
+    cache_dir,
+    quiet,
+):
     """Benchmark RECIPE (built first, cached) or REPO served by tritonserver: perf_analyzer over gRPC
     streaming at every concurrency level, the speculative method and a no-speculation baseline of the
     same engine in the same run.
@@ -91,8 +143,8 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
     throughput/latency/ttft/itl/tau PNG plots and report.md with the ratios speculative / baseline.
     """
     from builder.bench.serve_bench import run_bench
-    from builder.bench.serve_settings import BenchError, Settings
     from builder.bench.serve_report import table_lines, write_outputs
+    from builder.bench.serve_settings import BenchError, Settings
     from builder.recipe.schema import Bench
     from builder.serve.perf import find_perf_analyzer
     from builder.serve.server import ServerError, find_tritonserver, install_hint
@@ -101,7 +153,9 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
     if find_tritonserver() is None:
         raise UserError(install_hint())
     if find_perf_analyzer() is None:
-        raise UserError("perf_analyzer not found: install the serve extra (bash scripts/setup.sh; the tritonclient wheel)")
+        raise UserError(
+            "perf_analyzer not found: install the serve extra (bash scripts/setup.sh; the tritonclient wheel)"
+        )
     genai = None
     if genai_perf:
         from builder.bench.serve_genai import INSTALL_HINT, find_genai_perf, run_genai
@@ -111,11 +165,20 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
         genai = run_genai
     repo, info, section, base_dir, stem = _target(target, overrides, cache_dir, quiet)
     b = section or Bench()
-    settings = Settings(concurrency=levels or tuple(b.concurrency), input_len=input_len or b.input_len,
-                        output_len=output_len or b.output_len, prompt_source=b.prompt_source,
-                        window_ms=window_ms or b.measurement_window_ms, stability_percentage=stability,
-                        max_trials=max_trials, num_prompts=num_prompts, probes=probes, genai_perf=genai_perf,
-                        repeats=repeats, base_dir=str(base_dir))  # fmt: skip
+    settings = Settings(
+        concurrency=levels or tuple(b.concurrency),
+        input_len=input_len or b.input_len,
+        output_len=output_len or b.output_len,
+        prompt_source=b.prompt_source,
+        window_ms=window_ms or b.measurement_window_ms,
+        stability_percentage=stability,
+        max_trials=max_trials,
+        num_prompts=num_prompts,
+        probes=probes,
+        genai_perf=genai_perf,
+        repeats=repeats,
+        base_dir=str(base_dir),
+    )
     out = Path(out_dir) if out_dir else Path("out") / "bench" / stem
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -141,11 +204,15 @@ def bench(target, overrides, out_dir, concurrency, input_len, output_len, window
             signal.signal(sig, h)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    click.echo(f"{stem}: input {settings.input_len} tokens, output {settings.output_len} tokens, "
-               f"{len(settings.concurrency)} levels × 2 modes")
+    click.echo(
+        f"{stem}: input {settings.input_len} tokens, output {settings.output_len} tokens, "
+        f"{len(settings.concurrency)} levels × 2 modes"
+    )
     for line in table_lines(results):
         click.echo(line)
-    errors = sum(r["errors"] for r in results["levels"]) + sum(not p["token_counts_ok"] for p in results["probes"].values())
+    errors = sum(r["errors"] for r in results["levels"]) + sum(
+        not p["token_counts_ok"] for p in results["probes"].values()
+    )
     click.echo(f"errors: {errors}")
     click.echo(f"report: {out / 'report.md'} (bench.json, bench.csv, plots, raw/ beside it)")
     if errors:

@@ -41,15 +41,24 @@ class _Display:
 @click.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @set_option
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="Where stage outputs live (content-addressed: <cache>/<stage>/<key>/).")
-@click.option("--until", metavar="STAGE",
-              help="Stop after this stage (load, quantize, export, engine, repo; trtllm: checkpoint instead of export).")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where stage outputs live (content-addressed: <cache>/<stage>/<key>/).",
+)
+@click.option(
+    "--until",
+    metavar="STAGE",
+    help="Stop after this stage (load, quantize, export, engine, repo; trtllm: checkpoint instead of export).",
+)
 @click.option("--force", is_flag=True, help="Rebuild every stage even when its output is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors and the summary only).")
-def build(recipe: str, overrides: tuple[str, ...], cache_dir: str, until: str | None, force: bool, as_json: bool,
-          quiet: bool) -> None:  # fmt: skip
+def build(
+    recipe: str, overrides: tuple[str, ...], cache_dir: str, until: str | None, force: bool, as_json: bool, quiet: bool
+) -> None:
     """Build RECIPE's engines: every stage cached by content, atomic, locked, resumable.
 
     \b
@@ -73,8 +82,11 @@ def build(recipe: str, overrides: tuple[str, ...], cache_dir: str, until: str | 
         _print_summary(summary)
     if result.stopped is not None:
         resume = " ".join(["trtspec build", recipe, *(f"--set {o}" for o in overrides), f"--cache-dir {cache_dir}"])
-        click.echo(f"stopped: {result.stopped}. Built and cached: {', '.join(r.name for r in result.runs) or 'nothing'}. "
-                   f"Resume on a GPU host: {resume}", err=True)
+        click.echo(
+            f"stopped: {result.stopped}. Built and cached: {', '.join(r.name for r in result.runs) or 'nothing'}. "
+            f"Resume on a GPU host: {resume}",
+            err=True,
+        )
         sys.exit(EXIT_NEEDS_GPU)
 
 
@@ -82,11 +94,23 @@ def _summary(result, recipe: str, cache_dir: str) -> dict:
     stages = []
     for r in result.runs:
         m = r.manifest
-        stages.append({"stage": r.name, "status": "cached" if r.cached else "built", "key": r.key,
-                       "seconds": None if m is None else m.wall_s, "peak_rss_bytes": None if m is None else m.peak_rss_bytes,
-                       "bytes": None if m is None else m.total_bytes, "output": str(r.folder)})  # fmt: skip
-    return {"recipe": recipe, "cache_dir": cache_dir, "stages": stages,
-            "stopped": None if result.stopped is None else str(result.stopped)}  # fmt: skip
+        stages.append(
+            {
+                "stage": r.name,
+                "status": "cached" if r.cached else "built",
+                "key": r.key,
+                "seconds": None if m is None else m.wall_s,
+                "peak_rss_bytes": None if m is None else m.peak_rss_bytes,
+                "bytes": None if m is None else m.total_bytes,
+                "output": str(r.folder),
+            }
+        )
+    return {
+        "recipe": recipe,
+        "cache_dir": cache_dir,
+        "stages": stages,
+        "stopped": None if result.stopped is None else str(result.stopped),
+    }
 
 
 def _print_summary(summary: dict) -> None:
@@ -98,8 +122,14 @@ def _print_summary(summary: dict) -> None:
         table.add_column(col)
     mib = lambda n: "–" if n is None else f"{n / 2**20:,.1f} MiB"  # noqa: E731
     for s in summary["stages"]:
-        table.add_row(s["stage"], s["status"], "–" if s["seconds"] is None else f"{s['seconds']:.1f} s",
-                      mib(s["peak_rss_bytes"]), mib(s["bytes"]), s["output"])  # fmt: skip
+        table.add_row(
+            s["stage"],
+            s["status"],
+            "–" if s["seconds"] is None else f"{s['seconds']:.1f} s",
+            mib(s["peak_rss_bytes"]),
+            mib(s["bytes"]),
+            s["output"],
+        )
     if summary["stopped"]:
         table.add_row("…", "[yellow]needs a GPU host[/]", "", "", "", "")
     Console().print(table)

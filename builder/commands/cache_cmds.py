@@ -10,8 +10,13 @@ import click
 
 from builder.errors import UserError
 
-_CACHE = click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-                      help="The build cache (<cache>/<stage>/<key>/).")  # fmt: skip
+_CACHE = click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The build cache (<cache>/<stage>/<key>/).",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,28 +40,42 @@ def list_(cache_dir: str, as_json: bool) -> None:
     entries = by_lru(scan(cache_dir))
     total = unique_bytes(entries)
     if as_json:
-        click.echo(json.dumps({"cache_dir": cache_dir, "bytes": total, "entries": [_row(e) for e in entries]}, indent=2))
+        click.echo(
+            json.dumps({"cache_dir": cache_dir, "bytes": total, "entries": [_row(e) for e in entries]}, indent=2)
+        )
         return
     now = time.time()
     for e in entries:
         state = "damaged" if e.damaged else ""
-        click.echo(f"{e.stage:10s} {e.key:22s} {human(e.bytes):>10s}  used {_age(now - e.used):>7s} ago  "
-                   f"{state or e.what}")  # fmt: skip
-    click.echo(f"{len(entries)} entries, {human(total)} on disk in {cache_dir} (files shared by entries counted once; "
-               "files also linked from outside the cache not counted: pruning cannot free them)")  # fmt: skip
+        click.echo(
+            f"{e.stage:10s} {e.key:22s} {human(e.bytes):>10s}  used {_age(now - e.used):>7s} ago  {state or e.what}"
+        )
+    click.echo(
+        f"{len(entries)} entries, {human(total)} on disk in {cache_dir} (files shared by entries counted once; "
+        "files also linked from outside the cache not counted: pruning cannot free them)"
+    )
 
 
 @cache.command()
 @_CACHE
 @click.option("--older-than", metavar="AGE", help="Remove entries unused for longer than AGE (30m, 12h, 14d, 2w).")
-@click.option("--max-size", metavar="SIZE",
-              help="Then remove least recently used entries until the cache takes at most SIZE (500M, 20G, 1T).")
-@click.option("--stage", "stages", multiple=True, metavar="STAGE",
-              help="Only entries of this stage are candidates (repeatable): load, quantize, export, checkpoint, engine, repo.")
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Then remove least recently used entries until the cache takes at most SIZE (500M, 20G, 1T).",
+)
+@click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    metavar="STAGE",
+    help="Only entries of this stage are candidates (repeatable): load, quantize, export, checkpoint, engine, repo.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: tuple[str, ...], dry_run: bool,
-          as_json: bool) -> None:  # fmt: skip
+def prune(
+    cache_dir: str, older_than: str | None, max_size: str | None, stages: tuple[str, ...], dry_run: bool, as_json: bool
+) -> None:
     """Remove cache entries nobody uses: unused for longer than --older-than, then the least recently used
     beyond --max-size; damaged entries always.
 
@@ -68,8 +87,9 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
     from builder.stages.prune import ORDER, human, parse_age, parse_size, plan, remove, scan, unique_bytes
 
     if older_than is None and max_size is None:
-        raise UserError("say what to prune", field="--older-than / --max-size", allowed="--older-than AGE, "
-                        "--max-size SIZE, or both")  # fmt: skip
+        raise UserError(
+            "say what to prune", field="--older-than / --max-size", allowed="--older-than AGE, --max-size SIZE, or both"
+        )
     bad = [s for s in stages if s not in ORDER]
     if bad:
         raise UserError(f"unknown stage {bad[0]!r}", field="--stage", allowed=", ".join(ORDER))
@@ -86,8 +106,11 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
     else:  # entries in use are kept; under a size cap the next least recently used go in their place
         result = {"removed": [], "busy": []}
         while True:
-            step = remove(cache_dir, plan(scan(cache_dir), older_than=age, max_bytes=cap, stages=stages or None,
-                                          keep=result["busy"]), say)  # fmt: skip
+            step = remove(
+                cache_dir,
+                plan(scan(cache_dir), older_than=age, max_bytes=cap, stages=stages or None, keep=result["busy"]),
+                say,
+            )
             result["removed"] += step["removed"]
             result["busy"] += step["busy"]
             if cap is None or not step["busy"]:
@@ -96,19 +119,32 @@ def prune(cache_dir: str, older_than: str | None, max_size: str | None, stages: 
     kept = [e for e in entries if f"{e.stage}/{e.key}" not in gone]
     after = unique_bytes(kept)
     if as_json:
-        click.echo(json.dumps({"cache_dir": cache_dir, "dry_run": dry_run, "bytes_before": before, "bytes_after": after,
-                               **result}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {"cache_dir": cache_dir, "dry_run": dry_run, "bytes_before": before, "bytes_after": after, **result},
+                indent=2,
+            )
+        )
         return
     verb = "would free" if dry_run else "freed"
     busy = f"; {len(result['busy'])} in use, kept" if result["busy"] else ""
     n = len(result["would_remove"] if dry_run else result["removed"])
-    click.echo(f"{'would remove' if dry_run else 'removed'} {n} of {len(entries)} entries, {verb} "
-               f"{human(before - after)}: {human(after)} left{busy}")  # fmt: skip
+    click.echo(
+        f"{'would remove' if dry_run else 'removed'} {n} of {len(entries)} entries, {verb} "
+        f"{human(before - after)}: {human(after)} left{busy}"
+    )
 
 
 def _row(e) -> dict:  # noqa: ANN001 - a builder.stages.prune.Entry
-    return {"stage": e.stage, "key": e.key, "what": e.what, "bytes": e.bytes, "damaged": e.damaged, "created": e.created,
-            "last_used": datetime.fromtimestamp(e.used, timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    return {
+        "stage": e.stage,
+        "key": e.key,
+        "what": e.what,
+        "bytes": e.bytes,
+        "damaged": e.damaged,
+        "created": e.created,
+        "last_used": datetime.fromtimestamp(e.used, timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _age(seconds: float) -> str:

@@ -20,25 +20,60 @@ from builder.errors import UserError
 
 @click.command()
 @click.argument("recipes", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--matrix", type=click.Path(dir_okay=False),
-              help="Matrix file: recipes × --set variants, gates, checks (the shipped ones are in recipes/ci/). "
-              "RECIPES, if given, replace its recipes.")
+@click.option(
+    "--matrix",
+    type=click.Path(dir_okay=False),
+    help="Matrix file: recipes × --set variants, gates, checks (the shipped ones are in recipes/ci/). "
+    "RECIPES, if given, replace its recipes.",
+)
 @set_option
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="The build cache (<cache>/<stage>/<key>/): unchanged stages are reused.")
-@click.option("--publish", "publish_to", metavar="DIR|URI",
-              help="Publish every built stage and an index there: a folder or an fsspec URI (memory://, s3://, gs://).")
-@click.option("--baseline", type=click.Path(dir_okay=False),
-              help="A previous run's --json summary of the same recipe set: fail on a τ, speed-ratio or FP8 regression.")
-@click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here (one test case per recipe × check).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the JSON summary here (the next --baseline).")
-@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False),
-              help="Write the markdown summary here (also printed), e.g. for $GITHUB_STEP_SUMMARY.")
-@click.option("--list", "list_only", is_flag=True, help="Print the entries (id and recipe file, tab-separated) and exit.")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The build cache (<cache>/<stage>/<key>/): unchanged stages are reused.",
+)
+@click.option(
+    "--publish",
+    "publish_to",
+    metavar="DIR|URI",
+    help="Publish every built stage and an index there: a folder or an fsspec URI (memory://, s3://, gs://).",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False),
+    help="A previous run's --json summary of the same recipe set: fail on a τ, speed-ratio or FP8 regression.",
+)
+@click.option(
+    "--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here (one test case per recipe × check)."
+)
+@click.option(
+    "--json", "json_out", type=click.Path(dir_okay=False), help="Write the JSON summary here (the next --baseline)."
+)
+@click.option(
+    "--markdown",
+    "markdown_out",
+    type=click.Path(dir_okay=False),
+    help="Write the markdown summary here (also printed), e.g. for $GITHUB_STEP_SUMMARY.",
+)
+@click.option(
+    "--list", "list_only", is_flag=True, help="Print the entries (id and recipe file, tab-separated) and exit."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
-def ci(recipes: tuple[str, ...], matrix: str | None, overrides: tuple[str, ...], cache_dir: str, publish_to: str | None,
-       baseline: str | None, junit: str | None, json_out: str | None, markdown_out: str | None, list_only: bool,
-       quiet: bool) -> None:  # fmt: skip
+def ci(
+    recipes: tuple[str, ...],
+    matrix: str | None,
+    overrides: tuple[str, ...],
+    cache_dir: str,
+    publish_to: str | None,
+    baseline: str | None,
+    junit: str | None,
+    json_out: str | None,
+    markdown_out: str | None,
+    list_only: bool,
+    quiet: bool,
+) -> None:
     """Build, check and gate RECIPES (or a --matrix), then publish: what a CI job runs.
 
     \b
@@ -47,7 +82,8 @@ def ci(recipes: tuple[str, ...], matrix: str | None, overrides: tuple[str, ...],
     tokens = the oracle), acceptance and speed (τ, tokens/s against plain decoding), FP8 quality.
     Exit 0: passed (or needs GPU); 1: a recipe failed (the others still ran); 2: bad input.
     """
-    from builder.ci import gates, matrix as mx, report, session
+    from builder.ci import gates, report, session
+    from builder.ci import matrix as mx
     from builder.ci.publish import Target
 
     if not recipes and not matrix:
@@ -83,8 +119,13 @@ def ci(recipes: tuple[str, ...], matrix: str | None, overrides: tuple[str, ...],
 @click.command()
 @click.argument("index", metavar="INDEX")
 @click.argument("recipe", metavar="RECIPE")
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="The build cache to restore into.")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The build cache to restore into.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def pull(index: str, recipe: str, cache_dir: str, as_json: bool) -> None:
     """Restore RECIPE's published stages from INDEX into the build cache, every file's sha256 checked.
@@ -107,6 +148,9 @@ def pull(index: str, recipe: str, cache_dir: str, as_json: bool) -> None:
         click.echo(f"(could not plan {rep['entry']} here: {here['reason']})")
     else:
         differ = [s for s, same in here["same"].items() if not same]
-        click.echo("a build here finds every pulled stage cached" if not differ else
-                   f"a build here plans other keys for {', '.join(differ)} (checkpoint files, tool versions or GPU "
-                   "differ from the publishing host): those stages and the ones after them would be rebuilt")  # fmt: skip
+        click.echo(
+            "a build here finds every pulled stage cached"
+            if not differ
+            else f"a build here plans other keys for {', '.join(differ)} (checkpoint files, tool versions or GPU "
+            "differ from the publishing host): those stages and the ones after them would be rebuilt"
+        )

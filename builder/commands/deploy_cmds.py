@@ -33,15 +33,27 @@ DEPLOY_INFO = "deploy.json"
 @click.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @set_option
-@click.option("--out", "-o", type=click.Path(file_okay=False), help="Bundle folder (default: out/deploy/<recipe name>).")
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="The build cache (stages up to the checkpoint are built or reused there).")
-@click.option("--engine-path", default=None, metavar="PATH",
-              help="The engine folder as the server sees it (gpt_model_path); default /trtspec/engine, where "
-              "docker-run.sh and k8s.yaml mount <out>/engine.")
+@click.option(
+    "--out", "-o", type=click.Path(file_okay=False), help="Bundle folder (default: out/deploy/<recipe name>)."
+)
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The build cache (stages up to the checkpoint are built or reused there).",
+)
+@click.option(
+    "--engine-path",
+    default=None,
+    metavar="PATH",
+    help="The engine folder as the server sees it (gpt_model_path); default /trtspec/engine, where "
+    "docker-run.sh and k8s.yaml mount <out>/engine.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def deploy(recipe: str, overrides: tuple[str, ...], out: str | None, cache_dir: str, engine_path: str | None,
-           quiet: bool) -> None:  # fmt: skip
+def deploy(
+    recipe: str, overrides: tuple[str, ...], out: str | None, cache_dir: str, engine_path: str | None, quiet: bool
+) -> None:
     """Write the TensorRT-LLM deployment bundle of RECIPE (target.backend: trtllm).
 
     \b
@@ -56,8 +68,12 @@ def deploy(recipe: str, overrides: tuple[str, ...], out: str | None, cache_dir: 
     echo_warnings(findings, loaded)
     r = loaded.recipe
     if r.target.engine_backend != "trtllm":
-        raise UserError(f"deploy writes TensorRT-LLM bundles; this recipe's backend is {r.target.engine_backend} "
-                        "(serve it with `trtspec serve`)", field="target.backend", allowed="trtllm")  # fmt: skip
+        raise UserError(
+            f"deploy writes TensorRT-LLM bundles; this recipe's backend is {r.target.engine_backend} "
+            "(serve it with `trtspec serve`)",
+            field="target.backend",
+            allowed="trtllm",
+        )
     result = run_build(loaded, cache_dir, until="checkpoint", report=_Display(quiet))
     dest = Path(out) if out else Path("out/deploy") / Path(recipe).stem
     info = _write(loaded, result, Path(cache_dir), dest, engine_path)
@@ -102,8 +118,12 @@ def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None)
                 link_or_copy(f, tmp / "engine" / f.relative_to(engine))
         settings = repo_settings(loaded, engine_dir=engine_path or MOUNTS["engine"])
         repo = render_repository(tmp / "repository", settings, Path(source["tokenizer"]))
-        host = HostPaths(repository=dest / "repository", engine=dest / "engine", checkpoint=dest / "checkpoint",
-                         tokenizer=tmp / "repository" / settings.tokenizer_dir)  # fmt: skip
+        host = HostPaths(
+            repository=dest / "repository",
+            engine=dest / "engine",
+            checkpoint=dest / "checkpoint",
+            tokenizer=tmp / "repository" / settings.tokenizer_dir,
+        )
         write_bundle(r, tmp / "bundle", host, prompts=_prompts(loaded), ensemble=settings.model_name)
         cmd = build_command(r, "$HERE/../checkpoint", "$HERE/../engine", tree_dir=loaded.dir_of(tree_field(r)))
         write_build_script(cmd, tmp / "bundle")
@@ -139,20 +159,38 @@ def _prompts(loaded) -> list[str]:
 def _info(loaded, result, engine_included: bool, repo: dict, cmd, dest: Path) -> dict:
     r = loaded.recipe
     world = r.parallelism.tp * r.parallelism.pp
-    steps = [] if engine_included else [
-        f"build, on the GPU host: bash {dest}/bundle/docker-run.sh build   (runs bundle/build.sh in {r.trtllm.image}: "
-        f"trtllm-build, then the engine lock {dest}/engine/engine.json)"]
-    steps += [f"serve: bash {dest}/bundle/docker-run.sh   (or kubectl apply -f {dest}/bundle/k8s.yaml; inside the "
-              "container: bash bundle/launch.sh; it checks engine.json first, file hashes once per host: "
-              "VERIFY_HASHES=once|always|never)", f"measure: bash {dest}/bundle/bench.sh"]
+    steps = (
+        []
+        if engine_included
+        else [
+            f"build, on the GPU host: bash {dest}/bundle/docker-run.sh build   (runs bundle/build.sh in {r.trtllm.image}: "
+            f"trtllm-build, then the engine lock {dest}/engine/engine.json)"
+        ]
+    )
+    steps += [
+        f"serve: bash {dest}/bundle/docker-run.sh   (or kubectl apply -f {dest}/bundle/k8s.yaml; inside the "
+        "container: bash bundle/launch.sh; it checks engine.json first, file hashes once per host: "
+        "VERIFY_HASHES=once|always|never)",
+        f"measure: bash {dest}/bundle/bench.sh",
+    ]
     return {
-        "recipe": str(loaded.path), "backend": "trtllm", "tensorrt_llm": r.trtllm.version,
-        "tensorrt": r.trtllm.release.tensorrt, "container": r.trtllm.image, "device": r.target.device,
-        "tp": r.parallelism.tp, "pp": r.parallelism.pp, "world_size": world, "method": r.speculative.method,
-        "stages": {run.name: run.key for run in result.runs}, "engine_included": engine_included,
-        "ensemble": repo["ensemble"], "decoding_mode": repo["decoding_mode"], "build": cmd.manifest(),
+        "recipe": str(loaded.path),
+        "backend": "trtllm",
+        "tensorrt_llm": r.trtllm.version,
+        "tensorrt": r.trtllm.release.tensorrt,
+        "container": r.trtllm.image,
+        "device": r.target.device,
+        "tp": r.parallelism.tp,
+        "pp": r.parallelism.pp,
+        "world_size": world,
+        "method": r.speculative.method,
+        "stages": {run.name: run.key for run in result.runs},
+        "engine_included": engine_included,
+        "ensemble": repo["ensemble"],
+        "decoding_mode": repo["decoding_mode"],
+        "build": cmd.manifest(),
         "next_steps": steps,
-    }  # fmt: skip
+    }
 
 
 def _readme(loaded, info: dict) -> str:
@@ -161,14 +199,17 @@ def _readme(loaded, info: dict) -> str:
         f"# {info['ensemble']}: {r.speculative.method} on TensorRT-LLM {info['tensorrt_llm']} "
         f"({info['world_size']} × {r.target.device}, tp={info['tp']}, pp={info['pp']})",
         "",
-        f"Written by `trtspec deploy {loaded.path}`. Container: `{info['container']}` "
-        f"(TensorRT {info['tensorrt']}).",
+        f"Written by `trtspec deploy {loaded.path}`. Container: `{info['container']}` (TensorRT {info['tensorrt']}).",
         "",
         "- `checkpoint/`: the TensorRT-LLM checkpoint (config.json, rank{N}.safetensors)",
-        "- `engine/`: " + ("the engine built on this host, with its lock engine.json" if info["engine_included"] else
-                           "written by `bundle/build.sh` (trtllm-build, each flag's recipe field commented, then the "
-                           "lock engine.json: versions, GPU, every file's sha256); `bundle/docker-run.sh build` runs "
-                           "it in the pinned container"),
+        "- `engine/`: "
+        + (
+            "the engine built on this host, with its lock engine.json"
+            if info["engine_included"]
+            else "written by `bundle/build.sh` (trtllm-build, each flag's recipe field commented, then the "
+            "lock engine.json: versions, GPU, every file's sha256); `bundle/docker-run.sh build` runs "
+            "it in the pinned container"
+        ),
         "- `repository/`: the inflight_batcher_llm model repository (gpt_model_path = the engine as the server sees it)",
         "- `bundle/`: launch.sh (engine lock check, then mpirun with one tritonserver per rank), docker-run.sh "
         "(`build` or serve; launch.sh's and build.sh's settings set in the environment are passed in), k8s.yaml, "
@@ -177,5 +218,5 @@ def _readme(loaded, info: dict) -> str:
         "Steps:",
         *[f"1. `{s}`" for s in info["next_steps"]],
         "",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)

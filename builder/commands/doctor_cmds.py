@@ -32,11 +32,19 @@ PROBE_TIMEOUT_S = 120.0
 
 # what the doctor reports: label -> distribution names (the first installed one counts)
 DISTS = {
-    "numpy": ("numpy",), "torch": ("torch",), "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
-    "tensorrt_llm": ("tensorrt-llm",), "onnx": ("onnx",), "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-    "modelopt": ("nvidia-modelopt",), "transformers": ("transformers",), "safetensors": ("safetensors",),
-    "triton": ("triton", "pytorch-triton"), "tritonclient": ("tritonclient",), "pydantic": ("pydantic",),
-}  # fmt: skip
+    "numpy": ("numpy",),
+    "torch": ("torch",),
+    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
+    "tensorrt_llm": ("tensorrt-llm",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "modelopt": ("nvidia-modelopt",),
+    "transformers": ("transformers",),
+    "safetensors": ("safetensors",),
+    "triton": ("triton", "pytorch-triton"),
+    "tritonclient": ("tritonclient",),
+    "pydantic": ("pydantic",),
+}
 MODULES = {"tensorrt_llm": "tensorrt_llm", "tensorrt": "tensorrt", "triton": "triton", "torch": "torch"}
 
 # child-interpreter probes: print one JSON line; an exception is reported, not raised
@@ -128,7 +136,7 @@ def probe(code: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[dict | None, str
 
 
 def declared_ranges() -> dict[str, str]:
-    """"extra:dist" -> specifier for every requirement of trtspec's extras ("core:dist" for the core)."""
+    """ "extra:dist" -> specifier for every requirement of trtspec's extras ("core:dist" for the core)."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -192,19 +200,24 @@ def read_host() -> Host:
     backend = binary.resolve().parent.parent / "backends" / "tensorrtllm" if binary else None
     perf = find_perf_analyzer()
     return Host(
-        python=platform.python_version(), versions=versions, gpus=gpus_here(), **facts,
+        python=platform.python_version(),
+        versions=versions,
+        gpus=gpus_here(),
+        **facts,
         tritonserver=str(binary) if binary else None,
         tensorrtllm_backend=str(backend) if backend and backend.is_dir() else None,
-        perf_analyzer=str(perf) if perf else None, trtllm_build=shutil.which("trtllm-build"),
-        ranges=declared_ranges(), releases=tuple(RELEASES),
-    )  # fmt: skip
+        perf_analyzer=str(perf) if perf else None,
+        trtllm_build=shutil.which("trtllm-build"),
+        ranges=declared_ranges(),
+        releases=tuple(RELEASES),
+    )
 
 
 # -- judging it --------------------------------------------------------------------------------------------
 
 
 def _outside(host: Host, key: str, label: str) -> str | None:
-    """"<dist> X outside <extra>'s RANGE" when the installed version misses the extra's range."""
+    """ "<dist> X outside <extra>'s RANGE" when the installed version misses the extra's range."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
@@ -269,13 +282,16 @@ def judge(host: Host) -> dict[str, dict[str, list[str]]]:
             "serve": server + _tensorrt(host) + _cuda(host),
         },
         "trtllm": {
-            "build": stages + _trtllm(host) + ([] if host.trtllm_build else ["trtllm-build not on PATH"])
+            "build": stages
+            + _trtllm(host)
+            + ([] if host.trtllm_build else ["trtllm-build not on PATH"])
             + ([] if host.gpus else ["no GPU (nvidia-smi lists none)"]),
-            "serve": server + _trtllm(host)
+            "serve": server
+            + _trtllm(host)
             + ([] if host.tensorrtllm_backend or not host.tritonserver else ["tritonserver has no tensorrtllm backend"])
             + ([] if host.gpus else ["no GPU (nvidia-smi lists none)"]),
         },
-    }  # fmt: skip
+    }
     modelopt = _need(host, "modelopt") or [w for w in [_outside(host, "cpu:nvidia-modelopt", "modelopt")] if w]
     out["quantize"] = {"build": _torch(host) + _need(host, "transformers") + modelopt}
     return out
@@ -298,17 +314,31 @@ def _rows(host: Host) -> list[tuple[str, str]]:
         cuda = f"CUDA {host.torch_cuda}, {'available' if host.cuda_available else 'not available'}"
         torch = f"{v['torch']} ({cuda if host.torch_cuda else 'CPU build'})"
     gpus = ", ".join(f"{name} (sm{cc[0]}{cc[1]})" for name, cc in host.gpus) or "none (nvidia-smi lists none)"
-    trt = ver("tensorrt") if not host.tensorrt_error else f"{v['tensorrt'] or '?'} (import fails: {host.tensorrt_error})"
+    trt = (
+        ver("tensorrt") if not host.tensorrt_error else f"{v['tensorrt'] or '?'} (import fails: {host.tensorrt_error})"
+    )
     trtllm = ver("tensorrt_llm") + (f", trtllm-build {host.trtllm_build}" if host.trtllm_build else ", no trtllm-build")
     server = host.tritonserver or "not found"
     if host.tritonserver:
         server += " (tensorrtllm backend)" if host.tensorrtllm_backend else ""
-    modelopt = ver("modelopt", f" (quantize supports {host.ranges['cpu:nvidia-modelopt']})"
-                   if host.ranges.get("cpu:nvidia-modelopt") else "")  # fmt: skip
-    return [("Python", host.python), ("NumPy", ver("numpy")), ("torch", torch), ("GPUs", gpus), ("TensorRT", trt),
-            ("TensorRT-LLM", trtllm), ("tritonserver", server), ("perf_analyzer", host.perf_analyzer or "not found"),
-            ("onnxruntime", ver("onnxruntime")), ("modelopt", modelopt), ("transformers", ver("transformers")),
-            ("triton (kernels)", ver("triton"))]  # fmt: skip
+    modelopt = ver(
+        "modelopt",
+        f" (quantize supports {host.ranges['cpu:nvidia-modelopt']})" if host.ranges.get("cpu:nvidia-modelopt") else "",
+    )
+    return [
+        ("Python", host.python),
+        ("NumPy", ver("numpy")),
+        ("torch", torch),
+        ("GPUs", gpus),
+        ("TensorRT", trt),
+        ("TensorRT-LLM", trtllm),
+        ("tritonserver", server),
+        ("perf_analyzer", host.perf_analyzer or "not found"),
+        ("onnxruntime", ver("onnxruntime")),
+        ("modelopt", modelopt),
+        ("transformers", ver("transformers")),
+        ("triton (kernels)", ver("triton")),
+    ]
 
 
 def _verdict(reasons: list[str]) -> str:
@@ -323,8 +353,10 @@ def doctor(as_json: bool) -> None:
     host = read_host()
     verdicts = judge(host)
     if as_json:
-        doc = {"host": asdict(host), "backends": {b: {k: {"ok": not r, "why": r} for k, r in v.items()}
-                                                  for b, v in verdicts.items()}}  # fmt: skip
+        doc = {
+            "host": asdict(host),
+            "backends": {b: {k: {"ok": not r, "why": r} for k, r in v.items()} for b, v in verdicts.items()},
+        }
         click.echo(json.dumps(doc, indent=2))
         return
     for label, value in _rows(host):
@@ -336,5 +368,6 @@ def doctor(as_json: bool) -> None:
     where = "on the GPU" if host.gpus and host.cuda_available else "on the CPU in fp32 (small models only)"
     quantize = verdicts["quantize"]["build"]
     click.echo(f"{'FP8 PTQ':12s} {'yes, ' + where if not quantize else _verdict(quantize)}")
-    click.echo(f"{'deploy':12s} yes: `trtspec deploy` writes a TensorRT-LLM bundle anywhere; it builds in the "
-               "pinned container")  # fmt: skip
+    click.echo(
+        f"{'deploy':12s} yes: `trtspec deploy` writes a TensorRT-LLM bundle anywhere; it builds in the pinned container"
+    )

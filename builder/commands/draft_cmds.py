@@ -35,8 +35,11 @@ def _kind_of(folder: Path) -> str:
         return "model"
     if pickle_to_read(folder, EAGLE) is not None:
         return "eagle-or-model"
-    raise UserError("nothing to convert: no medusa_lm_head.pt, pytorch_model.bin or pytorch_model.bin.index.json "
-                    "without a safetensors file beside it", location=str(folder))  # fmt: skip
+    raise UserError(
+        "nothing to convert: no medusa_lm_head.pt, pytorch_model.bin or pytorch_model.bin.index.json "
+        "without a safetensors file beside it",
+        location=str(folder),
+    )
 
 
 def _check(kind: str):
@@ -76,8 +79,12 @@ def _from_recipe(recipe: str, overrides: tuple[str, ...], model: bool) -> tuple[
         section, text, kind, allowed = "model", r.model.checkpoint, "model", r.model.allow_pickle
     else:
         if r.speculative.method not in ("medusa", "eagle"):
-            raise UserError(f"speculative.method {r.speculative.method} has no draft checkpoint; pass --model to "
-                            "convert the target", field="speculative.method", allowed="medusa, eagle")  # fmt: skip
+            raise UserError(
+                f"speculative.method {r.speculative.method} has no draft checkpoint; pass --model to "
+                "convert the target",
+                field="speculative.method",
+                allowed="medusa, eagle",
+            )
         s = r.speculative
         section, text, kind, allowed = "speculative", s.checkpoint, s.method, s.allow_pickle
     parts = Parts(loaded, "none")
@@ -90,14 +97,31 @@ def _from_recipe(recipe: str, overrides: tuple[str, ...], model: bool) -> tuple[
 
 @click.command("convert-draft")
 @click.argument("recipe_or_dir", type=click.Path(exists=True))
-@click.option("--out", type=click.Path(file_okay=False), help="The new folder (must not exist). Default: "
-              "<checkpoint>-safetensors beside a local checkpoint, in the current folder for a hub one.")
-@click.option("--allow-pickle", is_flag=True, help="Read the pickle (torch.load(weights_only=True)); a RECIPE's own "
-              "model.allow_pickle / speculative.allow_pickle does the same.")
-@click.option("--model", "convert_model", is_flag=True, help="With a RECIPE: convert its model.checkpoint instead of "
-              "its speculative.checkpoint.")
-@click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
-              help="With a DIR: what it holds (auto: from the file names, and the keys for pytorch_model.bin).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="The new folder (must not exist). Default: "
+    "<checkpoint>-safetensors beside a local checkpoint, in the current folder for a hub one.",
+)
+@click.option(
+    "--allow-pickle",
+    is_flag=True,
+    help="Read the pickle (torch.load(weights_only=True)); a RECIPE's own "
+    "model.allow_pickle / speculative.allow_pickle does the same.",
+)
+@click.option(
+    "--model",
+    "convert_model",
+    is_flag=True,
+    help="With a RECIPE: convert its model.checkpoint instead of its speculative.checkpoint.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default="auto",
+    show_default=True,
+    help="With a DIR: what it holds (auto: from the file names, and the keys for pytorch_model.bin).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
 @set_option
 def convert_draft(recipe_or_dir, out, allow_pickle, convert_model, kind, as_json, overrides):
@@ -114,8 +138,11 @@ def convert_draft(recipe_or_dir, out, allow_pickle, convert_model, kind, as_json
         default = src.resolve().parent / f"{src.resolve().name}-safetensors"
     else:
         if kind != "auto":
-            raise UserError("--kind applies to a checkpoint folder; a RECIPE says what its checkpoints are",
-                            field="--kind", allowed="auto")  # fmt: skip
+            raise UserError(
+                "--kind applies to a checkpoint folder; a RECIPE says what its checkpoints are",
+                field="--kind",
+                allowed="auto",
+            )
         src, kind, allowed, field, default = _from_recipe(recipe_or_dir, overrides, convert_model)
         opt_in, allowed = (field, allowed) if not allow_pickle else ("--allow-pickle", True)
     layout = LAYOUTS["eagle" if kind == "eagle-or-model" else kind]
@@ -125,6 +152,7 @@ def convert_draft(recipe_or_dir, out, allow_pickle, convert_model, kind, as_json
         click.echo(json.dumps(facts, indent=2))
         return
     click.echo(f"read {facts['from']} (torch.load(weights_only=True), {facts['tensors']} tensors)")
-    click.echo(f"wrote {dst}: {', '.join(facts['written'])}" + (f" + {', '.join(facts['copied'])}" if facts["copied"]
-                                                                else ""))  # fmt: skip
+    click.echo(
+        f"wrote {dst}: {', '.join(facts['written'])}" + (f" + {', '.join(facts['copied'])}" if facts["copied"] else "")
+    )
     click.echo("it loads without the pickle opt-in: point the recipe's checkpoint at it")

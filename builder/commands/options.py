@@ -13,7 +13,10 @@ from builder.recipe.loader import LoadedRecipe, RecipeErrors, load_recipe
 
 def set_option(fn: Callable) -> Callable:
     return click.option(
-        "--set", "overrides", multiple=True, metavar="PATH=VALUE",
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="PATH=VALUE",
         help="Override a recipe field, typed through the schema (e.g. --set build.max_batch_size=16). Repeatable.",
     )(fn)
 

@@ -41,8 +41,13 @@ def validate(recipes: tuple[str, ...], overrides: tuple[str, ...], show: bool, s
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="Where stage outputs live (used to report cache hits).")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where stage outputs live (used to report cache hits).",
+)
 def plan(recipe: str, overrides: tuple[str, ...], as_json: bool, cache_dir: str) -> None:
     """Show the build stages (inputs, outputs, cache keys) and the memory plan per GPU rank.
 

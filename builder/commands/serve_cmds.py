@@ -23,9 +23,13 @@ def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, q
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
     if loaded.recipe.target.engine_backend == "trtllm":
-        raise UserError("a trtllm recipe is served by TensorRT-LLM's own Triton backend inside NVIDIA's container: "
-                        f"`trtspec deploy {recipe}` writes the repository and bundle/launch.sh, docker-run.sh and "
-                        "k8s.yaml for it", field="target.backend", allowed="onnxruntime, tensorrt")  # fmt: skip
+        raise UserError(
+            "a trtllm recipe is served by TensorRT-LLM's own Triton backend inside NVIDIA's container: "
+            f"`trtspec deploy {recipe}` writes the repository and bundle/launch.sh, docker-run.sh and "
+            "k8s.yaml for it",
+            field="target.backend",
+            allowed="onnxruntime, tensorrt",
+        )
     result = build(loaded, cache_dir, until="repo", report=_Display(quiet))
     if result.stopped is not None:
         click.echo(f"stopped: {result.stopped}; build the recipe on a GPU host first", err=True)
@@ -48,9 +52,11 @@ def _warn_stale(repo: Path) -> None:
     info = json.loads((repo / INFO).read_text(encoding="utf-8"))
     found = stale(repo / info["ensemble"] / "1" / FOLDER)
     if found:
-        click.echo(f"warning: the cached repository {repo} runs other code than this source tree ({_first(found)}); "
-                   "serving it as it is — rebuild with `trtspec build RECIPE --force` to serve this tree's code",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"warning: the cached repository {repo} runs other code than this source tree ({_first(found)}); "
+            "serving it as it is — rebuild with `trtspec build RECIPE --force` to serve this tree's code",
+            err=True,
+        )
 
 
 def _check_repo(repo: Path) -> dict:
@@ -61,31 +67,53 @@ def _check_repo(repo: Path) -> dict:
 
     info_path = repo / INFO
     if not info_path.is_file():
-        raise UserError(f"{repo} is not a trtspec model repository (no {INFO}); pass a recipe or a repository "
-                        "that `trtspec build` wrote", field="REPO")  # fmt: skip
+        raise UserError(
+            f"{repo} is not a trtspec model repository (no {INFO}); pass a recipe or a repository "
+            "that `trtspec build` wrote",
+            field="REPO",
+        )
     info = json.loads(info_path.read_text(encoding="utf-8"))
     found: list[str] = []
     for name in info["models"]:
         found += problems(repo / name / "1" / FOLDER)
     if found:
-        raise UserError(f"the repository's runtime is incomplete or was edited ({_first(found)}): rebuild it "
-                        "(trtspec build RECIPE --force)", field="REPO")  # fmt: skip
+        raise UserError(
+            f"the repository's runtime is incomplete or was edited ({_first(found)}): rebuild it "
+            "(trtspec build RECIPE --force)",
+            field="REPO",
+        )
     return info
 
 
 @click.command()
 @click.argument("target", metavar="REPO|RECIPE", type=click.Path(exists=True))
 @set_option
-@click.option("--cache-dir", default=".trtspec-cache", show_default=True, type=click.Path(file_okay=False),
-              help="Build cache (when TARGET is a recipe).")
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Build cache (when TARGET is a recipe).",
+)
 @click.option("--host", default=None, help="Address to bind [the recipe's triton.bind_address, else 127.0.0.1].")
 @click.option("--http-port", type=click.IntRange(1, 65535), help="[recipe triton.ports.http, else 8000]")
 @click.option("--grpc-port", type=click.IntRange(1, 65535), help="[recipe triton.ports.grpc, else 8001]")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), help="[recipe triton.ports.metrics, else 8002]")
-@click.option("--timeout", default=180.0, show_default=True, type=click.FloatRange(1, 3600),
-              help="Seconds to wait for the server (and every model) to be ready.")
-@click.option("--log-verbose", default=0, show_default=True, type=click.IntRange(0, 3), help="tritonserver --log-verbose.")
-@click.option("--workdir", type=click.Path(file_okay=False), help="Keep the server's backends and log here (default: a temp folder).")
+@click.option(
+    "--timeout",
+    default=180.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="Seconds to wait for the server (and every model) to be ready.",
+)
+@click.option(
+    "--log-verbose", default=0, show_default=True, type=click.IntRange(0, 3), help="tritonserver --log-verbose."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Keep the server's backends and log here (default: a temp folder).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No build progress lines.")
 def serve(target, overrides, cache_dir, host, http_port, grpc_port, metrics_port, timeout, log_verbose, workdir, quiet):
     """Serve REPO (a repository `trtspec build` wrote) or RECIPE (built first, cached) with tritonserver.
@@ -123,11 +151,17 @@ def serve(target, overrides, cache_dir, host, http_port, grpc_port, metrics_port
         raise UserError(str(exc)) from None
     ep = server.endpoints
     model = info["ensemble"]
-    click.echo(f"ready: model {model!r} (text in, text out) · HTTP {ep['http']} · gRPC {ep['grpc']} · "
-               f"metrics {ep['metrics']} · log {server.log_path}")
-    click.echo(f"  curl -s http://{ep['http']}/v2/models/{model}/generate -d '{{\"text_input\": \"def f(x):\", \"max_tokens\": 32}}'")
-    click.echo(f"  curl -sN http://{ep['http']}/v2/models/{model}/generate_stream "
-               f"-d '{{\"text_input\": \"def f(x):\", \"max_tokens\": 32, \"stream\": true}}'")
+    click.echo(
+        f"ready: model {model!r} (text in, text out) · HTTP {ep['http']} · gRPC {ep['grpc']} · "
+        f"metrics {ep['metrics']} · log {server.log_path}"
+    )
+    click.echo(
+        f'  curl -s http://{ep["http"]}/v2/models/{model}/generate -d \'{{"text_input": "def f(x):", "max_tokens": 32}}\''
+    )
+    click.echo(
+        f"  curl -sN http://{ep['http']}/v2/models/{model}/generate_stream "
+        f'-d \'{{"text_input": "def f(x):", "max_tokens": 32, "stream": true}}\''
+    )
     code = 0
     try:
         while not stop.wait(0.5):

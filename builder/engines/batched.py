@@ -69,8 +69,17 @@ class BatchedTarget(ShortcutSteps):
 
     name = "batched"
 
-    def __init__(self, kv: KVRows, bindings: BindingCache, *, vocab_size: int, hidden_size: int,
-                 medusa: tuple[int, int] | None, max_seq_len: int, max_batch_size: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kv: KVRows,
+        bindings: BindingCache,
+        *,
+        vocab_size: int,
+        hidden_size: int,
+        medusa: tuple[int, int] | None,
+        max_seq_len: int,
+        max_batch_size: int,
+    ) -> None:
         self.kv, self._bound = kv, bindings
         self._last: tuple[Hashable, Binding | None] = ((), None)  # the latest (shape key, binding): the fast path
         self.vocab_size, self.hidden_size, self.medusa = vocab_size, hidden_size, medusa
@@ -79,7 +88,9 @@ class BatchedTarget(ShortcutSteps):
         self.committed: np.ndarray = np.zeros(max_batch_size, dtype=np.int64)  # per row
         self._filled: dict[int, _Filled] = {}  # id(binding) -> what its structure inputs hold (see _fill_step)
         self._structures: StructureCache = {}  # recent reusable draft structures (DraftBatch.of)
-        self._chains: dict[int, _ChainIO] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
+        self._chains: dict[
+            int, _ChainIO
+        ] = {}  # T -> the greedy one-row binding of T-node chains, once `step` filled it
         self._plain: Binding | None = None  # the binding whose structure inputs `step_plain` set (every row root-only)
         self._plain_io: _PlainIO | None = None  # `step_plain`'s running batch (its binding and views)
         self._results: dict[tuple[int, int, int, bool], ReusedResult] = {}  # (B, W, T, medusa) -> reused result arrays
@@ -90,8 +101,9 @@ class BatchedTarget(ShortcutSteps):
     @staticmethod
     def check_capacity(max_seq_len: int, capacity: int) -> None:
         if max_seq_len >= capacity:
-            raise ValueError(f"max_seq_len {max_seq_len} leaves no room for draft nodes in the exported "
-                             f"capacity {capacity}")
+            raise ValueError(
+                f"max_seq_len {max_seq_len} leaves no room for draft nodes in the exported capacity {capacity}"
+            )
 
     def committed_len(self, seq: int) -> int:
         return int(self.committed[self.rows.row(seq)])
@@ -121,7 +133,9 @@ class BatchedTarget(ShortcutSteps):
                 self.committed[r0 : r0 + len(prompts)] = 0
                 raise
 
-    def _prefill(self, prompts: Sequence[Sequence[int]], lens: list[int], sampling: SamplingBatch, r0: int) -> PrefillResult:
+    def _prefill(
+        self, prompts: Sequence[Sequence[int]], lens: list[int], sampling: SamplingBatch, r0: int
+    ) -> PrefillResult:
         b, t = len(prompts), max(lens)
         bound = self._binding(sampling, r0, r0 + b, t, 1, 1, 1, prefill=True)
         x = bound.x
@@ -170,8 +184,9 @@ class BatchedTarget(ShortcutSteps):
                 self._chains[t] = _ChainIO(bound)  # T-node chain structure for row 0 (step_chain)
         return out
 
-    def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
-                        greedy: bool) -> None:  # fmt: skip
+    def _verify_on_host(
+        self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool, greedy: bool
+    ) -> None:
         """Where the graph leaves a step's verdict to the host (a plain-steps graph running chains): write it into
         `y`. The graphs verify in-graph by default: nothing to do."""
 
@@ -261,19 +276,22 @@ class BatchedTarget(ShortcutSteps):
         if out is None:
             if len(self._results) >= 64:
                 self._results.clear()
-            out = self._results[key] = ReusedResult(batch.size, batch.w, batch.t, self.hidden_size,
-                                               self.medusa if medusa else None)  # fmt: skip
+            out = self._results[key] = ReusedResult(
+                batch.size, batch.w, batch.t, self.hidden_size, self.medusa if medusa else None
+            )
         return out
 
     # -- bindings --------------------------------------------------------------------------------
 
-    def _binding(self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int, *,
-                 prefill: bool = False) -> Binding:  # fmt: skip
+    def _binding(
+        self, sampling: SamplingBatch, r0: int, r1: int, t: int, tv: int, p: int, w: int, *, prefill: bool = False
+    ) -> Binding:
         """A prefill's binding is keyed by its rows and length, a step's (rows 0..r1) by its shape class."""
         return self._mode_binding("greedy" if sampling.greedy else "rejection", r0, r1, t, tv, p, w, prefill)
 
-    def _mode_binding(self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int,
-                      prefill: bool = False) -> Binding:  # fmt: skip
+    def _mode_binding(
+        self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int, prefill: bool = False
+    ) -> Binding:
         key = ("prefill", mode, r0, r1, t) if prefill else ("step", mode, r1, t, tv, p, w)
         last_key, last = self._last
         if key == last_key and last is not None:  # steady state: the same shape as the previous call

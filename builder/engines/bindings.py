@@ -57,20 +57,28 @@ class LruBindings:
         return item
 
 
-def target_io(mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: int,
-              medusa: tuple[int, int] | None) -> tuple[dict[str, tuple[Shape, type]], dict[str, tuple[Shape, type]]]:  # fmt: skip
+def target_io(
+    mode: str, b: int, t: int, tv: int, p: int, w: int, hidden_size: int, medusa: tuple[int, int] | None
+) -> tuple[dict[str, tuple[Shape, type]], dict[str, tuple[Shape, type]]]:
     """(inputs, outputs) of one target-graph call: name -> (shape, numpy dtype); caches not included."""
     inputs: dict[str, tuple[Shape, type]] = {
-        "tokens": ((b, t), np.int64), "position_ids": ((b, t), np.int64), "tree_mask": ((b, t, t), np.bool_),
-        "past_len": ((b,), np.int64), "num_nodes": ((b,), np.int64), "verify_index": ((b, tv), np.int64),
+        "tokens": ((b, t), np.int64),
+        "position_ids": ((b, t), np.int64),
+        "tree_mask": ((b, t, t), np.bool_),
+        "past_len": ((b,), np.int64),
+        "num_nodes": ((b,), np.int64),
+        "verify_index": ((b, tv), np.int64),
         "paths": ((b, p, w), np.int32),
-    }  # fmt: skip
+    }
     if mode == "rejection":
         inputs |= {"temperature": ((b,), np.float32), "top_p": ((b,), np.float32), "uniforms": ((b, w), np.float32)}
     outputs: dict[str, tuple[Shape, type]] = {
-        "accepted_len": ((b,), np.int32), "best_path": ((b,), np.int32), "output_tokens": ((b, w), np.int32),
-        "node_argmax": ((b, tv), np.int64), "hidden": ((b, t, hidden_size), np.float32),
-    }  # fmt: skip
+        "accepted_len": ((b,), np.int32),
+        "best_path": ((b,), np.int32),
+        "output_tokens": ((b, w), np.int32),
+        "node_argmax": ((b, tv), np.int64),
+        "hidden": ((b, t, hidden_size), np.float32),
+    }
     if medusa is not None:
         outputs["medusa_topk"] = ((b, *medusa), np.int64)
     return inputs, outputs

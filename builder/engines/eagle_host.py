@@ -46,8 +46,16 @@ class EagleHost:
     pick_rows = False  # the graph takes `out_rows` (module docstring)
     step_rows = 64  # calls with more new rows than this are prompt pairs (their bindings: a pool of their own)
 
-    def __init__(self, kv: EagleKV, *, hidden_size: int, top_k: int, capacity: int, max_batch_size: int,
-                 precision: Precision = CPU) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kv: EagleKV,
+        *,
+        hidden_size: int,
+        top_k: int,
+        capacity: int,
+        max_batch_size: int,
+        precision: Precision = CPU,
+    ) -> None:
         self.kv = kv
         self.top_k, self.hidden_size, self.capacity, self.precision = top_k, hidden_size, capacity, precision
         self.rows = RowTable(max_batch_size)
@@ -116,8 +124,9 @@ class EagleHost:
             self.committed[rows] += num_new
             if picked:
                 return DraftOutput(y["hidden_out"], y["topk_tokens"], y["topk_logprobs"])  # (views: see `expand`)
-            return DraftOutput(y["hidden_out"][:, i : i + 1], y["topk_tokens"][:, i : i + 1],
-                               y["topk_logprobs"][:, i : i + 1])  # fmt: skip  (views: see `expand`)
+            return DraftOutput(
+                y["hidden_out"][:, i : i + 1], y["topk_tokens"][:, i : i + 1], y["topk_logprobs"][:, i : i + 1]
+            )  # (views: see `expand`)
         x["tokens"][local] = tokens
         x["hidden_in"][local] = hidden
         x["num_new"][local] = num_new
@@ -130,16 +139,29 @@ class EagleHost:
         self.committed[rows] += num_new
         if picked:
             return DraftOutput(y["hidden_out"][local], y["topk_tokens"][local], y["topk_logprobs"][local])
-        return DraftOutput(y["hidden_out"][local, last][:, None], y["topk_tokens"][local, last][:, None],
-                           y["topk_logprobs"][local, last][:, None])  # fmt: skip
+        return DraftOutput(
+            y["hidden_out"][local, last][:, None],
+            y["topk_tokens"][local, last][:, None],
+            y["topk_logprobs"][local, last][:, None],
+        )
 
-    def expand(self, seqs: Sequence[int], tokens: np.ndarray, hidden: np.ndarray, position_ids: np.ndarray,
-               write_offset: int, tree_mask: np.ndarray) -> DraftOutput:  # fmt: skip
+    def expand(
+        self,
+        seqs: Sequence[int],
+        tokens: np.ndarray,
+        hidden: np.ndarray,
+        position_ids: np.ndarray,
+        write_offset: int,
+        tree_mask: np.ndarray,
+    ) -> DraftOutput:
         rows = self._rows_of(seqs)
         f = tokens.shape[1]
         u = write_offset + f
-        if (int(self.committed[rows[0]]) + u > self.capacity if len(rows) == 1
-                else (self.committed[rows] + u > self.capacity).any()):  # fmt: skip
+        if (
+            int(self.committed[rows[0]]) + u > self.capacity
+            if len(rows) == 1
+            else (self.committed[rows] + u > self.capacity).any()
+        ):
             raise ValueError(f"EAGLE draft cache full (capacity {self.capacity})")
         bound, r0, local = self._call(rows, f, u, "expand")  # (its write_offset is u - f, set when built)
         x = bound.x

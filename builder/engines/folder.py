@@ -44,13 +44,22 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     if backend not in FORMATS:
         raise ValueError(f"{path}: backend {backend!r} is none this trtspec opens (allowed: {', '.join(FORMATS)})")
     if meta.get("format") != FORMATS[backend]:
-        raise ValueError(f"{path}: format {meta.get('format')!r} of a {backend} engine folder; this trtspec reads "
-                         f"format {FORMATS[backend]}: rebuild the engine (trtspec build RECIPE)")  # fmt: skip
+        raise ValueError(
+            f"{path}: format {meta.get('format')!r} of a {backend} engine folder; this trtspec reads "
+            f"format {FORMATS[backend]}: rebuild the engine (trtspec build RECIPE)"
+        )
     return meta
 
 
-def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1, *,
-                threads: int = 1, device: int | None = None, cuda: "CudaApi | None" = None) -> "Opened":  # fmt: skip
+def open_engine(
+    folder: str | Path,
+    drafter: dict[str, Any] | None = None,
+    max_batch_size: int = 1,
+    *,
+    threads: int = 1,
+    device: int | None = None,
+    cuda: "CudaApi | None" = None,
+) -> "Opened":
     """The engine of `folder` (whichever backend built it) and a drafter factory; `drafter` overrides the folder's
     (none / lookahead, or the folder's own method). `threads`: ONNX Runtime only; `device`, `cuda`: TensorRT only."""
     meta = read_meta(folder)
@@ -74,6 +83,8 @@ def use_gpu(device: int) -> None:
 
         raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
     if not torch.cuda.is_available() or not 0 <= device < torch.cuda.device_count():
-        raise ValueError(f"GPU {device} is not visible here ({torch.cuda.device_count()} CUDA devices; "
-                         "CUDA_VISIBLE_DEVICES may hide it)")  # fmt: skip
+        raise ValueError(
+            f"GPU {device} is not visible here ({torch.cuda.device_count()} CUDA devices; "
+            "CUDA_VISIBLE_DEVICES may hide it)"
+        )
     torch.cuda.set_device(device)

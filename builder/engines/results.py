@@ -45,8 +45,10 @@ def checked_verdicts(batch: DraftBatch, acc: np.ndarray, best: np.ndarray) -> np
             moved: np.ndarray = last != k - 1
             return moved
         i = int(np.flatnonzero(~good)[0])
-    raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])}, outside the draft's "
-                       f"{int(batch.num_paths[i])} paths of width {int(batch.widths[i])}")  # fmt: skip
+    raise RuntimeError(
+        f"the engine accepted {int(acc[i])} nodes of path {int(best[i])}, outside the draft's "
+        f"{int(batch.num_paths[i])} paths of width {int(batch.widths[i])}"
+    )
 
 
 @lru_cache(maxsize=256)
@@ -76,8 +78,15 @@ class ReusedResult(StepResult):
         self._batch: DraftBatch | None = None
         self._whole = True
 
-    def fill(self, y: Mapping[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, best: np.ndarray,
-             acc: np.ndarray, whole: bool) -> None:  # fmt: skip
+    def fill(
+        self,
+        y: Mapping[str, np.ndarray],
+        rows: np.ndarray,
+        batch: DraftBatch,
+        best: np.ndarray,
+        acc: np.ndarray,
+        whole: bool,
+    ) -> None:
         self._y, self._rows, self._batch, self._best, self._whole = y, rows, batch, best, whole
         self._ready.clear()
         self.accepted_len[...] = acc

@@ -33,8 +33,9 @@ class RowTable:
     def add(self, n: int) -> list[int]:
         """New sequence ids for rows len..len+n-1."""
         if len(self._ids) + n > self.capacity:
-            raise ValueError(f"{n} new sequences exceed the batch capacity ({len(self._ids)} of "
-                             f"{self.capacity} rows in use)")
+            raise ValueError(
+                f"{n} new sequences exceed the batch capacity ({len(self._ids)} of {self.capacity} rows in use)"
+            )
         ids = [next(self._next) for _ in range(n)]
         self.version += 1
         for sid in ids:

@@ -50,15 +50,18 @@ class _PlainIO:
         self.last: list[int] | None = None
 
 
-def _plain_call(bound: Binding, positions: np.ndarray,
-                past_len: np.ndarray) -> tuple[Callable[[], None], np.ndarray, bool, bool]:  # fmt: skip
+def _plain_call(
+    bound: Binding, positions: np.ndarray, past_len: np.ndarray
+) -> tuple[Callable[[], None], np.ndarray, bool, bool]:
     """How a shortcut calls a binding for plain (and chain) steps: (run, tokens, positions_apart, check).
     run / tokens: its `run_plain` and `node_argmax` where it has one (a binding that takes the greedy tokens on the
     host: `output_tokens` is then a copy that plain steps need not make), else its `run` and `output_tokens`.
     positions_apart: its `position_ids` are not `past_len`'s memory (one array where T = 1 lets it), so a T = 1 step
     writes both. check: its T = 1 verdict is not constant (`fixed_plain_verdict`), so a plain step reads it."""
     run_plain = getattr(bound, "run_plain", None)
-    run, tokens = (run_plain, bound.y["node_argmax"]) if run_plain is not None else (bound.run, bound.y["output_tokens"])
+    run, tokens = (
+        (run_plain, bound.y["node_argmax"]) if run_plain is not None else (bound.run, bound.y["output_tokens"])
+    )
     apart = not np.shares_memory(positions, past_len)
     return run, tokens, apart, not getattr(bound, "fixed_plain_verdict", False)
 
@@ -79,8 +82,9 @@ class ShortcutSteps:
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         raise NotImplementedError
 
-    def _mode_binding(self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int,
-                      prefill: bool = False) -> Binding:  # fmt: skip
+    def _mode_binding(
+        self, mode: str, r0: int, r1: int, t: int, tv: int, p: int, w: int, prefill: bool = False
+    ) -> Binding:
         raise NotImplementedError
 
     def step_chain(self, seq: int, tokens: list[int]) -> list[int] | None:
@@ -148,8 +152,9 @@ class ShortcutSteps:
             bad = (acc ^ 1) | best  # nonzero where a row's verdict is not (1 node, path 0)
             if bad.any():
                 i = int(np.argmax(bad != 0))
-                raise RuntimeError(f"the engine accepted {int(acc[i])} nodes of path {int(best[i])} of a plain step "
-                                   f"(row {i})")  # fmt: skip
+                raise RuntimeError(
+                    f"the engine accepted {int(acc[i])} nodes of path {int(best[i])} of a plain step (row {i})"
+                )
         past += 1
         io.top += 1
         io.last = io.out.tolist()
@@ -191,7 +196,9 @@ class ShortcutSteps:
                 positions[0] = past
             run()
             if check and (accepted[0] != 1 or best[0] != 0):
-                raise RuntimeError(f"the engine accepted {int(accepted[0])} nodes of path {int(best[0])} of a plain step")
+                raise RuntimeError(
+                    f"the engine accepted {int(accepted[0])} nodes of path {int(best[0])} of a plain step"
+                )
             token = int(out[0, 0])
             past += 1
             committed[0] = past
@@ -205,8 +212,14 @@ class ShortcutSteps:
         the engine's only sequence, no such step run by `step` yet, tokens (lowest lo, highest hi) outside the vocabulary, no
         room in the KV cache for T more nodes."""
         io = self._chains.get(t)
-        if (io is None or len(self.rows) != 1 or self.rows.row(seq) != 0 or lo < 0 or hi >= self.vocab_size
-                or int(self.committed[0]) + t > self.kv.capacity):  # fmt: skip
+        if (
+            io is None
+            or len(self.rows) != 1
+            or self.rows.row(seq) != 0
+            or lo < 0
+            or hi >= self.vocab_size
+            or int(self.committed[0]) + t > self.kv.capacity
+        ):
             return None
         return io
 

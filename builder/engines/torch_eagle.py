@@ -51,8 +51,15 @@ class TorchEagleNet:
         return self._topk(torch.stack(outs))  # (B, 1, C)
 
     @torch.no_grad()
-    def expand(self, seqs: Sequence[int], tokens: np.ndarray, hidden: np.ndarray, position_ids: np.ndarray,
-               write_offset: int, tree_mask: np.ndarray) -> DraftOutput:  # fmt: skip
+    def expand(
+        self,
+        seqs: Sequence[int],
+        tokens: np.ndarray,
+        hidden: np.ndarray,
+        position_ids: np.ndarray,
+        write_offset: int,
+        tree_mask: np.ndarray,
+    ) -> DraftOutput:
         outs = []
         f = tokens.shape[1]
         for row, s in enumerate(seqs):
@@ -63,8 +70,15 @@ class TorchEagleNet:
             outs.append(self._run(tokens[row], hidden[row], position_ids[row], mask, cache, committed + write_offset))
         return self._topk(torch.stack(outs))  # (B, F, C)
 
-    def _run(self, tokens: np.ndarray, hidden: np.ndarray, positions: np.ndarray, mask: torch.Tensor,
-             cache: KVCache, start: int) -> torch.Tensor:  # fmt: skip
+    def _run(
+        self,
+        tokens: np.ndarray,
+        hidden: np.ndarray,
+        positions: np.ndarray,
+        mask: torch.Tensor,
+        cache: KVCache,
+        start: int,
+    ) -> torch.Tensor:
         # tokens [F], hidden [F, C], positions [F], mask [F, start + F] -> draft output [F, C]
         d = self.draft
         x = torch.from_numpy(np.ascontiguousarray(hidden)).to(d.dtype)[None]

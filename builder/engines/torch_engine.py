@@ -33,12 +33,20 @@ class TorchEngine:
 
     name = "torch"
 
-    def __init__(self, model: Llama, max_seq_len: int, max_batch_size: int = 1,
-                 medusa: MedusaHeads | None = None, medusa_topk: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Llama,
+        max_seq_len: int,
+        max_batch_size: int = 1,
+        medusa: MedusaHeads | None = None,
+        medusa_topk: int = 0,
+    ) -> None:
         cfg = model.cfg
         if not 0 < max_seq_len <= cfg.max_position_embeddings:
-            raise UserError(f"max_seq_len {max_seq_len} must be in 1..max_position_embeddings "
-                            f"({cfg.max_position_embeddings})", field="max_seq_len")
+            raise UserError(
+                f"max_seq_len {max_seq_len} must be in 1..max_position_embeddings ({cfg.max_position_embeddings})",
+                field="max_seq_len",
+            )
         if medusa is not None and medusa_topk < 1:
             raise ValueError("Medusa heads need medusa_topk >= 1")
         self.model = model.eval()
@@ -47,13 +55,29 @@ class TorchEngine:
         self.medusa, self.medusa_topk = (None if medusa is None else medusa.eval()), medusa_topk
         self.rows = RowTable(max_batch_size)
         device = model.embed_tokens.weight.device
-        self._free = [KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, max_seq_len,
-                              dtype=model.dtype, device=device) for _ in range(max_batch_size)]  # fmt: skip
+        self._free = [
+            KVCache(
+                cfg.num_hidden_layers,
+                1,
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                max_seq_len,
+                dtype=model.dtype,
+                device=device,
+            )
+            for _ in range(max_batch_size)
+        ]
         self._cache: dict[int, KVCache] = {}
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: torch.dtype | str = torch.float32, max_seq_len: int | None = None,
-                        allow_pickle: bool = False, **kwargs) -> TorchEngine:  # fmt: skip
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        dtype: torch.dtype | str = torch.float32,
+        max_seq_len: int | None = None,
+        allow_pickle: bool = False,
+        **kwargs,
+    ) -> TorchEngine:
         """Engine over the HF checkpoint in directory `path` (see `builder.model.loader`).
 
         `max_seq_len` is the KV capacity in tokens; None means min(2048, max_position_embeddings).
@@ -96,7 +120,9 @@ class TorchEngine:
             tokens = torch.as_tensor(list(prompt), dtype=torch.int64)  # [n]
             n = len(tokens)
             cache.reserve(n)
-            logits, h = self.model(tokens[None], torch.arange(n)[None], causal_mask(n), cache, 0)  # (1, n, V), (1, n, C)
+            logits, h = self.model(
+                tokens[None], torch.arange(n)[None], causal_mask(n), cache, 0
+            )  # (1, n, V), (1, n, C)
             cache.commit_all()
             res = self._verify(logits[:, -1:], tokens[None, -1:], np.zeros((1, 1), np.int32), sampling, row)
             first.append(int(res.output_tokens[0, 0]))
@@ -110,9 +136,14 @@ class TorchEngine:
         if len(seqs) != len(drafts) or len(set(seqs)) != len(seqs):
             raise ValueError("step needs one draft per distinct sequence")
         b, t, w = len(seqs), max(d.num_nodes for d in drafts), max(d.width for d in drafts)
-        out = StepResult(np.ones(b, np.int64), np.full((b, w), -1, np.int64), np.full((b, w), -1, np.int64),
-                         np.zeros((b, w, self.hidden_size), np.float32), np.full((b, t), -1, np.int64),
-                         np.zeros((b, self.medusa.num_heads, self.medusa_topk), np.int64) if self.medusa else None)  # fmt: skip
+        out = StepResult(
+            np.ones(b, np.int64),
+            np.full((b, w), -1, np.int64),
+            np.full((b, w), -1, np.int64),
+            np.zeros((b, w, self.hidden_size), np.float32),
+            np.full((b, t), -1, np.int64),
+            np.zeros((b, self.medusa.num_heads, self.medusa_topk), np.int64) if self.medusa else None,
+        )
         for row, (sid, draft) in enumerate(zip(seqs, drafts)):
             check_draft(draft, self.vocab_size)
             cache = self._cache[sid]
@@ -139,9 +170,11 @@ class TorchEngine:
         kwargs = {}
         mode = "greedy" if sampling.temperature[row] <= TEMPERATURE_EPS else "rejection"
         if mode == "rejection":
-            kwargs = dict(temperature=torch.from_numpy(sampling.temperature[row : row + 1]),
-                          top_p=torch.from_numpy(sampling.top_p[row : row + 1]),
-                          uniforms=torch.from_numpy(np.ascontiguousarray(sampling.uniforms[row : row + 1, :w])))
+            kwargs = dict(
+                temperature=torch.from_numpy(sampling.temperature[row : row + 1]),
+                top_p=torch.from_numpy(sampling.top_p[row : row + 1]),
+                uniforms=torch.from_numpy(np.ascontiguousarray(sampling.uniforms[row : row + 1, :w])),
+            )
         pa = torch.from_numpy(paths.astype(np.int32))[None]  # [1, P, W]: this sequence's tree
         return tree_verify(logits.float(), tokens.to(torch.int32), pa, mode=mode, **kwargs)
 

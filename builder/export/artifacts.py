@@ -26,8 +26,7 @@ from typing import Any, Callable
 
 import onnx
 
-from builder.export.graph import (DataSink, NodeCounts, dedupe, node_counts, prune, save, save_sharing_data,
-                                  staged_dir)  # fmt: skip
+from builder.export.graph import DataSink, NodeCounts, dedupe, node_counts, prune, save, save_sharing_data, staged_dir
 from builder.export.lower import lower
 from builder.export.nbits import BLOCK, quantize_matmuls
 from builder.export.qdq import ort_foldable
@@ -54,8 +53,14 @@ def data_name(stem: str) -> str:
     return f"{stem}.data"
 
 
-def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dict[str, Any],
-                 sink: DataSink | None = None, nbits: NBits | None = None) -> ExportResult:  # fmt: skip
+def write_models(
+    model: onnx.ModelProto,
+    out_dir: Path,
+    stem: str,
+    settings: dict[str, Any],
+    sink: DataSink | None = None,
+    nbits: NBits | None = None,
+) -> ExportResult:
     """Check and write `model` and its ORT twin to `out_dir` (replaced as a whole; see module doc).
     `sink`: the `DataSink` the graph's weights were streamed to (its location must be `data_name(stem)`).
     `nbits`: (bits, which MatMuls by node name) of the ORT twin's weights to block-quantize (`builder.export.nbits`;
@@ -76,8 +81,14 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
         if nbits is not None:  # (a copy: the twin may share its protos with `model`)
             ort_model, twin = onnx.ModelProto(), ort_model
             ort_model.CopyFrom(twin)
-            settings = {**settings, "nbits": {"bits": nbits[0], "block": BLOCK,
-                                              "matmuls": quantize_matmuls(ort_model, nbits[0], tmp, nbits[1])}}
+            settings = {
+                **settings,
+                "nbits": {
+                    "bits": nbits[0],
+                    "block": BLOCK,
+                    "matmuls": quantize_matmuls(ort_model, nbits[0], tmp, nbits[1]),
+                },
+            }
         save_sharing_data(ort_model, tmp / names["ort"])
         counts = {"canonical": node_counts(model), "ort": node_counts(ort_model)}
         if lean and stem == "target" and settings.get("mode") == "greedy":
@@ -95,9 +106,16 @@ def write_models(model: onnx.ModelProto, out_dir: Path, stem: str, settings: dic
             "node_counts": {k: v.as_dict() for k, v in counts.items()},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return ExportResult(out_dir / names["canonical"], out_dir / names["ort"], out_dir / names["data"],
-                        out_dir / MANIFEST, counts, inputs, outputs,
-                        out_dir / names["plain"] if "plain" in names else None)  # fmt: skip
+    return ExportResult(
+        out_dir / names["canonical"],
+        out_dir / names["ort"],
+        out_dir / names["data"],
+        out_dir / MANIFEST,
+        counts,
+        inputs,
+        outputs,
+        out_dir / names["plain"] if "plain" in names else None,
+    )
 
 
 def ort_twin(model: onnx.ModelProto, lean: bool = False) -> onnx.ModelProto:

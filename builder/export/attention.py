@@ -34,8 +34,17 @@ from builder.export.ort_variant import OrtVariant
 from builder.export.qdq import fake_quant, quantize
 
 VARIANTS = ("standard", "ort")
-__all__ = ["AttnShape", "LayerCache", "StepValues", "Variant", "VARIANTS", "make_variant", "StandardVariant",
-           "OrtVariant", "attend_mask"]
+__all__ = [
+    "AttnShape",
+    "LayerCache",
+    "StepValues",
+    "Variant",
+    "VARIANTS",
+    "make_variant",
+    "StandardVariant",
+    "OrtVariant",
+    "attend_mask",
+]
 
 
 def make_variant(name: str, head_dim: int, precision: Precision = CPU, *, chain_branch: bool = True) -> Variant:
@@ -46,11 +55,19 @@ def make_variant(name: str, head_dim: int, precision: Precision = CPU, *, chain_
         return StandardVariant(precision)
     if name == "ort":
         if head_dim % 16:
-            raise UserError(f"the `ort` attention variant (GroupQueryAttention) needs head_dim % 16 == 0, got "
-                            f"{head_dim}; use the `standard` variant", field="variant", allowed="standard")  # fmt: skip
+            raise UserError(
+                f"the `ort` attention variant (GroupQueryAttention) needs head_dim % 16 == 0, got "
+                f"{head_dim}; use the `standard` variant",
+                field="variant",
+                allowed="standard",
+            )
         if precision != CPU:
-            raise UserError(f"the `ort` attention variant is the float32 CPU form; {precision.act} graphs (the GPU "
-                            "form) are `standard`", field="variant", allowed="standard")  # fmt: skip
+            raise UserError(
+                f"the `ort` attention variant is the float32 CPU form; {precision.act} graphs (the GPU "
+                "form) are `standard`",
+                field="variant",
+                allowed="standard",
+            )
         return OrtVariant(chain_branch)
     raise UserError(f"unknown attention variant {name!r}", field="variant", allowed=", ".join(VARIANTS))
 
@@ -96,13 +113,21 @@ class StandardVariant:
     def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str:
         return g.op("RMSNormalization", x, weight, out=out, epsilon=eps, axis=-1, stash_type=1)
 
-    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
-                 out: str | None = None) -> tuple[str, str]:  # fmt: skip
+    def add_norm(
+        self, g: Graph, x: str, delta: str, weight: str, eps: float, out: str | None = None
+    ) -> tuple[str, str]:
         s = g.op("Add", x, delta)
         return self.norm(g, s, weight, eps, out), s
 
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
-                  kv_scales: tuple[float, float] | None = None) -> str:  # fmt: skip
+    def attention(
+        self,
+        g: Graph,
+        h: str,
+        qkv_weight: str,
+        shape: AttnShape,
+        cache: LayerCache,
+        kv_scales: tuple[float, float] | None = None,
+    ) -> str:
         H, KV, D = shape.heads, shape.kv_heads, shape.head_dim
         qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D]
         qkv = g.op("Reshape", qkv, g.const([0, 0, H + 2 * KV, D]))  # [B, T, H + 2KV, D]
@@ -116,14 +141,18 @@ class StandardVariant:
         y = g.op("Transpose", y, perm=[0, 2, 1, 3])  # [B, T, H, D]
         return g.op("Reshape", y, g.const([0, 0, H * D]))  # [B, T, H·D]
 
-    def _cache(self, g: Graph, k: str, v: str, cache: LayerCache,
-               kv_scales: tuple[float, float] | None) -> tuple[str, str]:  # fmt: skip
+    def _cache(
+        self, g: Graph, k: str, v: str, cache: LayerCache, kv_scales: tuple[float, float] | None
+    ) -> tuple[str, str]:
         """Write the new keys / values [B, KV, T, D] at write_at; the live caches [B, KV, S, D] to attend."""
         act, stored = self.precision.act, self.precision.fp8_kv
         if stored and kv_scales is None:
-            raise UserError("an FP8 KV cache stored as such needs every layer's k / v scales; the quantized checkpoint "
-                            "has none for this layer (quantize with kv_cache: fp8)", field="quantization.kv_cache",
-                            allowed="model_dtype, or fp8 with calibrated k / v scales")  # fmt: skip
+            raise UserError(
+                "an FP8 KV cache stored as such needs every layer's k / v scales; the quantized checkpoint "
+                "has none for this layer (quantize with kv_cache: fp8)",
+                field="quantization.kv_cache",
+                allowed="model_dtype, or fp8 with calibrated k / v scales",
+            )
         scales: list[str | None] = [None, None]
         if kv_scales is not None and stored:  # FP8 codes are written; attention reads their dequantization
             (k, scales[0]), (v, scales[1]) = quantize(g, k, kv_scales[0], act), quantize(g, v, kv_scales[1], act)

@@ -54,8 +54,16 @@ class Variant(Protocol):
 
     def prepare(self, g: Graph, step: StepValues, cos: np.ndarray, sin: np.ndarray, shape: AttnShape) -> None: ...
     def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str: ...
-    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
-                 out: str | None = None) -> tuple[str, str]: ...  # fmt: skip
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
-                  kv_scales: tuple[float, float] | None = None) -> str: ...  # fmt: skip
+    def add_norm(
+        self, g: Graph, x: str, delta: str, weight: str, eps: float, out: str | None = None
+    ) -> tuple[str, str]: ...
+    def attention(
+        self,
+        g: Graph,
+        h: str,
+        qkv_weight: str,
+        shape: AttnShape,
+        cache: LayerCache,
+        kv_scales: tuple[float, float] | None = None,
+    ) -> str: ...
     def silu(self, g: Graph, x: str) -> str: ...

@@ -59,17 +59,23 @@ def step_feeds(model: Llama, batch: int, nodes: int, past_len: int, seed: int = 
         chain = np.flatnonzero(mask[leaf])  # ancestors in topological (= depth) order
         paths[p, : len(chain)] = chain
     tile = lambda x: np.ascontiguousarray(np.broadcast_to(x, (batch, *x.shape)))  # noqa: E731
-    return dict(tokens=gen.integers(0, model.cfg.vocab_size, (batch, nodes)).astype(np.int64),
-                position_ids=tile(past_len + depth.astype(np.int64)), tree_mask=tile(mask),
-                past_len=np.full(batch, past_len, np.int64), num_nodes=np.full(batch, nodes, np.int64),
-                verify_index=tile(np.arange(nodes, dtype=np.int64)), paths=tile(paths))  # fmt: skip
+    return dict(
+        tokens=gen.integers(0, model.cfg.vocab_size, (batch, nodes)).astype(np.int64),
+        position_ids=tile(past_len + depth.astype(np.int64)),
+        tree_mask=tile(mask),
+        past_len=np.full(batch, past_len, np.int64),
+        num_nodes=np.full(batch, nodes, np.int64),
+        verify_index=tile(np.arange(nodes, dtype=np.int64)),
+        paths=tile(paths),
+    )
 
 
 class StepTimer:
     """An ORT session over one exported graph with preallocated caches bound in place."""
 
-    def __init__(self, graph: Path, model: Llama, batch: int, capacity: int, optimized: Path | None = None,
-                 threads: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self, graph: Path, model: Llama, batch: int, capacity: int, optimized: Path | None = None, threads: int = 1
+    ) -> None:
         import onnxruntime as ort  # type: ignore[import-untyped]
 
         so = ort.SessionOptions()
@@ -83,8 +89,10 @@ class StepTimer:
         shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity, cfg.head_dim)
         self.k = gen.standard_normal(shape, dtype=np.float32)  # finite values everywhere (contract)
         self.v = gen.standard_normal(shape, dtype=np.float32)
-        self.cache = [(ort.OrtValue.ortvalue_from_numpy(self.k[i]), ort.OrtValue.ortvalue_from_numpy(self.v[i]))
-                      for i in range(cfg.num_hidden_layers)]  # fmt: skip
+        self.cache = [
+            (ort.OrtValue.ortvalue_from_numpy(self.k[i]), ort.OrtValue.ortvalue_from_numpy(self.v[i]))
+            for i in range(cfg.num_hidden_layers)
+        ]
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, repeats: int) -> list[float]:
         io = self.sess.io_binding()
@@ -107,8 +115,17 @@ class StepTimer:
         return times
 
 
-def bench_variants(model: Llama, *, variants: tuple[str, ...], nodes: tuple[int, ...], past_len: int, batch: int,
-                   capacity: int, warmup: int, repeats: int) -> dict[str, Any]:  # fmt: skip
+def bench_variants(
+    model: Llama,
+    *,
+    variants: tuple[str, ...],
+    nodes: tuple[int, ...],
+    past_len: int,
+    batch: int,
+    capacity: int,
+    warmup: int,
+    repeats: int,
+) -> dict[str, Any]:
     """Export each variant (greedy) into a temp folder and time a step at each node count."""
     import onnx
 
@@ -122,26 +139,51 @@ def bench_variants(model: Llama, *, variants: tuple[str, ...], nodes: tuple[int,
             optimized = Path(tmp) / f"{variant}.optimized.onnx"
             timer = StepTimer(res.ort, model, batch, capacity, optimized)
             opt = node_counts(onnx.load(str(optimized), load_external_data=False))
-            graphs[variant] = {"canonical": res.node_counts["canonical"].as_dict(),
-                               "ort": res.node_counts["ort"].as_dict(), "ort_optimized": opt.as_dict()}  # fmt: skip
+            graphs[variant] = {
+                "canonical": res.node_counts["canonical"].as_dict(),
+                "ort": res.node_counts["ort"].as_dict(),
+                "ort_optimized": opt.as_dict(),
+            }
             for t in nodes:
                 times = timer.time(step_feeds(model, batch, t, past_len), warmup, repeats)
                 q = statistics.quantiles(times, n=10)
-                rows.append({"variant": variant, "T": t, "median_ms": 1e3 * statistics.median(times),
-                             "p10_ms": 1e3 * q[0], "p90_ms": 1e3 * q[-1]})  # fmt: skip
-    return {"settings": {"past_len": past_len, "batch": batch, "capacity": capacity, "warmup": warmup,
-                         "repeats": repeats, "ort_threads": 1},
-            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                        "load_avg": os.getloadavg()},
-            "graphs": graphs, "steps": rows}  # fmt: skip
+                rows.append(
+                    {
+                        "variant": variant,
+                        "T": t,
+                        "median_ms": 1e3 * statistics.median(times),
+                        "p10_ms": 1e3 * q[0],
+                        "p90_ms": 1e3 * q[-1],
+                    }
+                )
+    return {
+        "settings": {
+            "past_len": past_len,
+            "batch": batch,
+            "capacity": capacity,
+            "warmup": warmup,
+            "repeats": repeats,
+            "ort_threads": 1,
+        },
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        },
+        "graphs": graphs,
+        "steps": rows,
+    }
 
 
 def table(report: dict[str, Any]) -> str:
     """The step timings and node counts as a plain-text table."""
     s = report["settings"]
-    lines = [f"one target step, B={s['batch']}, past_len={s['past_len']}, CAP={s['capacity']}, 1 ORT thread "
-             f"(load avg {report['machine']['load_avg'][0]:.2f})", "",
-             f"{'variant':<9} {'T':>3} {'median ms':>10} {'p10':>7} {'p90':>7}"]  # fmt: skip
+    lines = [
+        f"one target step, B={s['batch']}, past_len={s['past_len']}, CAP={s['capacity']}, 1 ORT thread "
+        f"(load avg {report['machine']['load_avg'][0]:.2f})",
+        "",
+        f"{'variant':<9} {'T':>3} {'median ms':>10} {'p10':>7} {'p90':>7}",
+    ]
     for r in report["steps"]:
         lines.append(f"{r['variant']:<9} {r['T']:>3} {r['median_ms']:>10.3f} {r['p10_ms']:>7.3f} {r['p90_ms']:>7.3f}")
     lines += ["", f"{'variant':<9} {'graph':<14} {'nodes':>6} {'per layer':<16} {'non-layer':>9}"]

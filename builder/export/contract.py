@@ -77,8 +77,9 @@ class GraphContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
-    def specs(self, io: str, *, layers: int, rejection: bool = False, medusa: bool = False,
-              rows: bool = False) -> list[TensorSpec]:  # fmt: skip
+    def specs(
+        self, io: str, *, layers: int, rejection: bool = False, medusa: bool = False, rows: bool = False
+    ) -> list[TensorSpec]:
         """The inputs (io="inputs") or outputs of one graph, per-layer entries expanded, in graph order."""
         on = {"": True, "rejection": rejection, "medusa": medusa, "rows": rows, "all_rows": not rows}
         out: list[TensorSpec] = []
@@ -162,9 +163,17 @@ def onnx_dims(spec: TensorSpec, fixed: Mapping[str, int]) -> list[int | str]:
     return [fixed[d] if d in FIXED else d for d in spec.dims]
 
 
-def declared(contract: GraphContract, io: str, fixed: Mapping[str, int], precision: Precision, *, layers: int,
-             rejection: bool = False, medusa: bool = False,
-             rows: bool = False) -> Iterator[tuple[str, str, list[int | str]]]:  # fmt: skip
+def declared(
+    contract: GraphContract,
+    io: str,
+    fixed: Mapping[str, int],
+    precision: Precision,
+    *,
+    layers: int,
+    rejection: bool = False,
+    medusa: bool = False,
+    rows: bool = False,
+) -> Iterator[tuple[str, str, list[int | str]]]:
     """(name, dtype name, dims) of every graph input or output, in graph order."""
     for s in contract.specs(io, layers=layers, rejection=rejection, medusa=medusa, rows=rows):
         yield s.name, precision.resolve(s.dtype), onnx_dims(s, fixed)
@@ -181,19 +190,35 @@ def numpy_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
-def call_spec(contract: GraphContract, sizes: Mapping[str, int], precision: Precision = CPU, *, rejection: bool = False,
-              medusa: bool = False,
-              rows: bool = False) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, tuple[tuple[int, ...], Any]]]:  # fmt: skip
+def call_spec(
+    contract: GraphContract,
+    sizes: Mapping[str, int],
+    precision: Precision = CPU,
+    *,
+    rejection: bool = False,
+    medusa: bool = False,
+    rows: bool = False,
+) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, tuple[tuple[int, ...], Any]]]:
     """(inputs, outputs) of one call, caches excluded: name -> (shape, NumPy dtype), every dim from `sizes`."""
     out: list[dict[str, tuple[tuple[int, ...], Any]]] = []
     for io in ("inputs", "outputs"):
-        out.append({s.name: (tuple(sizes[d] for d in s.dims), numpy_dtype(precision.resolve(s.dtype)))
-                    for s in contract.specs(io, layers=0, rejection=rejection, medusa=medusa, rows=rows)})  # fmt: skip
+        out.append(
+            {
+                s.name: (tuple(sizes[d] for d in s.dims), numpy_dtype(precision.resolve(s.dtype)))
+                for s in contract.specs(io, layers=0, rejection=rejection, medusa=medusa, rows=rows)
+            }
+        )
     return out[0], out[1]
 
 
-def profile_shapes(contract: GraphContract, ranges: Mapping[str, tuple[int, int, int]], fixed: Mapping[str, int], *,
-                   layers: int, rejection: bool = False) -> dict[str, Dims3]:  # fmt: skip
+def profile_shapes(
+    contract: GraphContract,
+    ranges: Mapping[str, tuple[int, int, int]],
+    fixed: Mapping[str, int],
+    *,
+    layers: int,
+    rejection: bool = False,
+) -> dict[str, Dims3]:
     """(min, opt, max) shape of every graph input from a (min, opt, max) range per dynamic dim."""
     out: dict[str, Dims3] = {}
     for s in contract.specs("inputs", layers=layers, rejection=rejection):

@@ -30,8 +30,16 @@ from builder.export.artifacts import ExportResult, data_name, write_models
 from builder.export.attention import StepValues, make_variant
 from builder.export.contract import CPU, EAGLE, Precision, declared
 from builder.export.graph import F32, I64, DataSink, Graph, data_sink
-from builder.export.llama import (attn_shape, check_dtype, decoder, layer_caches, layer_weights, operands, rope_tables,
-                                  to_numpy)  # fmt: skip
+from builder.export.llama import (
+    attn_shape,
+    check_dtype,
+    decoder,
+    layer_caches,
+    layer_weights,
+    operands,
+    rope_tables,
+    to_numpy,
+)
 from builder.export.qdq import Fp8Spec, LinearFp8, rows_of, scales_in, single
 from builder.speculative.eagle.draft_model import EagleDraft
 
@@ -58,8 +66,9 @@ def build_eagle(
     if lm_head_fp8 is not None:
         lm_head_fp8 = scales_in(Fp8Spec({"lm_head": lm_head_fp8}), act).linears["lm_head"]
     if tuple(lm_head_weight.shape) != (V, C):
-        raise UserError(f"LM head shape {tuple(lm_head_weight.shape)} does not fit the draft ({V}, {C})",
-                        field="lm_head")  # fmt: skip
+        raise UserError(
+            f"LM head shape {tuple(lm_head_weight.shape)} does not fit the draft ({V}, {C})", field="lm_head"
+        )
     vocab = draft.draft_vocab_size or V
     if not 1 <= top_k <= vocab:
         raise UserError(f"top_k must lie in 1..{vocab} (the draft vocabulary), got {top_k}", field="top_k")
@@ -70,8 +79,12 @@ def build_eagle(
     g.declare("inputs", declared(EAGLE, "inputs", fixed, precision, layers=cfg.num_hidden_layers, rows=rows))
     with g.scope("step"):
         write_at = g.op("Add", "past_len", "write_offset")  # [B] slot of new row 0
-    var.prepare(g, StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"),
-                *rope_tables(draft.inv_freq, max_seq_len, act), attn_shape(cfg))  # fmt: skip
+    var.prepare(
+        g,
+        StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"),
+        *rope_tables(draft.inv_freq, max_seq_len, act),
+        attn_shape(cfg),
+    )
     with g.scope("fc"):
         emb = g.op("Gather", g.weight("embed_tokens", to_numpy(draft.embed_tokens.weight, act)), "tokens", axis=0)
         fc_fp8 = None if fp8 is None else fp8.linears.get("fc")
@@ -80,8 +93,17 @@ def build_eagle(
         if draft.fc.bias is not None:
             x = g.op("Add", x, g.weight("fc_bias", to_numpy(draft.fc.bias, act)))  # [B, F, C]
     layers = (layer_weights(layer, fp8, i, act) for i, layer in enumerate(draft.layers))  # type: ignore[arg-type]
-    hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), final_norm=None, out="hidden_out",
-                     rows="out_rows" if rows else None)  # [B, F, C] ([B, R, C] with rows)  # fmt: skip
+    hidden = decoder(
+        g,
+        var,
+        x,
+        layers,
+        cfg,
+        layer_caches(cfg.num_hidden_layers),
+        final_norm=None,
+        out="hidden_out",
+        rows="out_rows" if rows else None,
+    )  # [B, F, C] ([B, R, C] with rows)
     ids = None if draft.vocab_ids is None else draft.vocab_ids.numpy()  # the draft vocabulary's target ids
     with g.scope("lm_head"):
         if lm_head_fp8 is None:
@@ -94,8 +116,9 @@ def build_eagle(
             logits = g.op("Cast", logits, to=F32)  # [B, F, V] float32 (exact)
         logp = g.op("LogSoftmax", logits, axis=-1)  # [B, F, V]
         if ids is None:
-            g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1,
-                   sorted=1)  # [B, F, K] each  # fmt: skip
+            g.op_n(
+                "TopK", logp, g.const([top_k]), outs=["topk_logprobs", "topk_tokens"], axis=-1, largest=1, sorted=1
+            )  # [B, F, K] each
         else:  # draft rows -> target token ids
             _, rank = g.op_n("TopK", logp, g.const([top_k]), outs=["topk_logprobs", ""], axis=-1, largest=1, sorted=1)
             tokens = g.op("Gather", g.weight("draft_vocab", ids.astype("int32")), rank, axis=0)  # int32: TensorRT's
@@ -123,13 +146,35 @@ def export_eagle(
     graph, `builder.export.lower`; `nbits` 8 or 4: its weight MatMuls block-quantized, `builder.export.nbits`),
     `eagle.data`, `export.json`."""
     rows = variant == "ort" if pick_rows is None else pick_rows
-    settings = {"graph": "eagle_step", "variant": variant, "top_k": top_k, "max_seq_len": max_seq_len,
-                "pick_rows": rows, "draft_vocab": draft.draft_vocab_size,
-                "fp8": None if fp8 is None and lm_head_fp8 is None else {
-                    "linears": 0 if fp8 is None else len(fp8.linears), "kv_layers": 0 if fp8 is None else
-                    len(fp8.kv_scales), "lm_head": lm_head_fp8 is not None}, "precision": precision.as_dict()}  # fmt: skip
+    settings = {
+        "graph": "eagle_step",
+        "variant": variant,
+        "top_k": top_k,
+        "max_seq_len": max_seq_len,
+        "pick_rows": rows,
+        "draft_vocab": draft.draft_vocab_size,
+        "fp8": None
+        if fp8 is None and lm_head_fp8 is None
+        else {
+            "linears": 0 if fp8 is None else len(fp8.linears),
+            "kv_layers": 0 if fp8 is None else len(fp8.kv_scales),
+            "lm_head": lm_head_fp8 is not None,
+        },
+        "precision": precision.as_dict(),
+    }
     with data_sink(Path(out_dir), data_name("eagle")) as sink:
-        proto = build_eagle(draft, lm_head_weight, variant=variant, top_k=top_k, max_seq_len=max_seq_len, fp8=fp8,
-                            lm_head_fp8=lm_head_fp8, sink=sink, precision=precision, pick_rows=rows)  # fmt: skip
-        return write_models(proto, Path(out_dir), "eagle", settings, sink,
-                            None if nbits is None else (nbits, lambda _name: True))  # fmt: skip
+        proto = build_eagle(
+            draft,
+            lm_head_weight,
+            variant=variant,
+            top_k=top_k,
+            max_seq_len=max_seq_len,
+            fp8=fp8,
+            lm_head_fp8=lm_head_fp8,
+            sink=sink,
+            precision=precision,
+            pick_rows=rows,
+        )
+        return write_models(
+            proto, Path(out_dir), "eagle", settings, sink, None if nbits is None else (nbits, lambda _name: True)
+        )

@@ -26,8 +26,15 @@ from onnx import TensorProto, helper, numpy_helper
 from builder.files import staged_dir  # noqa: F401  (re-exported: the exporters stage their folders)
 
 F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
-ELEM = {"float32": F32, "bfloat16": TensorProto.BFLOAT16, "float16": TensorProto.FLOAT16,
-        "float8e4m3fn": TensorProto.FLOAT8E4M3FN, "int64": I64, "int32": I32, "bool": BOOL}  # dtype name -> ONNX
+ELEM = {
+    "float32": F32,
+    "bfloat16": TensorProto.BFLOAT16,
+    "float16": TensorProto.FLOAT16,
+    "float8e4m3fn": TensorProto.FLOAT8E4M3FN,
+    "int64": I64,
+    "int32": I32,
+    "bool": BOOL,
+}  # dtype name -> ONNX
 Dims = Sequence[int | str | None]
 
 
@@ -168,8 +175,9 @@ class Graph:
                 resolved.append(n)
             else:
                 resolved.append(node_name if i == 0 else self.fresh(f"{op_type}_out{i}"))
-        self.nodes.append(helper.make_node(op_type, list(inputs), resolved, name=node_name, domain=domain or None,
-                                           **attrs))
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), resolved, name=node_name, domain=domain or None, **attrs)
+        )
         return resolved
 
     def add(self, node: onnx.NodeProto) -> None:
@@ -181,8 +189,9 @@ class Graph:
 
     def model(self, opsets: dict[str, int], doc: str = "") -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers, doc_string=doc)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
-                                  producer_name="trtspec")
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()], producer_name="trtspec"
+        )
         model.ir_version = 10  # ONNX Runtime 1.20+ reads IR 10 (opset 24 needs ≥ 10)
         if self.tags:  # tag -> value name, so a reader (a test) can find them again
             helper.set_model_props(model, dict(sorted(self.tags.items())))
@@ -300,8 +309,14 @@ def save(model: onnx.ModelProto, path: Path, data_file: str) -> None:
     """Write `model` to `path`, tensors over 1 KiB to `data_file` beside it (converts `model` in place:
     afterwards its large initializers refer to that file). Tensors already external (a `DataSink`'s,
     its file moved to `data_file` first) are left as they are; others are appended to the file."""
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data_file, size_threshold=EXTERNAL_MIN)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data_file,
+        size_threshold=EXTERNAL_MIN,
+    )
 
 
 def save_sharing_data(model: onnx.ModelProto, path: Path) -> None:

@@ -63,8 +63,9 @@ class LayerWeights:
     kv_scales: tuple[float, float] | None = None  # (k_scale, v_scale): FP8 KV cache
 
 
-def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = None,
-                  dtype: str = "float32") -> LayerWeights:  # fmt: skip
+def layer_weights(
+    block: Block, fp8: Fp8Spec | None = None, index: int | None = None, dtype: str = "float32"
+) -> LayerWeights:
     """Layer `index`'s weights ("layers.{index}." in `fp8`'s names) in `dtype`; FP8 where `fp8` quantizes them."""
     a, m = block.self_attn, block.mlp
     norm = block.input_layernorm
@@ -87,7 +88,7 @@ def layer_weights(block: Block, fp8: Fp8Spec | None = None, index: int | None = 
         gate_up=packed(("mlp.gate_proj", m.gate_proj), ("mlp.up_proj", m.up_proj)),
         down=packed(("mlp.down_proj", m.down_proj)),
         kv_scales=None if kv is None else (float(kv[0]), float(kv[1])),
-    )  # fmt: skip
+    )
 
 
 def operands(g: Graph, x: str, w: Linear, base: str, dtype: str = "float32") -> tuple[str, str]:
@@ -99,8 +100,11 @@ def operands(g: Graph, x: str, w: Linear, base: str, dtype: str = "float32") -> 
 
 def check_dtype(dtype: torch.dtype, what: str) -> None:
     if dtype not in SUPPORTED_DTYPES:
-        raise UserError(f"{what} has dtype {dtype}; the ONNX export takes float32, bfloat16 or float16 modules",
-                        field="dtype", allowed="float32, bfloat16, float16")  # fmt: skip
+        raise UserError(
+            f"{what} has dtype {dtype}; the ONNX export takes float32, bfloat16 or float16 modules",
+            field="dtype",
+            allowed="float32, bfloat16, float16",
+        )
 
 
 def rope_tables(inv_freq: torch.Tensor, capacity: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
@@ -172,8 +176,10 @@ def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights, dtype: str) -> str
     else:  # one input (FP8: one Q/DQ of it, site "gate_up": modelopt gives gate and up one input scale)
         fp8 = isinstance(w.gate_up, Fp8Weight)
         x = qdq.fake_quant(g, h, w.gate_up.input_scale, "gate_up", dtype) if fp8 else h  # type: ignore[union-attr]
-        gate, up = (g.op("MatMul", x, _weight(g, columns(w.gate_up, lo, lo + inter), base, dtype))
-                    for base, lo in (("gate", 0), ("up", inter)))  # [B, T, I] each  # fmt: skip
+        gate, up = (
+            g.op("MatMul", x, _weight(g, columns(w.gate_up, lo, lo + inter), base, dtype))
+            for base, lo in (("gate", 0), ("up", inter))
+        )  # [B, T, I] each
     act = g.op("Mul", variant.silu(g, gate), up)  # [B, T, I]
     return g.op("MatMul", *operands(g, act, w.down, "down_proj", dtype))  # [B, T, C]
 

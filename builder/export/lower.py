@@ -189,8 +189,11 @@ class _Lower:
         codes = self.fresh(f"{node.output[0]}/codes")
         self.nodes.append(_copy(node, ins, [codes]))
         keep = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in ("axis", "block_size")}
-        self.nodes.append(helper.make_node("DequantizeLinear", [codes, *ins[1:3]], [node.output[0]],
-                                           name=self.fresh(f"{node.name}/dq"), **keep))  # fmt: skip
+        self.nodes.append(
+            helper.make_node(
+                "DequantizeLinear", [codes, *ins[1:3]], [node.output[0]], name=self.fresh(f"{node.name}/dq"), **keep
+            )
+        )
         self.fp8[node.output[0]] = ins[1]
 
     def dequantize(self, node: onnx.NodeProto, ins: list[str]) -> None:
@@ -238,8 +241,9 @@ class _Lower:
         ones = self._const(np.ones(width, np.float32))
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         normed = self.fresh(f"{out}/normed")
-        self.nodes.append(helper.make_node("RMSNormalization", [ins[0], ones], [normed], name=self.fresh(node.name),
-                                           **attrs))  # fmt: skip
+        self.nodes.append(
+            helper.make_node("RMSNormalization", [ins[0], ones], [normed], name=self.fresh(node.name), **attrs)
+        )
         scaled = self.emit("Mul", [self.round(normed, to, f"{out}/normed_rounded"), ins[1]], f"{out}/f32raw")
         self.round(scaled, to, out, fresh=False)
 

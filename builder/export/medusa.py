@@ -24,7 +24,9 @@ def medusa_topk(g: Graph, variant: Variant, h: str, heads: MedusaHeads, k: int, 
     if not 1 <= k <= heads.vocab_size:
         raise ValueError(f"medusa_topk must lie in 1..{heads.vocab_size}, got {k}")
     act = variant.precision.act
-    sd = {key: to_numpy(t, act) for key, t in heads.state_dict().items()}  # upstream keys: "{head}.{layer}.linear.weight"
+    sd = {
+        key: to_numpy(t, act) for key, t in heads.state_dict().items()
+    }  # upstream keys: "{head}.{layer}.linear.weight"
     w_t = lambda j: [sd[f"{i}.{j}.linear.weight"].T for i in range(n)]  # noqa: E731  # [C, C] per head
     bias = lambda j: [sd[f"{i}.{j}.linear.bias"] for i in range(n)]  # noqa: E731  # [C] per head
     with g.scope(SCOPE):

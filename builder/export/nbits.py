@@ -46,8 +46,9 @@ def quantize_blocks(w: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.nd
     return packed, scales.reshape(-1).astype(np.float32), np.ascontiguousarray(deq)
 
 
-def quantize_matmuls(model: onnx.ModelProto, bits: int, base_dir: Path, select: Callable[[str], bool],
-                     block: int = BLOCK) -> int:  # fmt: skip
+def quantize_matmuls(
+    model: onnx.ModelProto, bits: int, base_dir: Path, select: Callable[[str], bool], block: int = BLOCK
+) -> int:
     """Rewrite `model` in place: each node `select` accepts by name that multiplies by a float32 weight initializer
     whose K is a multiple of `block` becomes MatMulNBits over the block-quantized weight (new initializers, stored
     in the graph; the old weight is dropped once nothing reads it):
@@ -72,13 +73,24 @@ def quantize_matmuls(model: onnx.ModelProto, bits: int, base_dir: Path, select: 
                 arrays[w.name] = numpy_helper.to_array(w, str(base_dir))
             packed, scales, _ = quantize_blocks(arrays[w.name] if head is None else arrays[w.name][head], bits, block)
             tag = f"{w.name}{'' if head is None else f'.{head}'}.q{bits}"
-            graph.initializer.extend([numpy_helper.from_array(packed, tag),
-                                      numpy_helper.from_array(scales, tag + "_s")])
+            graph.initializer.extend(
+                [numpy_helper.from_array(packed, tag), numpy_helper.from_array(scales, tag + "_s")]
+            )
             made[key] = (tag, tag + "_s", int(w.dims[-2]), int(w.dims[-1]))
         p, s, k, n = made[key]
         dropped.add(w.name)
-        return helper.make_node("MatMulNBits", [a, p, s], [out], name=name, domain="com.microsoft", K=k, N=n,
-                                bits=bits, block_size=block, accuracy_level=ACCURACY_LEVEL)  # fmt: skip
+        return helper.make_node(
+            "MatMulNBits",
+            [a, p, s],
+            [out],
+            name=name,
+            domain="com.microsoft",
+            K=k,
+            N=n,
+            bits=bits,
+            block_size=block,
+            accuracy_level=ACCURACY_LEVEL,
+        )
 
     nodes: list[onnx.NodeProto] = []
     rewritten = 0
@@ -92,8 +104,10 @@ def quantize_matmuls(model: onnx.ModelProto, bits: int, base_dir: Path, select: 
             nodes.append(nbits(a, w, None, out, f"{node.name}/nbits"))
         elif kind == "gemm":
             y = f"{node.name}/nbits_out"
-            nodes += [nbits(a, w, None, y, f"{node.name}/nbits"),
-                      helper.make_node("Add", [y, node.input[2]], [out], name=f"{node.name}/bias")]
+            nodes += [
+                nbits(a, w, None, y, f"{node.name}/nbits"),
+                helper.make_node("Add", [y, node.input[2]], [out], name=f"{node.name}/bias"),
+            ]
         else:  # per head
             h = int(w.dims[0])
             split = f"{node.name}/split_sizes"
@@ -120,15 +134,27 @@ def quantize_matmuls(model: onnx.ModelProto, bits: int, base_dir: Path, select: 
 def _kind(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], block: int) -> str | None:
     """How `quantize_matmuls` rewrites `node` (matmul | gemm | heads), or None where it does not."""
     w = inits.get(node.input[1]) if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 else None
-    if (node.domain not in ("", "ai.onnx") or w is None or w.data_type != TensorProto.FLOAT or len(w.dims) < 2
-            or w.dims[-2] % block):  # fmt: skip
+    if (
+        node.domain not in ("", "ai.onnx")
+        or w is None
+        or w.data_type != TensorProto.FLOAT
+        or len(w.dims) < 2
+        or w.dims[-2] % block
+    ):
         return None
     if node.op_type == "MatMul":
         return {2: "matmul", 3: "heads"}.get(len(w.dims))
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
-    if (node.op_type == "Gemm" and plain and not attrs.get("transB", 0) and len(w.dims) == 2 and len(node.input) == 3
-            and node.input[2] in inits and len(inits[node.input[2]].dims) == 1):  # fmt: skip
+    if (
+        node.op_type == "Gemm"
+        and plain
+        and not attrs.get("transB", 0)
+        and len(w.dims) == 2
+        and len(node.input) == 3
+        and node.input[2] in inits
+        and len(inits[node.input[2]].dims) == 1
+    ):
         return "gemm"
     return None
 

@@ -40,6 +40,7 @@ from builder.export.contract import CPU
 from builder.export.graph import F32, I32, Graph
 from builder.export.qdq import fake_quant
 
+
 def tree_bias(g: Graph, step: StepValues, live: str) -> str:  # -> [B, 1, T, S] float32
     """0 where row i may attend slot s < S (the scalar `live`), −inf at the new slots outside its ancestors
     (the slots after its own are GroupQueryAttention's causal rule's); see the module docstring."""
@@ -95,26 +96,44 @@ class OrtVariant:
         last = g.op("Gather", step.tree_mask, g.const(-1), axis=1)  # [B, U] what each row's last node attends
         one = g.op("ReduceMin", last, keepdims=0)  # [] every row's last node attends every node: all chains
         plain, tree = g.branch(), g.branch()
-        dims = plain.op("Concat", plain.const([1, 1]), plain.op("Shape", step.tree_mask, start=1, end=2),
-                        plain.op("Unsqueeze", live, plain.const([0])), axis=0)  # [4] = (1, 1, T, S)
+        dims = plain.op(
+            "Concat",
+            plain.const([1, 1]),
+            plain.op("Shape", step.tree_mask, start=1, end=2),
+            plain.op("Unsqueeze", live, plain.const([0])),
+            axis=0,
+        )  # [4] = (1, 1, T, S)
         a = plain.op("ConstantOfShape", dims, value=numpy_helper.from_array(np.zeros(1, np.float32)))
         b = tree_bias(tree, step, live)
-        return g.op("If", one, then_branch=plain.body([(a, F32, ["plain_b", 1, "plain_t", "plain_s"])]),
-                    else_branch=tree.body([(b, F32, ["tree_b", 1, "tree_t", "tree_s"])]))  # fmt: skip
+        return g.op(
+            "If",
+            one,
+            then_branch=plain.body([(a, F32, ["plain_b", 1, "plain_t", "plain_s"])]),
+            else_branch=tree.body([(b, F32, ["tree_b", 1, "tree_t", "tree_s"])]),
+        )
 
     def norm(self, g: Graph, x: str, weight: str, eps: float, out: str | None = None) -> str:
         # ORT's SimplifiedLayerNormalization sits in the default domain, unknown to onnx.checker; the
         # standard op is one node too.
         return g.op("RMSNormalization", x, weight, out=out, epsilon=eps, axis=-1, stash_type=1)
 
-    def add_norm(self, g: Graph, x: str, delta: str, weight: str, eps: float,
-                 out: str | None = None) -> tuple[str, str]:  # fmt: skip
-        y, _, _, s = g.op_n("SkipSimplifiedLayerNormalization", x, delta, weight, outs=[out or "", "-", "-", ""],
-                            domain=MS, epsilon=eps)  # fmt: skip
+    def add_norm(
+        self, g: Graph, x: str, delta: str, weight: str, eps: float, out: str | None = None
+    ) -> tuple[str, str]:
+        y, _, _, s = g.op_n(
+            "SkipSimplifiedLayerNormalization", x, delta, weight, outs=[out or "", "-", "-", ""], domain=MS, epsilon=eps
+        )
         return y, s
 
-    def attention(self, g: Graph, h: str, qkv_weight: str, shape: AttnShape, cache: LayerCache,
-                  kv_scales: tuple[float, float] | None = None) -> str:  # fmt: skip
+    def attention(
+        self,
+        g: Graph,
+        h: str,
+        qkv_weight: str,
+        shape: AttnShape,
+        cache: LayerCache,
+        kv_scales: tuple[float, float] | None = None,
+    ) -> str:
         qkv = g.op("MatMul", h, qkv_weight)  # [B, T, (H + 2KV)·D] packed
         if kv_scales is None:
             q, k, v, rope = qkv, "", "", [self.cos, self.sin, self.step.position_ids]
@@ -126,11 +145,33 @@ class OrtVariant:
             k = g.op("RotaryEmbedding", k, self.cos, self.sin, pos, num_heads=KV)  # [B, T, KV·D]
             k, v = fake_quant(g, k, kv_scales[0], "k_cache"), fake_quant(g, v, kv_scales[1], "v_cache")
             rope = ["", "", ""]
-        inputs = [q, k, v, cache.past_key, cache.past_value, self.seqlens_k, self.total, *rope, self.bias,
-                  "", "", "", "", "", self.query_seqlens]  # fmt: skip
-        y, _, _ = g.op_n("GroupQueryAttention", *inputs, outs=["", cache.present_key, cache.present_value],
-                         domain=MS, num_heads=shape.heads, kv_num_heads=shape.kv_heads,
-                         do_rotary=int(kv_scales is None), causal=1)  # fmt: skip
+        inputs = [
+            q,
+            k,
+            v,
+            cache.past_key,
+            cache.past_value,
+            self.seqlens_k,
+            self.total,
+            *rope,
+            self.bias,
+            "",
+            "",
+            "",
+            "",
+            "",
+            self.query_seqlens,
+        ]
+        y, _, _ = g.op_n(
+            "GroupQueryAttention",
+            *inputs,
+            outs=["", cache.present_key, cache.present_value],
+            domain=MS,
+            num_heads=shape.heads,
+            kv_num_heads=shape.kv_heads,
+            do_rotary=int(kv_scales is None),
+            causal=1,
+        )
         return y  # [B, T, H·D]
 
     def silu(self, g: Graph, x: str) -> str:

@@ -102,8 +102,12 @@ def rows_of(linear: LinearFp8, rows: np.ndarray) -> LinearFp8:
 
 def single(linear: LinearFp8, transposed: bool = False) -> Fp8Weight:
     w = linear.weight if transposed else linear.weight.T
-    return Fp8Weight(np.ascontiguousarray(w), linear.weight_scale.astype(np.float32),
-                     linear.input_scale.astype(np.float32), transposed)  # fmt: skip
+    return Fp8Weight(
+        np.ascontiguousarray(w),
+        linear.weight_scale.astype(np.float32),
+        linear.input_scale.astype(np.float32),
+        transposed,
+    )
 
 
 def quantize(g: Graph, x: str, scale: np.ndarray | float, dtype: str = "float32") -> tuple[str, str]:
@@ -140,19 +144,24 @@ def ort_foldable(model: onnx.ModelProto) -> onnx.ModelProto:
     inits = {t.name: t for t in g.initializer}
     nodes: list[onnx.NodeProto] = []
     for node in g.node:
-        src = inits.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
+        src = (
+            inits.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
+        )
         if src is None or src.data_type != FP8 or len(node.input) > 2 and node.input[2]:
             nodes.append(node)
             continue
         scale = inits[node.input[1]]
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
         rank = len(src.dims)
-        cast = helper.make_node("Cast", [node.input[0]], [node.output[0] + "/f32"], name=node.name + "/cast",
-                                to=TensorProto.FLOAT)  # fmt: skip
+        cast = helper.make_node(
+            "Cast", [node.input[0]], [node.output[0] + "/f32"], name=node.name + "/cast", to=TensorProto.FLOAT
+        )
         if len(scale.dims) == 1 and axis % rank != rank - 1:  # the graphs put per-column scales on the last axis
             raise ValueError(f"{node.name}: a per-axis scale on axis {axis} of a rank-{rank} weight does not broadcast")
         nodes.append(cast)
-        nodes.append(helper.make_node("Mul", [cast.output[0], node.input[1]], [node.output[0]], name=node.name + "/scale"))
+        nodes.append(
+            helper.make_node("Mul", [cast.output[0], node.input[1]], [node.output[0]], name=node.name + "/scale")
+        )
     del g.node[:]
     g.node.extend(nodes)
     return model
@@ -172,7 +181,9 @@ def scales_in(spec: Fp8Spec, dtype: str) -> Fp8Spec:
         return spec
     t = numpy_type(dtype)
     r = lambda a: np.asarray(a, np.float32).astype(t).astype(np.float32)  # noqa: E731
-    linears = {k: replace(v, weight_scale=r(v.weight_scale), input_scale=r(v.input_scale)) for k, v in spec.linears.items()}
+    linears = {
+        k: replace(v, weight_scale=r(v.weight_scale), input_scale=r(v.input_scale)) for k, v in spec.linears.items()
+    }
     kv = {i: (float(r(k)), float(r(v))) for i, (k, v) in spec.kv_scales.items()}
     return Fp8Spec(linears, kv)
 

@@ -64,18 +64,27 @@ def build_target(
         raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
     var = make_variant(variant, cfg.head_dim, precision)
     g = Graph("target_step", sink)
-    fixed = {"KV": cfg.num_key_value_heads, "CAP": max_seq_len, "D": cfg.head_dim, "C": cfg.hidden_size,
-             "Hm": 0 if medusa is None else medusa.num_heads, "K": medusa_topk or 0}  # fmt: skip
+    fixed = {
+        "KV": cfg.num_key_value_heads,
+        "CAP": max_seq_len,
+        "D": cfg.head_dim,
+        "C": cfg.hidden_size,
+        "Hm": 0 if medusa is None else medusa.num_heads,
+        "K": medusa_topk or 0,
+    }
     layers_n, rejection, fused = cfg.num_hidden_layers, mode == "rejection", medusa is not None
-    g.declare("inputs", declared(TARGET, "inputs", fixed, precision, layers=layers_n, rejection=rejection, medusa=fused))
+    g.declare(
+        "inputs", declared(TARGET, "inputs", fixed, precision, layers=layers_n, rejection=rejection, medusa=fused)
+    )
     step = StepValues("position_ids", "past_len", write_at="past_len", num_new="num_nodes", tree_mask="tree_mask")
     var.prepare(g, step, *rope_tables(model.inv_freq, max_seq_len, act), attn_shape(cfg))
     with g.scope("embed"):
         embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight, act))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
     layers = (layer_weights(block, fp8, i, act) for i, block in enumerate(model.layers))  # type: ignore[arg-type]
-    hidden = decoder(g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), to_numpy(model.norm.weight, act),
-                     out="hidden")  # [B, T, C]  # fmt: skip
+    hidden = decoder(
+        g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), to_numpy(model.norm.weight, act), out="hidden"
+    )  # [B, T, C]
     with g.scope("verify"):
         head_fp8 = None if fp8 is None else fp8.linears.get("lm_head")
         if head_fp8 is not None:
@@ -87,14 +96,25 @@ def build_target(
             head, head_scale = g.weight("lm_head_t", to_numpy(model.lm_head.weight.T, act)), None
         else:
             head, head_scale = g.weight("lm_head", to_numpy(model.lm_head.weight, act)), None  # [V, C]
-        _verify(g, model, hidden, head, "verify_index", "paths", mode, head_scale, act,
-                transposed=var.name == "ort" and head_fp8 is None and not cfg.tie_word_embeddings)
+        _verify(
+            g,
+            model,
+            hidden,
+            head,
+            "verify_index",
+            "paths",
+            mode,
+            head_scale,
+            act,
+            transposed=var.name == "ort" and head_fp8 is None and not cfg.tie_word_embeddings,
+        )
     if medusa is not None and medusa_topk is not None:
         with g.scope("medusa_in"):
             h = _last_accepted_hidden(g, hidden, "verify_index", "paths")  # [B, C]
         emit_medusa(g, var, h, medusa, medusa_topk, out="medusa_topk")
-    g.declare("outputs", declared(TARGET, "outputs", fixed, precision, layers=layers_n, rejection=rejection,
-                                  medusa=fused))  # fmt: skip
+    g.declare(
+        "outputs", declared(TARGET, "outputs", fixed, precision, layers=layers_n, rejection=rejection, medusa=fused)
+    )
     return g.model({**var.opsets, DOMAIN: OP_VERSION}, doc=f"trtspec target step ({variant}, {mode}, {act})")
 
 
@@ -116,12 +136,28 @@ def export_target(
     float32 lowering of a bfloat16 / float16 / FP8-cache graph, `builder.export.lower`; `medusa_nbits` 8 or 4:
     the Medusa heads' weight MatMuls block-quantized there, `builder.export.nbits`), `target.data`,
     `export.json`."""
-    settings = {"graph": "target_step", "variant": variant, "mode": mode, "max_seq_len": max_seq_len,
-                "medusa_heads": None if medusa is None else medusa.num_heads, "medusa_topk": medusa_topk,
-                "fp8": fp8_summary(fp8), "precision": precision.as_dict()}  # fmt: skip
+    settings = {
+        "graph": "target_step",
+        "variant": variant,
+        "mode": mode,
+        "max_seq_len": max_seq_len,
+        "medusa_heads": None if medusa is None else medusa.num_heads,
+        "medusa_topk": medusa_topk,
+        "fp8": fp8_summary(fp8),
+        "precision": precision.as_dict(),
+    }
     with data_sink(Path(out_dir), data_name("target")) as sink:
-        proto = build_target(model, variant=variant, mode=mode, max_seq_len=max_seq_len, medusa=medusa,
-                             medusa_topk=medusa_topk, fp8=fp8, sink=sink, precision=precision)  # fmt: skip
+        proto = build_target(
+            model,
+            variant=variant,
+            mode=mode,
+            max_seq_len=max_seq_len,
+            medusa=medusa,
+            medusa_topk=medusa_topk,
+            fp8=fp8,
+            sink=sink,
+            precision=precision,
+        )
         heads = None if medusa is None or medusa_nbits is None else (medusa_nbits, _in_medusa_heads)
         return write_models(proto, Path(out_dir), "target", settings, sink, heads)
 
@@ -136,8 +172,18 @@ def fp8_summary(fp8: Fp8Spec | None) -> dict[str, int] | None:
     return {"linears": len(fp8.linears), "kv_layers": len(fp8.kv_scales)}
 
 
-def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, paths: str, mode: Mode,
-            head_scale: np.ndarray | None = None, act: str = "float32", transposed: bool = False) -> None:  # fmt: skip
+def _verify(
+    g: Graph,
+    model: Llama,
+    hidden: str,
+    head: str,
+    verify_index: str,
+    paths: str,
+    mode: Mode,
+    head_scale: np.ndarray | None = None,
+    act: str = "float32",
+    transposed: bool = False,
+) -> None:
     """LM head on the verify nodes, `node_argmax`, TreeVerify (`accepted_len`, `best_path`, `output_tokens`).
 
     `head` is the LM head value [V, C] (the embedding itself when tied: Gemm with transB=1; the
@@ -166,8 +212,11 @@ def _verify(g: Graph, model: Llama, hidden: str, head: str, verify_index: str, p
         b = g.op("Shape", "past_len")  # [1]
         bw = g.op("Concat", b, g.op("Shape", paths, start=2), axis=0)  # [2] = (B, W)
         sampling = [_filled(g, b, 0.0), _filled(g, b, 1.0), _filled(g, bw, 0.0)]  # temperature, top_p, uniforms
-    g.add(onnx_op.make_node([logits, tokens_v, paths, *sampling, draft_probs], VERIFY_OUTPUTS, mode,
-                            name=g.fresh("TreeVerify")))  # fmt: skip
+    g.add(
+        onnx_op.make_node(
+            [logits, tokens_v, paths, *sampling, draft_probs], VERIFY_OUTPUTS, mode, name=g.fresh("TreeVerify")
+        )
+    )
 
 
 def _filled(g: Graph, shape: str, value: float) -> str:  # -> float32 tensor of `shape` holding `value`

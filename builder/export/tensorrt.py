@@ -80,7 +80,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builder.errors import UserError
 from builder.export.graph import prune, save_sharing_data
-from builder.export.trt_schemas import TRT_DOMAIN, TRT_OPSET, check, operator_problems, register_schemas
+from builder.export.trt_schemas import TRT_DOMAIN, TRT_OPSET, check, operator_problems
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN as PLUGIN_DOMAIN
 from plugins.tree_verify.contract import OP_TYPE as PLUGIN_OP
@@ -89,7 +89,11 @@ from plugins.tree_verify.contract import OP_VERSION as PLUGIN_VERSION
 NATIVE = ("Attention", "RotaryEmbedding", "TensorScatter")  # standard ops with a trt:: twin
 CONTRIB_DOMAINS = ("com.microsoft",)  # ONNX Runtime-only ops TensorRT cannot parse
 TRANSPARENT = ("Cast", "Identity", "QuantizeLinear", "DequantizeLinear")  # passed over when tracing K / V
-GRAPHS = (("greedy", "target-greedy", "target"), ("rejection", "target-rejection", "target"), ("eagle", "eagle", "eagle"))
+GRAPHS = (
+    ("greedy", "target-greedy", "target"),
+    ("rejection", "target-rejection", "target"),
+    ("eagle", "eagle", "eagle"),
+)
 
 
 def to_tensorrt(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -111,8 +115,9 @@ FP8_TYPES = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.F
 
 
 def _refuse(node: onnx.NodeProto, why: str) -> UserError:
-    return UserError(f"TensorRT rewrite: node {node.name!r} ({node.op_type}): {why}", field="export.variant",
-                     allowed="standard")  # fmt: skip
+    return UserError(
+        f"TensorRT rewrite: node {node.name!r} ({node.op_type}): {why}", field="export.variant", allowed="standard"
+    )
 
 
 class _Rewrite:
@@ -173,8 +178,16 @@ class _Rewrite:
             self.consts[key] = name
         return self.consts[key]
 
-    def emit(self, op: str, inputs: Iterable[str], base: str, out: str | None = None, domain: str = "",
-             replaces: bool = False, **attrs: Any) -> str:  # fmt: skip
+    def emit(
+        self,
+        op: str,
+        inputs: Iterable[str],
+        base: str,
+        out: str | None = None,
+        domain: str = "",
+        replaces: bool = False,
+        **attrs: Any,
+    ) -> str:
         """Append a node; `replaces`: it takes the name of the node it replaces (`base`)."""
         name = base if replaces else self.fresh(base)
         output = out or name
@@ -194,8 +207,17 @@ class _Rewrite:
 
     def _one(self, node: onnx.NodeProto) -> None:
         standard = node.domain in ("", "ai.onnx")
-        handler = {"Attention": self._attention, "RotaryEmbedding": self._rotary, "TensorScatter": self._scatter,
-                   "RMSNormalization": self._rms_norm, "Swish": self._swish}.get(node.op_type) if standard else None  # fmt: skip
+        handler = (
+            {
+                "Attention": self._attention,
+                "RotaryEmbedding": self._rotary,
+                "TensorScatter": self._scatter,
+                "RMSNormalization": self._rms_norm,
+                "Swish": self._swish,
+            }.get(node.op_type)
+            if standard
+            else None
+        )
         if handler is not None:
             handler(node)
         elif node.domain == PLUGIN_DOMAIN and node.op_type == PLUGIN_OP:
@@ -209,8 +231,14 @@ class _Rewrite:
         if _attr(node, "interleaved", 0) or _attr(node, "rotary_embedding_dim", 0) or _attr(node, "num_heads"):
             raise _refuse(node, "only full, non-interleaved rotary on 4-D [B, heads, T, D] inputs maps to TensorRT")
         x, cos, sin, pos = node.input[:4]
-        self.emit("RotaryEmbedding", [x, cos, sin, self.as_int64(pos)], node.name, node.output[0],
-                  domain=TRT_DOMAIN, replaces=True)  # fmt: skip
+        self.emit(
+            "RotaryEmbedding",
+            [x, cos, sin, self.as_int64(pos)],
+            node.name,
+            node.output[0],
+            domain=TRT_DOMAIN,
+            replaces=True,
+        )
 
     def _scatter(self, node: onnx.NodeProto) -> None:
         if len(node.input) < 3 or not node.input[2]:
@@ -219,18 +247,32 @@ class _Rewrite:
             raise _refuse(node, "only a linear write along axis 2 of [B, KV, CAP, D] maps to TensorRT")
         cache, new, at = node.input[:3]
         if self.types.get(cache) in FP8_TYPES:
-            raise UserError(f"TensorRT rewrite: node {node.name!r} writes an FP8 KV cache ({cache!r}); TensorRT's "
-                            "KV-cache update takes float32/float16/bfloat16 caches only", field="quantization.kv_cache",
-                            allowed="model_dtype, or target.backend: trtllm")  # fmt: skip
-        self.emit("TensorScatter", [cache, new, self.as_int64(at)], node.name, node.output[0],
-                  domain=TRT_DOMAIN, replaces=True)  # fmt: skip
+            raise UserError(
+                f"TensorRT rewrite: node {node.name!r} writes an FP8 KV cache ({cache!r}); TensorRT's "
+                "KV-cache update takes float32/float16/bfloat16 caches only",
+                field="quantization.kv_cache",
+                allowed="model_dtype, or target.backend: trtllm",
+            )
+        self.emit(
+            "TensorScatter",
+            [cache, new, self.as_int64(at)],
+            node.name,
+            node.output[0],
+            domain=TRT_DOMAIN,
+            replaces=True,
+        )
 
     def _attention(self, node: onnx.NodeProto) -> None:
         if len(node.input) < 4 or not node.input[3] or any(node.input[4:]) or len(node.output) > 1:
             raise _refuse(node, "expects (q, k, v, mask) with a boolean mask and one output")
         known = {"scale", "is_causal", "softcap", "qk_matmul_output_mode", "softmax_precision"}
         unknown = {a.name for a in node.attribute} - known
-        if unknown or _attr(node, "is_causal", 0) or _attr(node, "softcap", 0.0) or _attr(node, "qk_matmul_output_mode", 0):
+        if (
+            unknown
+            or _attr(node, "is_causal", 0)
+            or _attr(node, "softcap", 0.0)
+            or _attr(node, "qk_matmul_output_mode", 0)
+        ):
             raise _refuse(node, "only 4-D, non-causal attention with a mask (no softcap) maps to TensorRT")
         if _attr(node, "softmax_precision", TensorProto.FLOAT) != TensorProto.FLOAT:
             raise _refuse(node, "TensorRT's attention normalizes in float32: softmax_precision must be FLOAT")
@@ -240,10 +282,17 @@ class _Rewrite:
         if cap_k != cap_v:
             raise _refuse(node, f"key and value caches differ in capacity ({cap_k} vs {cap_v})")
         scale = _attr(node, "scale")
-        self.emit("Attention", [q, k, v, self._full_mask(node, mask, cap_k, self.types.get(q, TensorProto.FLOAT))],
-                  node.name, node.output[0],
-                  domain=TRT_DOMAIN, replaces=True, is_causal=0, TRT_decomposable=1,
-                  scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_dim))  # fmt: skip
+        self.emit(
+            "Attention",
+            [q, k, v, self._full_mask(node, mask, cap_k, self.types.get(q, TensorProto.FLOAT))],
+            node.name,
+            node.output[0],
+            domain=TRT_DOMAIN,
+            replaces=True,
+            is_causal=0,
+            TRT_decomposable=1,
+            scale=float(scale) if scale is not None else 1.0 / math.sqrt(head_dim),
+        )
 
     def _bypass_live_slice(self, node: onnx.NodeProto, value: str) -> tuple[int, int]:
         """Find Slice(cache, [0], S, [2]) above `value` (through Cast / Identity / Q / DQ, on either side of
@@ -259,8 +308,12 @@ class _Rewrite:
             data = self.producer.get(data.input[0])
         if data is None or data.op_type != "TensorScatter" or data.domain not in ("", "ai.onnx"):
             raise _refuse(node, f"{cur.name!r} does not slice a TensorScatter output")
-        if not (len(cur.input) in (4, 5) and self._int_const(cur.input[1]) == [0] and self._int_const(cur.input[3]) == [2]
-                and (len(cur.input) == 4 or self._int_const(cur.input[4]) == [1])):  # fmt: skip
+        if not (
+            len(cur.input) in (4, 5)
+            and self._int_const(cur.input[1]) == [0]
+            and self._int_const(cur.input[3]) == [2]
+            and (len(cur.input) == 4 or self._int_const(cur.input[4]) == [1])
+        ):
             raise _refuse(node, f"{cur.name!r} is not Slice(cache, [0], S, axes=[2])")
         self.rename[cur.output[0]] = cur.input[0]
         return self._cache_dims(node, data.input[0])
@@ -284,8 +337,9 @@ class _Rewrite:
             return self.memo[key]
         ranges = [n for n in self._ancestors(mask) if n.op_type == "Range"]
         if len(ranges) != 1:
-            raise _refuse(node, f"the mask {mask!r} should come from one Range over the cache slots, found "
-                                f"{len(ranges)}")  # fmt: skip
+            raise _refuse(
+                node, f"the mask {mask!r} should come from one Range over the cache slots, found {len(ranges)}"
+            )
         if self.limits.setdefault(ranges[0].name, cap) != cap:
             raise _refuse(node, "one mask serves caches of different capacities")
         t = helper.tensor_dtype_to_np_dtype(elem)
@@ -321,7 +375,9 @@ class _Rewrite:
         x32 = self.emit("Cast", [x], f"{base}/f32", to=TensorProto.FLOAT) if narrow else x
         sq = self.emit("Pow", [x32, self.const(2.0, np.float32)], f"{base}/pow")
         var = self.emit("ReduceMean", [sq, self.const([-1], np.int64)], f"{base}/mean", keepdims=1)  # [..., 1]
-        std = self.emit("Sqrt", [self.emit("Add", [var, self.const(eps, np.float32)], f"{base}/add_eps")], f"{base}/sqrt")
+        std = self.emit(
+            "Sqrt", [self.emit("Add", [var, self.const(eps, np.float32)], f"{base}/add_eps")], f"{base}/sqrt"
+        )
         normed = self.emit("Mul", [x32, self.emit("Reciprocal", [std], f"{base}/rsqrt")], f"{base}/normed")
         if narrow:
             normed = self.emit("Cast", [normed], f"{base}/normed_cast", to=elem)
@@ -370,19 +426,27 @@ def write_tensorrt(src_dir: Path, stem: str, dst_dir: Path | None = None) -> Pat
     problems = operator_problems(trt_model)
     if problems:  # an exporter bug, not a user error: every graph the export stage writes must pass
         more = f"; … {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise ValueError(f"{src_dir / stem}.onnx: the TensorRT form departs from TensorRT's documented operator "
-                         f"support: {'; '.join(problems[:10])}{more}")
+        raise ValueError(
+            f"{src_dir / stem}.onnx: the TensorRT form departs from TensorRT's documented operator "
+            f"support: {'; '.join(problems[:10])}{more}"
+        )
     path = dst_dir / f"{stem}.trt.onnx"
     save_sharing_data(trt_model, path)
     return path
 
 
-def write_tensorrt_graphs(export_dir: Path, variant: str, say: Callable[[str], None] = lambda _m: None) -> dict[str, str]:
+def write_tensorrt_graphs(
+    export_dir: Path, variant: str, say: Callable[[str], None] = lambda _m: None
+) -> dict[str, str]:
     """`{stem}.trt.onnx` beside every graph of an export folder; returns {"greedy" | "rejection" | "eagle":
     path relative to `export_dir`}."""
     if variant != "standard":
-        raise UserError(f"the TensorRT graphs are rewritten from the `standard` variant, not {variant!r} (unset "
-                        "TRTSPEC_ORT_VARIANT for GPU targets)", field="variant", allowed="standard")  # fmt: skip
+        raise UserError(
+            f"the TensorRT graphs are rewritten from the `standard` variant, not {variant!r} (unset "
+            "TRTSPEC_ORT_VARIANT for GPU targets)",
+            field="variant",
+            allowed="standard",
+        )
     files = {}
     for key, folder, stem in GRAPHS:
         if (Path(export_dir) / folder / f"{stem}.onnx").is_file():

@@ -52,24 +52,49 @@ def register_schemas() -> None:
     io, attr, kind = onnx.defs.OpSchema.FormalParameter, onnx.defs.OpSchema.Attribute, onnx.defs.OpSchema.AttrType
     optional = onnx.defs.OpSchema.FormalParameterOption.Optional
     specs = {
-        "RotaryEmbedding": ([io("x", "T", "[B, heads, T, D]"), io("cos", "T", "[CAP, D/2]"),
-                             io("sin", "T", "[CAP, D/2]"),
-                             io("position_ids", "tensor(int64)", "[B, T] (onnx-tensorrt: must be INT64)")], []),
-        "TensorScatter": ([io("cache", "T", "[B, KV, CAP, D]"), io("new_kv", "T", "[B, KV, T, D]"),
-                           io("cache_indices", "tensor(int64)", "[B] write offset (TensorScatter-24: int64)")], []),
-        "Attention": ([io("query", "T", "[B, H, T, D]"), io("key", "T", "[B, KV, S, D]"),
-                       io("value", "T", "[B, KV, S, D]"), io("attn_mask", "T", "additive [B, 1, T, S]",
-                                                            param_option=optional)],
-                      [attr("is_causal", kind.INT, "0 / 1", required=False),
-                       attr("TRT_decomposable", kind.INT, "1: TensorRT may decompose", required=False),
-                       attr("scale", kind.FLOAT, "multiplier of QK^T", required=False)]),
-    }  # fmt: skip
+        "RotaryEmbedding": (
+            [
+                io("x", "T", "[B, heads, T, D]"),
+                io("cos", "T", "[CAP, D/2]"),
+                io("sin", "T", "[CAP, D/2]"),
+                io("position_ids", "tensor(int64)", "[B, T] (onnx-tensorrt: must be INT64)"),
+            ],
+            [],
+        ),
+        "TensorScatter": (
+            [
+                io("cache", "T", "[B, KV, CAP, D]"),
+                io("new_kv", "T", "[B, KV, T, D]"),
+                io("cache_indices", "tensor(int64)", "[B] write offset (TensorScatter-24: int64)"),
+            ],
+            [],
+        ),
+        "Attention": (
+            [
+                io("query", "T", "[B, H, T, D]"),
+                io("key", "T", "[B, KV, S, D]"),
+                io("value", "T", "[B, KV, S, D]"),
+                io("attn_mask", "T", "additive [B, 1, T, S]", param_option=optional),
+            ],
+            [
+                attr("is_causal", kind.INT, "0 / 1", required=False),
+                attr("TRT_decomposable", kind.INT, "1: TensorRT may decompose", required=False),
+                attr("scale", kind.FLOAT, "multiplier of QK^T", required=False),
+            ],
+        ),
+    }
     for op, (inputs, attrs) in specs.items():
         if not onnx.defs.has(op, TRT_DOMAIN):
             schema = onnx.defs.OpSchema(
-                op, TRT_DOMAIN, TRT_OPSET, f"TensorRT native {op} (TensorRT >= 10.15)", inputs=inputs,
-                outputs=[io("output", "T", "")], type_constraints=[("T", list(FLOATS), "float32 / float16 / bfloat16")],
-                attributes=attrs)  # fmt: skip
+                op,
+                TRT_DOMAIN,
+                TRT_OPSET,
+                f"TensorRT native {op} (TensorRT >= 10.15)",
+                inputs=inputs,
+                outputs=[io("output", "T", "")],
+                type_constraints=[("T", list(FLOATS), "float32 / float16 / bfloat16")],
+                attributes=attrs,
+            )
             schema.set_type_and_shape_inference_function(_same_as_input0)
             onnx.defs.register_schema(schema)
 
@@ -102,34 +127,100 @@ _NUM = "FP32 FP16 BF16 INT32 INT64"
 _FLT = "FP32 FP16 BF16"
 # "Supported Types" of onnx-tensorrt docs/operators.md (10.15) for every operator a TensorRT form may hold
 OPERATOR_TYPES: dict[str, str] = {
-    "Add": _NUM, "And": "BOOL", "ArgMax": _NUM, "Attention": "FP32 FP16 BF16 INT8 FP8",
-    "Cast": "FP32 FP16 BF16 INT32 INT64 UINT8 BOOL", "Concat": _ALL, "ConstantOfShape": "FP32 FP16 BF16 FP8 FP4 INT4 INT32 INT64 BOOL", "CumSum": _FLT,
-    "DequantizeLinear": "INT8 FP8 FP4 INT4", "Div": _NUM, "Equal": _NUM, "Exp": _FLT, "Expand": _ALL, "Gather": _ALL,
-    "GatherElements": _ALL, "GatherND": _ALL, "Gemm": _FLT, "Greater": _NUM, "GreaterOrEqual": _NUM, "Identity": _ALL,
-    "Less": _NUM, "LessOrEqual": _NUM, "Log": _FLT, "LogSoftmax": _FLT, "MatMul": _FLT, "Max": _NUM, "Min": _NUM,
-    "Mul": _NUM, "Neg": _NUM, "Not": "BOOL", "Or": "BOOL", "Pow": _NUM, "QuantizeLinear": _FLT, "Range": _NUM,
-    "Reciprocal": _FLT, "ReduceMax": _NUM, "ReduceMean": _NUM, "ReduceSum": _NUM, "Reshape": _ALL,
-    "RotaryEmbedding": _FLT, "Shape": _ALL, "Sigmoid": _FLT, "Slice": _ALL, "Softmax": _FLT, "Split": _ALL,
-    "Sqrt": _FLT, "Squeeze": _ALL, "Sub": _NUM, "TensorScatter": "FP32 FP16 BF16 INT32", "Tile": _ALL, "TopK": _NUM,
-    "Transpose": _ALL, "Unsqueeze": _ALL, "Where": _ALL,
-}  # fmt: skip
+    "Add": _NUM,
+    "And": "BOOL",
+    "ArgMax": _NUM,
+    "Attention": "FP32 FP16 BF16 INT8 FP8",
+    "Cast": "FP32 FP16 BF16 INT32 INT64 UINT8 BOOL",
+    "Concat": _ALL,
+    "ConstantOfShape": "FP32 FP16 BF16 FP8 FP4 INT4 INT32 INT64 BOOL",
+    "CumSum": _FLT,
+    "DequantizeLinear": "INT8 FP8 FP4 INT4",
+    "Div": _NUM,
+    "Equal": _NUM,
+    "Exp": _FLT,
+    "Expand": _ALL,
+    "Gather": _ALL,
+    "GatherElements": _ALL,
+    "GatherND": _ALL,
+    "Gemm": _FLT,
+    "Greater": _NUM,
+    "GreaterOrEqual": _NUM,
+    "Identity": _ALL,
+    "Less": _NUM,
+    "LessOrEqual": _NUM,
+    "Log": _FLT,
+    "LogSoftmax": _FLT,
+    "MatMul": _FLT,
+    "Max": _NUM,
+    "Min": _NUM,
+    "Mul": _NUM,
+    "Neg": _NUM,
+    "Not": "BOOL",
+    "Or": "BOOL",
+    "Pow": _NUM,
+    "QuantizeLinear": _FLT,
+    "Range": _NUM,
+    "Reciprocal": _FLT,
+    "ReduceMax": _NUM,
+    "ReduceMean": _NUM,
+    "ReduceSum": _NUM,
+    "Reshape": _ALL,
+    "RotaryEmbedding": _FLT,
+    "Shape": _ALL,
+    "Sigmoid": _FLT,
+    "Slice": _ALL,
+    "Softmax": _FLT,
+    "Split": _ALL,
+    "Sqrt": _FLT,
+    "Squeeze": _ALL,
+    "Sub": _NUM,
+    "TensorScatter": "FP32 FP16 BF16 INT32",
+    "Tile": _ALL,
+    "TopK": _NUM,
+    "Transpose": _ALL,
+    "Unsqueeze": _ALL,
+    "Where": _ALL,
+}
 # inputs the column does not speak of, and the dtypes documented for them (an absent op: all inputs are data)
 _I64, _IND = ("INT64",), ("INT32", "INT64")
 INDEX_INPUTS: dict[str, dict[int, tuple[str, ...]]] = {
     "RotaryEmbedding": {3: _I64},  # onnx-tensorrt: "`position_ids` must be INT64"; TensorRT: M = int64
     "TensorScatter": {2: _I64},  # ONNX TensorScatter-24 write_indices: int64 (TensorRT KVCacheUpdate: int32 | int64)
-    "Gather": {1: _IND}, "GatherElements": {1: _IND}, "GatherND": {1: _I64},
-    "Reshape": {1: _I64}, "Expand": {1: _I64}, "Unsqueeze": {1: _I64}, "Squeeze": {1: _I64}, "Tile": {1: _I64},
-    "ReduceMean": {1: _I64}, "ReduceMax": {1: _I64}, "ReduceSum": {1: _I64}, "Split": {1: _I64}, "TopK": {1: _I64},
-    "Slice": {1: _IND, 2: _IND, 3: _IND, 4: _IND}, "CumSum": {1: _IND}, "ConstantOfShape": {0: _I64},
-    "Where": {0: ("BOOL",)}, "QuantizeLinear": {1: ("FP32", "FP16", "BF16"), 2: ("FP8", "INT8")},
+    "Gather": {1: _IND},
+    "GatherElements": {1: _IND},
+    "GatherND": {1: _I64},
+    "Reshape": {1: _I64},
+    "Expand": {1: _I64},
+    "Unsqueeze": {1: _I64},
+    "Squeeze": {1: _I64},
+    "Tile": {1: _I64},
+    "ReduceMean": {1: _I64},
+    "ReduceMax": {1: _I64},
+    "ReduceSum": {1: _I64},
+    "Split": {1: _I64},
+    "TopK": {1: _I64},
+    "Slice": {1: _IND, 2: _IND, 3: _IND, 4: _IND},
+    "CumSum": {1: _IND},
+    "ConstantOfShape": {0: _I64},
+    "Where": {0: ("BOOL",)},
+    "QuantizeLinear": {1: ("FP32", "FP16", "BF16"), 2: ("FP8", "INT8")},
     "DequantizeLinear": {1: ("FP32", "FP16", "BF16"), 2: ("FP8", "INT8")},
-}  # fmt: skip
+}
 _CASTS_TO = {"Cast"}  # operators whose output type the column also bounds
-_NAMES = {TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16",
-          TensorProto.INT32: "INT32", TensorProto.INT64: "INT64", TensorProto.BOOL: "BOOL", TensorProto.UINT8: "UINT8",
-          TensorProto.INT8: "INT8", TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.INT4: "INT4",
-          TensorProto.FLOAT4E2M1: "FP4"}  # fmt: skip
+_NAMES = {
+    TensorProto.FLOAT: "FP32",
+    TensorProto.FLOAT16: "FP16",
+    TensorProto.BFLOAT16: "BF16",
+    TensorProto.INT32: "INT32",
+    TensorProto.INT64: "INT64",
+    TensorProto.BOOL: "BOOL",
+    TensorProto.UINT8: "UINT8",
+    TensorProto.INT8: "INT8",
+    TensorProto.FLOAT8E4M3FN: "FP8",
+    TensorProto.INT4: "INT4",
+    TensorProto.FLOAT4E2M1: "FP4",
+}
 _CONTRACT = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16", "int32": "INT32"}
 
 

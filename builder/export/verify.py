@@ -103,10 +103,19 @@ def verify_if(prefix: str, logits: str, tokens: str, paths: str, outputs: tuple[
     one = top.op("Equal", top.op("Shape", paths, start=2), top.const([1]))  # [1] W == 1
     _root_only(plain, pred, paths, _outs(plain))
     greedy_nodes(tree, pred, tokens, paths, _outs(tree))
-    bodies = [e.body([(_outs(e)[0], [f"{e.prefix}_b"]), (_outs(e)[1], [f"{e.prefix}_b"]),
-                      (_outs(e)[2], [f"{e.prefix}_b", f"{e.prefix}_w"])]) for e in (plain, tree)]  # fmt: skip
-    top.nodes.append(helper.make_node("If", [one], list(outputs), name=f"{prefix}/If", then_branch=bodies[0],
-                                      else_branch=bodies[1]))  # fmt: skip
+    bodies = [
+        e.body(
+            [
+                (_outs(e)[0], [f"{e.prefix}_b"]),
+                (_outs(e)[1], [f"{e.prefix}_b"]),
+                (_outs(e)[2], [f"{e.prefix}_b", f"{e.prefix}_w"]),
+            ]
+        )
+        for e in (plain, tree)
+    ]
+    top.nodes.append(
+        helper.make_node("If", [one], list(outputs), name=f"{prefix}/If", then_branch=bodies[0], else_branch=bodies[1])
+    )
     return top
 
 
@@ -119,8 +128,13 @@ def lean_greedy(model: onnx.ModelProto) -> onnx.ModelProto:
         mode = next((a.i for a in node.attribute if a.name == "mode"), None)
         if node.op_type == OP_TYPE and node.domain == DOMAIN and mode == Mode.GREEDY:
             logits, tokens, paths = node.input[:3]
-            e = verify_if(f"{node.name or 'tree_verify'}/lean{i}", logits, tokens, paths,
-                          (node.output[0], node.output[1], node.output[2]))  # fmt: skip
+            e = verify_if(
+                f"{node.name or 'tree_verify'}/lean{i}",
+                logits,
+                tokens,
+                paths,
+                (node.output[0], node.output[1], node.output[2]),
+            )
             nodes += e.nodes
             out.graph.initializer.extend(e.inits.values())
         else:
@@ -225,10 +239,14 @@ def _last_layer_on_verify_rows(graph: onnx.GraphProto) -> None:
     if len(made) != 1 or made[0].op_type != "Unsqueeze" or made[0].input[0] != "verify_index":
         return
     residual = post[0].input[0]
-    picks = [helper.make_node("GatherND", [attn, index], [f"{attn}/verify_rows"], name=f"{gqa[-1].name}/verify_rows",
-                              batch_dims=1),
-             helper.make_node("GatherND", [residual, index], [f"{residual}/verify_rows"],
-                              name=f"{post[0].name}/verify_rows", batch_dims=1)]  # fmt: skip
+    picks = [
+        helper.make_node(
+            "GatherND", [attn, index], [f"{attn}/verify_rows"], name=f"{gqa[-1].name}/verify_rows", batch_dims=1
+        ),
+        helper.make_node(
+            "GatherND", [residual, index], [f"{residual}/verify_rows"], name=f"{post[0].name}/verify_rows", batch_dims=1
+        ),
+    ]
     o_proj[0].input[0], post[0].input[0] = picks[0].output[0], picks[1].output[0]
     for n in nodes:  # the verify GatherND's readers read the final norm's output (already the verify rows)
         for i, name in enumerate(n.input):

@@ -71,14 +71,16 @@ class LlamaConfig:
         if heads % kv_heads:
             raise UserError(
                 f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})",
-                location=source, field="num_key_value_heads",
+                location=source,
+                field="num_key_value_heads",
             )
         head_dim = r.int_("head_dim", default=None)
         if head_dim is None:
             if hidden % heads:
                 raise UserError(
-                    f"head_dim is absent and hidden_size ({hidden}) is not a multiple of "
-                    f"num_attention_heads ({heads})", location=source, field="head_dim",
+                    f"head_dim is absent and hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
+                    location=source,
+                    field="head_dim",
                 )
             head_dim = hidden // heads
         if head_dim % 2:
@@ -179,8 +181,11 @@ class _Reader:
             return
         archs = self.get("architectures")
         if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
-            raise self.fail("architectures", f"unsupported architectures {archs!r}",
-                            allowed=", ".join(f"[{a!r}]" for a in ARCHITECTURES))
+            raise self.fail(
+                "architectures",
+                f"unsupported architectures {archs!r}",
+                allowed=", ".join(f"[{a!r}]" for a in ARCHITECTURES),
+            )
 
 
 def _parse_rope(r: _Reader, max_pos: int) -> tuple[float, Llama3RopeScaling | None]:
@@ -196,8 +201,9 @@ def _parse_rope(r: _Reader, max_pos: int) -> tuple[float, Llama3RopeScaling | No
     if not isinstance(block, dict):
         raise r.fail(field, f"expected an object, got {block!r}")
     if "rope_theta" in block and "rope_theta" in r.raw and block["rope_theta"] != r.raw["rope_theta"]:
-        raise r.fail(f"{field}.rope_theta", f"{block['rope_theta']!r} disagrees with rope_theta "
-                     f"{r.raw['rope_theta']!r}")
+        raise r.fail(
+            f"{field}.rope_theta", f"{block['rope_theta']!r} disagrees with rope_theta {r.raw['rope_theta']!r}"
+        )
     theta_src = block if "rope_theta" in block else r.raw
     theta_field = f"{field}.rope_theta" if theta_src is block else "rope_theta"
     theta = _sub_float(r, theta_field, theta_src, "rope_theta", default=10000.0)
@@ -215,8 +221,10 @@ def _parse_rope(r: _Reader, max_pos: int) -> tuple[float, Llama3RopeScaling | No
         ),
     )
     if scaling.high_freq_factor <= scaling.low_freq_factor:
-        raise r.fail(f"{field}.high_freq_factor", f"must exceed low_freq_factor ({scaling.low_freq_factor}), "
-                     f"got {scaling.high_freq_factor}")
+        raise r.fail(
+            f"{field}.high_freq_factor",
+            f"must exceed low_freq_factor ({scaling.low_freq_factor}), got {scaling.high_freq_factor}",
+        )
     return theta, scaling
 
 

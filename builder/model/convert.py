@@ -49,8 +49,9 @@ def to_safetensors(
         read_pickled(src, layout, allow_pickle, opt_in)  # raises: nothing pickled to read, or the opt-in refusal
     assert pickled is not None
     if dst.exists():  # checked before reading a large pickle
-        raise UserError("the output folder exists already; choose another or remove it", location=str(dst),
-                        field="--out")  # fmt: skip
+        raise UserError(
+            "the output folder exists already; choose another or remove it", location=str(dst), field="--out"
+        )
     sources = read_pickled(src, layout, allow_pickle, opt_in)
     by_file: dict[str, dict[str, torch.Tensor]] = {}
     for key, (tensor, file) in sources.items():

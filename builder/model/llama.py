@@ -197,7 +197,9 @@ class Llama(nn.Module):
             raise ValueError(f"mask must be bool {(B, T, S)}, got {mask.dtype} {tuple(mask.shape)}")
         if cache is None and start != 0:
             raise ValueError("start must be 0 without a cache")
-        inv_freq = self.inv_freq.to(torch.promote_types(self.dtype, torch.float32))  # fp32 values, float64 math for float64
+        inv_freq = self.inv_freq.to(
+            torch.promote_types(self.dtype, torch.float32)
+        )  # fp32 values, float64 math for float64
         cos_sin = rope_cos_sin(inv_freq.to(tokens.device), position_ids, self.dtype)
         x = self.embed_tokens(tokens)  # (B, T, C)
         for i, layer in enumerate(self.layers):

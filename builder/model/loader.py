@@ -92,15 +92,22 @@ def check_keys(
     """Missing keys (except `optional`), unexpected keys and wrong shapes → UserError naming the key."""
     missing = sorted(expected.keys() - tensors.keys() - optional)
     if missing:
-        raise UserError(f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
-                        location=source, field=missing[0])
+        raise UserError(
+            f"missing key(s): {', '.join(missing[:8])}" + (" …" if len(missing) > 8 else ""),
+            location=source,
+            field=missing[0],
+        )
     for key in sorted(tensors):
         if key not in expected:
-            raise UserError(f"unexpected key {key!r}", location=source, field=key,
-                            allowed=f"the {what} keys implied by config.json")
+            raise UserError(
+                f"unexpected key {key!r}", location=source, field=key, allowed=f"the {what} keys implied by config.json"
+            )
         if tuple(tensors[key].shape) != expected[key]:
-            raise UserError(f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, config.json implies "
-                            f"{expected[key]}", location=source, field=key)
+            raise UserError(
+                f"wrong shape for {key!r}: {tuple(tensors[key].shape)}, config.json implies {expected[key]}",
+                location=source,
+                field=key,
+            )
 
 
 def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -147,19 +154,30 @@ def checked_sources(path: Path, cfg: LlamaConfig, allow_pickle: bool = False, op
     expected = expected_shapes(cfg)
     missing = sorted(expected.keys() - sources.keys())
     if missing:
-        raise UserError(f"missing key(s) in checkpoint: {', '.join(missing[:8])}"
-                        + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""),
-                        location=weights_file, field=missing[0])
+        raise UserError(
+            f"missing key(s) in checkpoint: {', '.join(missing[:8])}"
+            + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""),
+            location=weights_file,
+            field=missing[0],
+        )
     for key, (tensor, file) in sorted(sources.items()):
         if key not in expected:
-            raise UserError(f"unexpected key {key!r} in checkpoint", location=file, field=key,
-                            allowed="the keys of LlamaForCausalLM for this config.json")
+            raise UserError(
+                f"unexpected key {key!r} in checkpoint",
+                location=file,
+                field=key,
+                allowed="the keys of LlamaForCausalLM for this config.json",
+            )
         if tuple(tensor.shape) != expected[key]:
-            raise UserError(f"wrong shape for {key!r}: {tuple(tensor.shape)}, config.json implies {expected[key]}",
-                            location=file, field=key)
+            raise UserError(
+                f"wrong shape for {key!r}: {tuple(tensor.shape)}, config.json implies {expected[key]}",
+                location=file,
+                field=key,
+            )
         if not tensor.is_floating_point():
-            raise UserError(f"{key!r} has dtype {tensor.dtype}, expected a floating-point tensor",
-                            location=file, field=key)
+            raise UserError(
+                f"{key!r} has dtype {tensor.dtype}, expected a floating-point tensor", location=file, field=key
+            )
     return sources
 
 
@@ -187,8 +205,11 @@ def _check_tied_head(sources: Sources, cfg: LlamaConfig) -> None:
     head, file = sources.pop("lm_head.weight")
     embed = sources.get("model.embed_tokens.weight")
     if embed is not None and (head.shape != embed[0].shape or not torch.equal(head, embed[0])):
-        raise UserError("tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight",
-                        location=file, field="lm_head.weight")
+        raise UserError(
+            "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight",
+            location=file,
+            field="lm_head.weight",
+        )
 
 
 def _read_tensors(path: Path, allow_pickle: bool, opt_in: str) -> tuple[Sources, str]:
@@ -214,25 +235,35 @@ def _read_sharded(index_path: Path, read_one: Callable[[Path], Sources], pickled
         raise UserError(f"index is not valid JSON: {exc}", location=str(index_path)) from exc
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise UserError("index has no weight_map object of key -> shard file", location=str(index_path),
-                        field="weight_map")
+        raise UserError(
+            "index has no weight_map object of key -> shard file", location=str(index_path), field="weight_map"
+        )
     sources: Sources = {}
     for shard in sorted(set(weight_map.values())):
         if pickled_shards:
             check_shard_name(shard, index_path)
         shard_path = index_path.parent / shard
         if Path(shard).name != shard or not shard_path.is_file():
-            raise UserError(f"shard {shard!r} named in the index is missing", location=str(index_path),
-                            field=f"weight_map.{next(k for k, v in weight_map.items() if v == shard)}")
+            raise UserError(
+                f"shard {shard!r} named in the index is missing",
+                location=str(index_path),
+                field=f"weight_map.{next(k for k, v in weight_map.items() if v == shard)}",
+            )
         for key, entry in read_one(shard_path).items():
             if weight_map.get(key) != shard:
-                raise UserError(f"key {key!r} is in {shard} but the index places it in "
-                                f"{weight_map.get(key, 'no shard')}", location=str(shard_path), field=key)
+                raise UserError(
+                    f"key {key!r} is in {shard} but the index places it in {weight_map.get(key, 'no shard')}",
+                    location=str(shard_path),
+                    field=key,
+                )
             sources[key] = entry
     absent = sorted(weight_map.keys() - sources.keys())
     if absent:
-        raise UserError(f"key {absent[0]!r} is listed in the index but absent from {weight_map[absent[0]]}",
-                        location=str(index_path.parent / weight_map[absent[0]]), field=absent[0])
+        raise UserError(
+            f"key {absent[0]!r} is listed in the index but absent from {weight_map[absent[0]]}",
+            location=str(index_path.parent / weight_map[absent[0]]),
+            field=absent[0],
+        )
     return sources
 
 
@@ -252,10 +283,12 @@ def _read_pickle(file: Path) -> Sources:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types (UnpicklingError, RuntimeError, EOFError)
-        raise UserError(f"cannot read the pickle with torch.load(weights_only=True): {_why(exc)}",
-                        location=str(file)) from exc  # fmt: skip
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(t, torch.Tensor)
-                                              for k, t in state.items()):  # fmt: skip
+        raise UserError(
+            f"cannot read the pickle with torch.load(weights_only=True): {_why(exc)}", location=str(file)
+        ) from exc
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in state.items()
+    ):
         raise UserError("the pickle is not a flat dict of name -> tensor (a state dict)", location=str(file))
     return {key: (tensor, str(file)) for key, tensor in state.items()}
 

@@ -52,8 +52,12 @@ class Layout:
         return next(n for n in self.safetensors if not n.endswith(".json"))
 
 
-TARGET = Layout("target", ("model.safetensors.index.json", "model.safetensors"),
-                ("pytorch_model.bin.index.json", "pytorch_model.bin"), index="pytorch_model.bin.index.json")
+TARGET = Layout(
+    "target",
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+    index="pytorch_model.bin.index.json",
+)
 MEDUSA = Layout("Medusa", ("medusa_lm_head.safetensors",), ("medusa_lm_head.pt",))
 EAGLE = Layout("EAGLE", ("model.safetensors",), ("pytorch_model.bin",))
 LAYOUTS = {"model": TARGET, "medusa": MEDUSA, "eagle": EAGLE}  # by recipe role: the target, or the method's draft
@@ -71,33 +75,53 @@ def opt_in_error(file: Path, field: str) -> UserError:
     """The refusal of a pickled file without the opt-in, naming the setting that allows it (a recipe field, or
     a command-line flag such as `--allow-pickle`) and the file."""
     flag = field.startswith("--")
-    how = (f"with {field}" if flag else f"with {field}: true") + (" (torch.load(weights_only=True): tensors only, "
-                                                                   "no code objects)")  # fmt: skip
-    convert = "" if flag else (f", or convert it once to safetensors with `trtspec convert-draft {file.parent} "
-                               "--allow-pickle` and point the recipe at the result")  # fmt: skip
-    return UserError(f"{file.name} is a pickle; it is read only {how}{convert}", location=str(file), field=field,
-                     allowed=None if flag else "true")  # fmt: skip
+    how = (f"with {field}" if flag else f"with {field}: true") + (
+        " (torch.load(weights_only=True): tensors only, no code objects)"
+    )
+    convert = (
+        ""
+        if flag
+        else (
+            f", or convert it once to safetensors with `trtspec convert-draft {file.parent} "
+            "--allow-pickle` and point the recipe at the result"
+        )
+    )
+    return UserError(
+        f"{file.name} is a pickle; it is read only {how}{convert}",
+        location=str(file),
+        field=field,
+        allowed=None if flag else "true",
+    )
 
 
 def stray_pickles(directory: Path, layout: Layout) -> list[str]:
     """Pickle-like files the layout never reads (e.g. `model.pt`), to name when no weights are found."""
     if not directory.is_dir():
         return []
-    return sorted(p.name for p in directory.iterdir()
-                  if p.is_file() and p.suffix in PICKLE_SUFFIXES and p.name not in layout.pickles)  # fmt: skip
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.is_file() and p.suffix in PICKLE_SUFFIXES and p.name not in layout.pickles
+    )
 
 
 def no_weights_error(directory: Path, layout: Layout, allow_pickle: bool) -> UserError:
     """No readable weights in `directory`: say which names were looked for and which files were not read."""
     looked = [*layout.safetensors, *(layout.pickles if allow_pickle else ())]
     stray = stray_pickles(directory, layout)
-    tail = (f"; not read: {', '.join(stray)} (pickles are read only under the names "
-            f"{', '.join(layout.pickles)})" if stray else "")  # fmt: skip
+    tail = (
+        f"; not read: {', '.join(stray)} (pickles are read only under the names {', '.join(layout.pickles)})"
+        if stray
+        else ""
+    )
     return UserError(f"no {layout.what} weights found; looked for {', '.join(looked)}{tail}", location=str(directory))
 
 
 def check_shard_name(shard: str, index: Path) -> None:
     """A pickled index may name only transformers' shard files (a plain name, `pytorch_model-NNNNN-of-NNNNN.bin`)."""
     if not SHARD.fullmatch(shard):
-        raise UserError(f"shard {shard!r} is not a pytorch_model-NNNNN-of-NNNNN.bin file name; no other pickled file "
-                        "is read", location=str(index), field="weight_map")  # fmt: skip
+        raise UserError(
+            f"shard {shard!r} is not a pytorch_model-NNNNN-of-NNNNN.bin file name; no other pickled file is read",
+            location=str(index),
+            field="weight_map",
+        )

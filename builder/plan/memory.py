@@ -152,8 +152,14 @@ def weight_components(
     fp8 = _dtype_of(recipe, "decoder") == "fp8"
     dt = recipe.model.dtype
     dec_dtype = "fp8" if fp8 else dt
-    out = [Component("decoder", layers * lin, dec_dtype, layers * lin * DTYPE_BYTES[dec_dtype] +
-                     _scale_bytes(recipe, layers, fp8))]  # fmt: skip
+    out = [
+        Component(
+            "decoder",
+            layers * lin,
+            dec_dtype,
+            layers * lin * DTYPE_BYTES[dec_dtype] + _scale_bytes(recipe, layers, fp8),
+        )
+    ]
     embed = pad_vocab(v, tp) // tp * c if recipe.trtllm.use_parallel_embedding else v * c
     head_dtype = _dtype_of(recipe, "lm_head")
     head = pad_vocab(v, tp) // tp * c
@@ -195,12 +201,19 @@ def device_memory(recipe: Recipe) -> tuple[str, int]:
     return gpu.name, gpu.memory_bytes
 
 
-def plan_memory(recipe: Recipe, a: Architecture, draft_len: int, levels: int = 1,
-                draft: Architecture | None = None) -> MemoryPlan:  # fmt: skip
+def plan_memory(
+    recipe: Recipe, a: Architecture, draft_len: int, levels: int = 1, draft: Architecture | None = None
+) -> MemoryPlan:
     name, total = device_memory(recipe)
     b, t = recipe.build, recipe.target
-    plan = MemoryPlan(device=name, device_bytes=total, tp=recipe.parallelism.tp, pp=recipe.parallelism.pp,
-                      kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block)
+    plan = MemoryPlan(
+        device=name,
+        device_bytes=total,
+        tp=recipe.parallelism.tp,
+        pp=recipe.parallelism.pp,
+        kv_cache_fraction=recipe.triton.kv_cache_free_gpu_mem_fraction,
+        tokens_per_block=b.tokens_per_block,
+    )
     plan.components = weight_components(recipe, a, levels, draft)
     plan.weight_bytes = sum(c.bytes for c in plan.components)
     for c in plan.components:

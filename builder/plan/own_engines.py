@@ -64,14 +64,23 @@ class Layout:
 
     def line(self, a: Architecture, tp: int, pp: int) -> str:
         kv, d = math.ceil(a.num_kv_heads / tp), a.dim_per_head
-        draft = f"; EAGLE draft [{self.slots}, {kv}, {self.draft_capacity}, {d}] in {self.act}" if self.draft_capacity else ""
+        draft = (
+            f"; EAGLE draft [{self.slots}, {kv}, {self.draft_capacity}, {d}] in {self.act}"
+            if self.draft_capacity
+            else ""
+        )
         split = "" if tp * pp == 1 else f"; tp={tp} pp={pp}: per rank as if split (these engines do not split)"
-        ctx = ("one TensorRT arena shared by every profile's context, + device I/O slots (pinned on the host too)"
-               if self.backend == "tensorrt" else "one ONNX Runtime arena per session")
+        ctx = (
+            "one TensorRT arena shared by every profile's context, + device I/O slots (pinned on the host too)"
+            if self.backend == "tensorrt"
+            else "one ONNX Runtime arena per session"
+        )
         fp8 = f"FP8 linears 1 byte + {self.act} scales" if self.backend == "tensorrt" else "FP8 folded to float32"
-        return (f"{self.backend} engines ({', '.join(self.engines)}): weights in {self.act} ({fp8}) · KV per-slot "
-                f"contiguous, not paged: per layer [{self.slots} slots, {kv}, CAP {self.capacity}, {d}] in {self.kv}{draft}"
-                f" · scratch estimated per optimization profile, {ctx}{split}")  # fmt: skip
+        return (
+            f"{self.backend} engines ({', '.join(self.engines)}): weights in {self.act} ({fp8}) · KV per-slot "
+            f"contiguous, not paged: per layer [{self.slots} slots, {kv}, CAP {self.capacity}, {d}] in {self.kv}{draft}"
+            f" · scratch estimated per optimization profile, {ctx}{split}"
+        )
 
 
 def layout(recipe: Recipe, draft_len: int) -> Layout:
@@ -104,8 +113,11 @@ def target_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Comp
         nbytes = params * DTYPE_BYTES[dtype] + (scales * DTYPE_BYTES[act] if fp8 else 0)
         return Component(name, params, SHORT[dtype], nbytes)
 
-    out = [part("decoder", layers * _layer_linear_params(a) // tp, scales=layers * _fp8_scales(a)),
-           part("norms", (2 * layers + 1) * c, quantizable=False), part("embed_tokens", v * c // tp, quantizable=False)]
+    out = [
+        part("decoder", layers * _layer_linear_params(a) // tp, scales=layers * _fp8_scales(a)),
+        part("norms", (2 * layers + 1) * c, quantizable=False),
+        part("embed_tokens", v * c // tp, quantizable=False),
+    ]
     if not a.tie_word_embeddings:
         out.append(part("lm_head", v * c // tp, scales=2))
     out.append(part("rope tables", lay.capacity * a.dim_per_head, quantizable=False))
@@ -122,13 +134,21 @@ def eagle_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Compo
     head_fp8 = lay.backend == "tensorrt" and _dtype_of(recipe, "lm_head") == "fp8"
     head = (FP8, v * c // tp + 2 * DTYPE_BYTES[act]) if head_fp8 else (act, v * c // tp * DTYPE_BYTES[act])
     return [
-        Component("eagle_draft", (2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c, SHORT[act],
-                  ((2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c) * DTYPE_BYTES[act]),
+        Component(
+            "eagle_draft",
+            (2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c,
+            SHORT[act],
+            ((2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c) * DTYPE_BYTES[act],
+        ),
         Component("eagle embed_tokens", v * c // tp, SHORT[act], v * c // tp * DTYPE_BYTES[act]),
         Component("eagle lm_head (the target's)", v * c // tp, SHORT[head[0]], head[1]),
-        Component("eagle rope tables", lay.draft_capacity * a.dim_per_head, SHORT[act],
-                  lay.draft_capacity * a.dim_per_head * DTYPE_BYTES[act]),
-    ]  # fmt: skip
+        Component(
+            "eagle rope tables",
+            lay.draft_capacity * a.dim_per_head,
+            SHORT[act],
+            lay.draft_capacity * a.dim_per_head * DTYPE_BYTES[act],
+        ),
+    ]
 
 
 def kv_per_token(a: Architecture, dtype: str, layers: int, tp: int) -> int:
@@ -166,9 +186,19 @@ def io_slots(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
     top_k = spec.tree.top_k if spec.method == "eagle" and spec.tree.type == "dynamic" else 10
     heads = spec.num_heads if spec.method == "medusa" else 0
     rows = max(b.max_input_len, lay.draft_capacity - b.max_seq_len)
-    sizes = {"target": {"B": lay.slots, "T": max(b.max_input_len, n), "Tv": n, "P": n, "W": n, "C": a.hidden_size,
-                        "Hm": heads, "K": top_k},
-             "eagle": {"B": lay.slots, "F": rows, "U": rows, "C": a.hidden_size, "K": top_k}}  # fmt: skip
+    sizes = {
+        "target": {
+            "B": lay.slots,
+            "T": max(b.max_input_len, n),
+            "Tv": n,
+            "P": n,
+            "W": n,
+            "C": a.hidden_size,
+            "Hm": heads,
+            "K": top_k,
+        },
+        "eagle": {"B": lay.slots, "F": rows, "U": rows, "C": a.hidden_size, "K": top_k},
+    }
     precision = Precision(lay.act, lay.kv)
     out = {}
     for engine in lay.engines:
@@ -203,15 +233,21 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
         plan.pinned_host_bytes = sum(plan.io_slot_bytes.values())
         plan.activation_bytes = max(plan.scratch_bytes.values()) + plan.pinned_host_bytes
     else:  # one arena per session: its larger profile
-        plan.activation_bytes = sum(max(v for k, v in plan.scratch_bytes.items() if k.startswith(f"{e}/"))
-                                    for e in lay.engines)  # fmt: skip
+        plan.activation_bytes = sum(
+            max(v for k, v in plan.scratch_bytes.items() if k.startswith(f"{e}/")) for e in lay.engines
+        )
     plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
     plan.kv_dtype = SHORT[lay.kv]
     plan.kv_bytes_per_token = kv_per_token(a, lay.kv, math.ceil(a.num_layers / pp), tp)
     plan.draft_kv_bytes_per_token = kv_per_token(a, lay.act, 1, tp) if lay.draft_capacity else 0
-    plan.kv_budget_bytes = lay.slots * (lay.capacity * plan.kv_bytes_per_token +
-                                        lay.draft_capacity * plan.draft_kv_bytes_per_token)  # fmt: skip
-    plan.kv_tokens, plan.tokens_per_sequence, plan.concurrent_sequences = lay.slots * lay.capacity, lay.capacity, lay.slots
+    plan.kv_budget_bytes = lay.slots * (
+        lay.capacity * plan.kv_bytes_per_token + lay.draft_capacity * plan.draft_kv_bytes_per_token
+    )
+    plan.kv_tokens, plan.tokens_per_sequence, plan.concurrent_sequences = (
+        lay.slots * lay.capacity,
+        lay.capacity,
+        lay.slots,
+    )
     plan.free_bytes = total - plan.weight_bytes - plan.runtime_reserve_bytes - plan.activation_bytes
     plan.headroom_bytes = plan.free_bytes - plan.kv_budget_bytes
     plan.layout = lay.line(a, tp, pp)
@@ -222,5 +258,6 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
             f"{plan.kv_budget_bytes / GIB:.2f} GiB + scratch {plan.activation_bytes / GIB:.2f} GiB + reserve "
             f"{plan.runtime_reserve_bytes / GIB:.2f} GiB do not fit in {total / GIB:.2f} GiB ({name}); lower "
             "build.max_batch_size or max_seq_len, quantize the weights to fp8 (quantization.mode), or use target.backend: "
-            "trtllm (paged KV, FP8 KV cache)")  # own engines keep the KV cache in model.dtype (checks.py)
+            "trtllm (paged KV, FP8 KV cache)"
+        )  # own engines keep the KV cache in model.dtype (checks.py)
     return plan

@@ -11,8 +11,15 @@ from builder.plan.own_engines import plan_own_engines
 from builder.plan.stages import plan_stages
 from builder.quantize.placement import HostFacts, LlamaShape, Placement, place, recipe_host, this_host
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.resolve import (architecture_from_hf, draft_levels, max_draft_len, parse_checkpoint, read_config,
-                                    resolve_architecture, tree_field)  # fmt: skip
+from builder.recipe.resolve import (
+    architecture_from_hf,
+    draft_levels,
+    max_draft_len,
+    parse_checkpoint,
+    read_config,
+    resolve_architecture,
+    tree_field,
+)
 from builder.recipe.schema import Architecture, Recipe
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # recipe model.dtype -> calibration dtype
@@ -32,11 +39,25 @@ def draft_architecture(loaded: LoadedRecipe) -> Architecture | None:
 def ptq_placement(recipe: Recipe, arch: Architecture, host: HostFacts) -> Placement:
     """Where the quantize stage's PTQ runs for `recipe` on `host` (`builder.quantize.placement.place`)."""
     a = arch
-    shape = LlamaShape(a.hidden_size, a.num_layers, a.num_attention_heads, a.num_kv_heads, a.dim_per_head,
-                       a.intermediate_size, a.vocab_size, a.tie_word_embeddings)  # fmt: skip
+    shape = LlamaShape(
+        a.hidden_size,
+        a.num_layers,
+        a.num_attention_heads,
+        a.num_kv_heads,
+        a.dim_per_head,
+        a.intermediate_size,
+        a.vocab_size,
+        a.tie_word_embeddings,
+    )
     want = recipe.target.gpus if recipe.target.device != "cpu" else len(host.gpu_bytes)
-    return place(shape, host, TORCH_DTYPES[recipe.model.dtype], want, recipe.quantization.calibration.seq_len,
-                 int(recipe.target.runtime_reserve_gib * GIB))  # fmt: skip
+    return place(
+        shape,
+        host,
+        TORCH_DTYPES[recipe.model.dtype],
+        want,
+        recipe.quantization.calibration.seq_len,
+        int(recipe.target.runtime_reserve_gib * GIB),
+    )
 
 
 def ptq_report(loaded: LoadedRecipe, arch: Architecture, host: HostFacts | None = None) -> dict[str, Any] | None:
@@ -51,15 +72,21 @@ def ptq_report(loaded: LoadedRecipe, arch: Architecture, host: HostFacts | None 
         pre = detect(ref.local)
         if pre is not None:
             check_recipe(recipe, pre)  # mode must be fp8, …
-            return {"source": "pre-quantized", "text": "none: model.checkpoint is a modelopt FP8 checkpoint (its "
-                    "bytes and scales are used; calibration is ignored)"}  # fmt: skip
+            return {
+                "source": "pre-quantized",
+                "text": "none: model.checkpoint is a modelopt FP8 checkpoint (its "
+                "bytes and scales are used; calibration is ignored)",
+            }
     if q.mode == "none" and q.kv_cache == "model_dtype":
         return None
     where = ptq_placement(recipe, arch, recipe_host(recipe.target.device, recipe.target.gpus, host or this_host()))
     if not where.fits:
-        raise UserError(f"FP8 PTQ does not fit where it would run: {where.describe()}", field="quantization.mode",
-                        allowed="more GPUs (target.gpus) or memory, or model.checkpoint set to a modelopt FP8 "
-                        "checkpoint (no calibration)")  # fmt: skip
+        raise UserError(
+            f"FP8 PTQ does not fit where it would run: {where.describe()}",
+            field="quantization.mode",
+            allowed="more GPUs (target.gpus) or memory, or model.checkpoint set to a modelopt FP8 "
+            "checkpoint (no calibration)",
+        )
     return {"source": "calibrated", **where.to_json()}
 
 
@@ -72,8 +99,17 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
     stages = []
     for s in plan_stages(loaded):
         out = s.output_dir(cache)
-        stages.append({"name": s.name, "description": s.description, "reads": s.reads, "upstream": s.upstream,
-                       "key": s.key, "output": str(out), "cached": (out / "manifest.json").is_file()})
+        stages.append(
+            {
+                "name": s.name,
+                "description": s.description,
+                "reads": s.reads,
+                "upstream": s.upstream,
+                "key": s.key,
+                "output": str(out),
+                "cached": (out / "manifest.json").is_file(),
+            }
+        )
     if recipe.target.engine_backend == "trtllm":
         levels = max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe))))
         memory = plan_memory(recipe, arch, draft_len, levels, draft_architecture(loaded))
@@ -101,14 +137,15 @@ def render_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    console.print(f"[bold]{report['recipe']}[/]: method={report['method']} target={report['target']} "
-                  f"backend={report['backend']} max_draft_len={report['max_draft_len']}")
+    console.print(
+        f"[bold]{report['recipe']}[/]: method={report['method']} target={report['target']} "
+        f"backend={report['backend']} max_draft_len={report['max_draft_len']}"
+    )
     st = Table(title="Stages")
     for col in ("stage", "does", "cache key", "status"):
         st.add_column(col)
     for s in report["stages"]:
-        st.add_row(s["name"], s["description"], s["key"][:12],
-                   "cached" if s["cached"] else "to build")
+        st.add_row(s["name"], s["description"], s["key"][:12], "cached" if s["cached"] else "to build")
     console.print(st)
     if report.get("ptq"):
         console.print(f"PTQ (quantize stage): {report['ptq']['text']}", soft_wrap=True)
@@ -136,14 +173,20 @@ def _own_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     if m.get("pinned_host_bytes"):
         rows.append(("pinned host staging (host RAM)", _gib(m["pinned_host_bytes"])))
     rows += [
-        ("scratch counted (arena + I/O slots)" if m.get("io_slot_bytes") else "scratch counted", _gib(m["activation_bytes"])),
+        (
+            "scratch counted (arena + I/O slots)" if m.get("io_slot_bytes") else "scratch counted",
+            _gib(m["activation_bytes"]),
+        ),
         ("device memory", _gib(m["device_bytes"])),
         (f"KV bytes per token ({m['kv_dtype']})", f"{m['kv_bytes_per_token']:,}"),
     ]
     if m["draft_kv_bytes_per_token"]:
         rows.append(("EAGLE draft KV bytes per token", f"{m['draft_kv_bytes_per_token']:,}"))
     rows += [
-        (f"KV allocated: {m['concurrent_sequences']} slots × {m['tokens_per_sequence']:,} tokens", _gib(m["kv_budget_bytes"])),
+        (
+            f"KV allocated: {m['concurrent_sequences']} slots × {m['tokens_per_sequence']:,} tokens",
+            _gib(m["kv_budget_bytes"]),
+        ),
         ("headroom", _gib(m["headroom_bytes"])),
         ("fits", "yes" if m["fits"] else "[red]NO[/]"),
     ]

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import builder
-from builder.versions import tool_versions
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_choices_spec, tree_field
 from builder.speculative.choices import load_choices
+from builder.versions import tool_versions
 
 
 @dataclass
@@ -112,30 +112,61 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding builder/, plugins/, triton_repo/
 STAGE_CODE = {  # source files (or folders of them) whose change must rebuild the stage
-    "load": ("builder/stages/load.py", "builder/stages/parts.py", "builder/model",
-             # a pre-quantized checkpoint is recognised and dequantized by these (Parts.model)
-             "builder/quantize/prequantized.py", "builder/quantize/hf_quant.py", "builder/quantize/checkpoint.py"),
+    "load": (
+        "builder/stages/load.py",
+        "builder/stages/parts.py",
+        "builder/model",
+        # a pre-quantized checkpoint is recognised and dequantized by these (Parts.model)
+        "builder/quantize/prequantized.py",
+        "builder/quantize/hf_quant.py",
+        "builder/quantize/checkpoint.py",
+    ),
     "quantize": ("builder/stages/quantize.py", "builder/quantize"),
-    "export": ("builder/stages/export.py", "builder/stages/parts.py", "builder/export", "plugins/tree_verify",
-               "builder/speculative/drafters.py"),
+    "export": (
+        "builder/stages/export.py",
+        "builder/stages/parts.py",
+        "builder/export",
+        "plugins/tree_verify",
+        "builder/speculative/drafters.py",
+    ),
     "engine": ("builder/stages/engine.py", "builder/engines/ort", "builder/engines/tensorrt"),
     # the repository carries a copy of the serving runtime (triton_repo/runtime.py: the models' import closure,
     # computed at emit time); these paths are a superset of that closure, so any change to it rebuilds the repo
-    "repo": ("builder/stages/repo.py", "triton_repo", "builder/__init__.py", "builder/errors.py", "builder/section.py",
-             "builder/speculative", "builder/engines", "builder/export/__init__.py", "builder/export/contract.py",
-             "plugins/__init__.py", "plugins/tree_verify"),
+    "repo": (
+        "builder/stages/repo.py",
+        "triton_repo",
+        "builder/__init__.py",
+        "builder/errors.py",
+        "builder/section.py",
+        "builder/speculative",
+        "builder/engines",
+        "builder/export/__init__.py",
+        "builder/export/contract.py",
+        "plugins/__init__.py",
+        "plugins/tree_verify",
+    ),
 }
 TRTLLM_STAGE_CODE = {  # the trtllm backend's stages that differ (load and quantize are shared)
     "checkpoint": ("builder/stages/checkpoint.py", "builder/stages/parts.py", "builder/trtllm/checkpoint"),
-    "engine": ("builder/stages/engine.py", "builder/trtllm/build_cmd.py", "builder/trtllm/engine.py",
-               "builder/stages/trtllm_engine.py", "builder/trtllm/compat.py"),  # compat: engine.json's code
+    "engine": (
+        "builder/stages/engine.py",
+        "builder/trtllm/build_cmd.py",
+        "builder/trtllm/engine.py",
+        "builder/stages/trtllm_engine.py",
+        "builder/trtllm/compat.py",
+    ),  # compat: engine.json's code
     "repo": ("builder/stages/repo.py", "builder/trtllm/repo_settings.py", "triton_repo/trtllm"),
 }
 
 
-STAGE_TOOLS = {"load": ("torch", "safetensors", "transformers"), "quantize": ("torch", "nvidia-modelopt", "transformers"),
-               "export": ("torch", "onnx", "onnxruntime"), "checkpoint": ("torch", "safetensors"),
-               "engine": ("onnxruntime", "onnx", "tensorrt"), "repo": ("onnxruntime", "tritonclient", "nvidia-pytriton")}
+STAGE_TOOLS = {
+    "load": ("torch", "safetensors", "transformers"),
+    "quantize": ("torch", "nvidia-modelopt", "transformers"),
+    "export": ("torch", "onnx", "onnxruntime"),
+    "checkpoint": ("torch", "safetensors"),
+    "engine": ("onnxruntime", "onnx", "tensorrt"),
+    "repo": ("onnxruntime", "tritonclient", "nvidia-pytriton"),
+}
 TRTLLM_STAGE_TOOLS = {"engine": ("tensorrt-llm", "tensorrt"), "repo": ("tritonclient",)}
 
 
@@ -166,8 +197,11 @@ def code_digest(stage: str, backend: str = "onnxruntime") -> str:
 
 
 STAGES = [
-    ("load", "HF checkpoint + draft → torch reference",
-     ["model", "speculative.method", "speculative.checkpoint", "speculative.allow_pickle"]),
+    (
+        "load",
+        "HF checkpoint + draft → torch reference",
+        ["model", "speculative.method", "speculative.checkpoint", "speculative.allow_pickle"],
+    ),
     ("quantize", "modelopt FP8 PTQ (weights, activations, KV)", ["quantization"]),
     ("export", "ONNX step + draft graphs, FP8 Q/DQ", ["speculative", "build", "target.device"]),
     ("engine", "ORT sessions (cpu) | TensorRT + tree_verify (GPU)", ["target", "parallelism", "build"]),
@@ -176,11 +210,28 @@ STAGES = [
 TRTLLM_STAGES = [  # target.backend: trtllm (TensorRT-LLM 1.2.x)
     STAGES[0],
     STAGES[1],
-    ("checkpoint", "TensorRT-LLM checkpoint: config.json + rank{N}.safetensors (TP/PP, FP8)",
-     ["model", "speculative", "parallelism", "build.max_draft_len", "trtllm.version", "trtllm.use_parallel_embedding"]),
-    ("engine", "trtllm-build (GPU host with TensorRT-LLM)", ["target", "parallelism", "build", "speculative", "trtllm"]),
-    ("repo", "inflight_batcher_llm repository (TensorRT-LLM Triton backend)",
-     ["triton", "trtllm", "speculative", "build", "parallelism", "target"]),
+    (
+        "checkpoint",
+        "TensorRT-LLM checkpoint: config.json + rank{N}.safetensors (TP/PP, FP8)",
+        [
+            "model",
+            "speculative",
+            "parallelism",
+            "build.max_draft_len",
+            "trtllm.version",
+            "trtllm.use_parallel_embedding",
+        ],
+    ),
+    (
+        "engine",
+        "trtllm-build (GPU host with TensorRT-LLM)",
+        ["target", "parallelism", "build", "speculative", "trtllm"],
+    ),
+    (
+        "repo",
+        "inflight_batcher_llm repository (TensorRT-LLM Triton backend)",
+        ["triton", "trtllm", "speculative", "build", "parallelism", "target"],
+    ),
 ]
 
 
@@ -223,18 +274,27 @@ def plan_stages(loaded: LoadedRecipe) -> list[Stage]:
             stage.inputs["quantization.calibration.source"] = _source_identity(loaded)  # the counted text
         if name == "load":
             stage.inputs["model.checkpoint#files"] = checkpoint_identity(
-                recipe.model.checkpoint, loaded.dir_of(("model", "checkpoint")))
+                recipe.model.checkpoint, loaded.dir_of(("model", "checkpoint"))
+            )
             draft = getattr(recipe.speculative, "checkpoint", None)
             if draft:
                 stage.inputs["speculative.checkpoint#files"] = checkpoint_identity(
-                    draft, loaded.dir_of(("speculative", "checkpoint")))
+                    draft, loaded.dir_of(("speculative", "checkpoint"))
+                )
         # Outputs depend on the tools that made them (an upgraded exporter or TensorRT never reuses a stale
         # output) and an engine on the GPU it was built for.
         stage.inputs["tools"] = tool_versions(*stage_tools(name, backend))
         if name == "engine" and recipe.target.device != "cpu":
             stage.inputs["host.gpus"] = gpu_identity()
-        stage.key = _digest({"stage": name, "inputs": stage.inputs, "upstream": upstream,
-                             "trtspec": builder.__version__, "code": code_digest(name, backend)})
+        stage.key = _digest(
+            {
+                "stage": name,
+                "inputs": stage.inputs,
+                "upstream": upstream,
+                "trtspec": builder.__version__,
+                "code": code_digest(name, backend),
+            }
+        )
         upstream = stage.key
         stages.append(stage)
     return stages

@@ -73,6 +73,7 @@ def calibration_ids(tokenizer, source: str, base_dir: Path, num_samples: int, se
         if len(stream) >= need:
             break
     if len(stream) < need:
-        raise UserError(f"{source} gives {len(stream)} tokens, calibration needs num_samples × seq_len = {need}",
-                        field=FIELD)  # fmt: skip
+        raise UserError(
+            f"{source} gives {len(stream)} tokens, calibration needs num_samples × seq_len = {need}", field=FIELD
+        )
     return [stream[i * seq_len : (i + 1) * seq_len] for i in range(num_samples)]

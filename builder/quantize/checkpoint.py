@@ -155,8 +155,12 @@ def scan_fp8_checkpoint(folder: str | Path) -> Fp8Scan:
         with safe_open(str(where[key]), framework="pt", device="cpu") as h:
             t = h.get_tensor(key)
         if t.numel() != 1:
-            raise UserError(f"{key} has shape {tuple(t.shape)}: per-tensor scales only", location=str(where[key]),
-                            field=key, allowed="[] or [1]")  # fmt: skip
+            raise UserError(
+                f"{key} has shape {tuple(t.shape)}: per-tensor scales only",
+                location=str(where[key]),
+                field=key,
+                allowed="[] or [1]",
+            )
         return _positive(t, f"{where[key]}: {key}")
 
     expected = expected_shapes(cfg)
@@ -184,9 +188,16 @@ def scan_fp8_checkpoint(folder: str | Path) -> Fp8Scan:
         raise UserError(f"missing tensor(s): {', '.join(missing_keys[:4])}", location=str(folder))
     if any(set(s) != {"k", "v"} for s in kv.values()):
         raise UserError("a layer has a k_scale without its v_scale (or the reverse)", location=str(folder))
-    return Fp8Scan(folder, cfg, scales, {i: (s["k"][1], s["v"][1]) for i, s in sorted(kv.items())},
-                   {i: (s["k"][0], s["v"][0]) for i, s in sorted(kv.items())}, quant_config, where,
-                   {k: v[0] for k, v in header.items()})  # fmt: skip
+    return Fp8Scan(
+        folder,
+        cfg,
+        scales,
+        {i: (s["k"][1], s["v"][1]) for i, s in sorted(kv.items())},
+        {i: (s["k"][0], s["v"][0]) for i, s in sorted(kv.items())},
+        quant_config,
+        where,
+        {k: v[0] for k, v in header.items()},
+    )
 
 
 def _model(cfg: LlamaConfig, state: dict[str, torch.Tensor]) -> Llama:

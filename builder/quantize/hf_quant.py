@@ -33,6 +33,9 @@ def quant_config_of(folder: Path) -> dict[str, Any]:
     scheme = raw.get("kv_cache_scheme")
     if kv is None and isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8:
         kv = "FP8"
-    quant = {"quant_algo": raw.get("quant_algo"), "kv_cache_quant_algo": kv,
-             "exclude_modules": list(raw.get("exclude_modules") or raw.get("ignore") or [])}  # fmt: skip
+    quant = {
+        "quant_algo": raw.get("quant_algo"),
+        "kv_cache_quant_algo": kv,
+        "exclude_modules": list(raw.get("exclude_modules") or raw.get("ignore") or []),
+    }
     return {"producer": raw.get("producer", {}), "quantization": quant}

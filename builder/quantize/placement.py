@@ -87,26 +87,44 @@ class Placement:
 
     def describe(self) -> str:
         """One line for the plan and the stage log."""
-        what = f"{self.where}, {self.dtype}: weights {self.weight_bytes / GIB:.2f} GiB + activations " \
-               f"{self.activation_bytes / GIB:.2f} GiB of {self.capacity_bytes / GIB:.2f} GiB"  # fmt: skip
+        what = (
+            f"{self.where}, {self.dtype}: weights {self.weight_bytes / GIB:.2f} GiB + activations "
+            f"{self.activation_bytes / GIB:.2f} GiB of {self.capacity_bytes / GIB:.2f} GiB"
+        )
         return what if self.fits else what + " — does not fit"
 
     def to_json(self) -> dict:
-        return {"device": self.device, "gpus": self.gpus, "dtype": self.dtype, "weight_bytes": self.weight_bytes,
-                "activation_bytes": self.activation_bytes, "capacity_bytes": self.capacity_bytes,
-                "max_memory": {str(k): v for k, v in self.max_memory.items()}, "fits": self.fits,
-                "where": self.where, "text": self.describe()}  # fmt: skip
+        return {
+            "device": self.device,
+            "gpus": self.gpus,
+            "dtype": self.dtype,
+            "weight_bytes": self.weight_bytes,
+            "activation_bytes": self.activation_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "max_memory": {str(k): v for k, v in self.max_memory.items()},
+            "fits": self.fits,
+            "where": self.where,
+            "text": self.describe(),
+        }
 
 
-def place(shape: LlamaShape, host: HostFacts, model_dtype: str, want_gpus: int, seq_len: int,
-          reserve_bytes: int = 2 * GIB, batch: int = CALIBRATION_BATCH) -> Placement:  # fmt: skip
+def place(
+    shape: LlamaShape,
+    host: HostFacts,
+    model_dtype: str,
+    want_gpus: int,
+    seq_len: int,
+    reserve_bytes: int = 2 * GIB,
+    batch: int = CALIBRATION_BATCH,
+) -> Placement:
     """PTQ on `host`: CUDA (up to `want_gpus` devices, `model_dtype`) when it has any, else the CPU in float32."""
     if not host.gpu_bytes:
         dtype = "float32"
         weights = shape.params() * DTYPE_BYTES[dtype]
         act = calibration_activation_bytes(shape, batch, seq_len, dtype)
-        return Placement("cpu", 0, dtype, weights, act, host.ram_bytes, fits=weights + act <= host.ram_bytes,
-                         where="cpu (host RAM)")  # fmt: skip
+        return Placement(
+            "cpu", 0, dtype, weights, act, host.ram_bytes, fits=weights + act <= host.ram_bytes, where="cpu (host RAM)"
+        )
     n = max(1, min(want_gpus, len(host.gpu_bytes)))
     weights = shape.params() * DTYPE_BYTES[model_dtype]
     act = calibration_activation_bytes(shape, batch, seq_len, model_dtype)
@@ -138,8 +156,13 @@ def this_host(timeout: float = 20.0) -> HostFacts:
     if smi is None:
         return HostFacts((), ram)
     try:
-        text = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=timeout, check=True).stdout  # fmt: skip
+        text = subprocess.run(
+            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return HostFacts((), ram)
     rows = [line.rsplit(",", 1) for line in text.splitlines() if "," in line]

@@ -72,18 +72,27 @@ def detect(folder: Path) -> PreQuantized | None:
     if not has_hf_quant and not raw:
         return None
     if not has_hf_quant and raw.get("quant_method") != "modelopt":
-        raise UserError(f"the checkpoint is quantized with quant_method {raw.get('quant_method')!r}; trtspec reads "
-                        "unquantized checkpoints and modelopt FP8 ones (unified HF format)", location=str(cfg_path),
-                        field=FIELD, allowed="quant_method: modelopt, quant_algo: FP8")  # fmt: skip
+        raise UserError(
+            f"the checkpoint is quantized with quant_method {raw.get('quant_method')!r}; trtspec reads "
+            "unquantized checkpoints and modelopt FP8 ones (unified HF format)",
+            location=str(cfg_path),
+            field=FIELD,
+            allowed="quant_method: modelopt, quant_algo: FP8",
+        )
     q = quant_config_of(folder)
     quant = q["quantization"]
     if quant.get("quant_algo") != "FP8":
-        raise UserError(f"modelopt quant_algo {quant.get('quant_algo')!r} is not supported", location=str(folder),
-                        field=FIELD, allowed="FP8 (per-tensor FP8 weights and activations)")  # fmt: skip
+        raise UserError(
+            f"modelopt quant_algo {quant.get('quant_algo')!r} is not supported",
+            location=str(folder),
+            field=FIELD,
+            allowed="FP8 (per-tensor FP8 weights and activations)",
+        )
     kv = quant.get("kv_cache_quant_algo")
     if kv not in (None, "FP8"):
-        raise UserError(f"kv_cache_quant_algo {kv!r} is not supported", location=str(folder), field=FIELD,
-                        allowed="FP8 or none")  # fmt: skip
+        raise UserError(
+            f"kv_cache_quant_algo {kv!r} is not supported", location=str(folder), field=FIELD, allowed="FP8 or none"
+        )
     return PreQuantized(folder, "FP8", kv, tuple(quant.get("exclude_modules") or ()), dict(q.get("producer") or {}))
 
 
@@ -91,12 +100,18 @@ def check_recipe(recipe: Any, pre: PreQuantized) -> list[str]:
     """UserError where the recipe contradicts the checkpoint; the warnings to print otherwise."""
     q = recipe.quantization
     if q.mode != "fp8":
-        raise UserError(f"model.checkpoint is a modelopt FP8 checkpoint ({pre.folder}); its weights are FP8",
-                        field="quantization.mode", allowed="fp8")  # fmt: skip
+        raise UserError(
+            f"model.checkpoint is a modelopt FP8 checkpoint ({pre.folder}); its weights are FP8",
+            field="quantization.mode",
+            allowed="fp8",
+        )
     notes = ["quantization.calibration is ignored: the checkpoint is already quantized (its scales are used)"]
     if q.kv_cache == "fp8" and pre.kv_cache_quant_algo != "FP8":
-        raise UserError("kv_cache: fp8 needs k/v scales, and the pre-quantized checkpoint has none",
-                        field="quantization.kv_cache", allowed="model_dtype")  # fmt: skip
+        raise UserError(
+            "kv_cache: fp8 needs k/v scales, and the pre-quantized checkpoint has none",
+            field="quantization.kv_cache",
+            allowed="model_dtype",
+        )
     if q.kv_cache != "fp8" and pre.kv_cache_quant_algo == "FP8":
         notes.append("the checkpoint's FP8 KV cache scales are dropped: quantization.kv_cache is model_dtype")
     return notes
@@ -114,8 +129,9 @@ def dequantized_model(folder: Path, dtype: torch.dtype):
     return read_fp8_checkpoint(folder, dtype).model
 
 
-def convert(pre: PreQuantized, out: Path, exclude: list[str], kv_fp8: bool,
-            say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
+def convert(
+    pre: PreQuantized, out: Path, exclude: list[str], kv_fp8: bool, say: Callable[[str], None] = lambda _m: None
+) -> dict[str, Any]:
     """Write the quantize stage's output for `pre` into `out` (see the module docstring); returns facts."""
     import torch
     from safetensors import safe_open
@@ -125,15 +141,22 @@ def convert(pre: PreQuantized, out: Path, exclude: list[str], kv_fp8: bool,
 
     scan = scan_fp8_checkpoint(pre.folder)
     if kv_fp8 and set(scan.kv_scales) != set(range(scan.cfg.num_hidden_layers)):
-        raise UserError("kv_cache: fp8 needs k/v scales for every layer; the checkpoint has them for "
-                        f"{len(scan.kv_scales)} of {scan.cfg.num_hidden_layers}", location=str(pre.folder),
-                        field="quantization.kv_cache", allowed="model_dtype")  # fmt: skip
+        raise UserError(
+            "kv_cache: fp8 needs k/v scales for every layer; the checkpoint has them for "
+            f"{len(scan.kv_scales)} of {scan.cfg.num_hidden_layers}",
+            location=str(pre.folder),
+            field="quantization.kv_cache",
+            allowed="model_dtype",
+        )
     dequant = sorted(m for m in scan.scales if excluded(m, exclude))
     keep = {m: s for m, s in scan.scales.items() if m not in dequant}
     plan = _shared_scales(keep)  # module -> (weight scale, input scale) to write
     requantized = sorted(m for m, (w, _) in plan.items() if w != keep[m][0])
-    kv_names = {key: f"model.layers.{i}.self_attn.{p}_proj.{p}_scale"
-                for i, pair in scan.kv_keys.items() for p, key in zip("kv", pair)}  # fmt: skip
+    kv_names = {
+        key: f"model.layers.{i}.self_attn.{p}_proj.{p}_scale"
+        for i, pair in scan.kv_keys.items()
+        for p, key in zip("kv", pair)
+    }
 
     def tensors() -> Any:
         for key, file in sorted(scan.files.items()):
@@ -163,8 +186,11 @@ def convert(pre: PreQuantized, out: Path, exclude: list[str], kv_fp8: bool,
             shard, size = {}, 0
     if shard or not shards:
         shards.append(shard)
-    names = ["model.safetensors"] if len(shards) == 1 else \
-        [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]  # fmt: skip
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
     for name, part in zip(names, shards):
         say(f"writing {name} ({len(part)} tensors)")
         save_file(part, str(out / name), metadata={"format": "pt"})
@@ -172,9 +198,14 @@ def convert(pre: PreQuantized, out: Path, exclude: list[str], kv_fp8: bool,
         index = {"metadata": {}, "weight_map": {k: n for n, part in zip(names, shards) for k in part}}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     _write_configs(pre, scan, out, dequant, kv_fp8)
-    return {"source": "pre-quantized", "checkpoint": str(pre.folder), "producer": pre.producer,
-            "requantized": requantized, "dequantized": dequant, "kv_scales": "kept" if kv_fp8 else "dropped"
-            if scan.kv_scales else "none"}  # fmt: skip
+    return {
+        "source": "pre-quantized",
+        "checkpoint": str(pre.folder),
+        "producer": pre.producer,
+        "requantized": requantized,
+        "dequantized": dequant,
+        "kv_scales": "kept" if kv_fp8 else "dropped" if scan.kv_scales else "none",
+    }
 
 
 def requantize(w: torch.Tensor, s_part: float, s: float) -> torch.Tensor:  # [out, in] float8 -> same, grid s

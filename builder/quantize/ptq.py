@@ -89,8 +89,9 @@ def installed_defaults() -> tuple[dict[str, Any], dict[str, Any]]:
     return mtq.FP8_DEFAULT_CFG, mtq.FP8_KV_CFG
 
 
-def quant_config(mode: str, kv_cache: str, exclude: Sequence[str],
-                 defaults: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+def quant_config(
+    mode: str, kv_cache: str, exclude: Sequence[str], defaults: tuple[dict[str, Any], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """modelopt's quantization config for the recipe, in the form `defaults` (FP8_DEFAULT_CFG, FP8_KV_CFG) speak
     (the installed modelopt's when None); see the module docstring."""
     fp8, kv = installed_defaults() if defaults is None else defaults
@@ -108,8 +109,9 @@ def quant_config(mode: str, kv_cache: str, exclude: Sequence[str],
     return cfg
 
 
-def _dict_form(mode: str, kv_cache: str, exclude: Sequence[str], fp8: dict[str, Any],
-               kv: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _dict_form(
+    mode: str, kv_cache: str, exclude: Sequence[str], fp8: dict[str, Any], kv: dict[str, Any]
+) -> dict[str, Any]:
     if mode == "fp8":
         cfg = copy.deepcopy(fp8)
         if "lm_head" not in exclude:

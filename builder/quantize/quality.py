@@ -61,8 +61,9 @@ def perplexity(model: Llama, prompts: Sequence[Sequence[int]], spec: Fp8Spec | N
     return math.exp(total / count)
 
 
-def _generate(engine: Any, make: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int,
-              stop_ids: Sequence[int]) -> tuple[list[list[int]], dict[str, float]]:  # fmt: skip
+def _generate(
+    engine: Any, make: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int, stop_ids: Sequence[int]
+) -> tuple[list[list[int]], dict[str, float]]:
     outs, steps, accepted, target_s = [], 0, 0, 0.0
     for ids in prompts:
         loop = Decoder(engine, make())
@@ -71,8 +72,7 @@ def _generate(engine: Any, make: Callable[[], Any], prompts: Sequence[Sequence[i
         steps, accepted = steps + gen.steps, accepted + sum(gen.accepted_per_step)
         target_s += loop.timing.target
     tau = (accepted + steps) / steps if steps else 0.0
-    return outs, {"tau": round(tau, 4), "target_ms_per_step": round(1e3 * target_s / max(steps, 1), 4),
-                  "steps": steps}  # fmt: skip
+    return outs, {"tau": round(tau, 4), "target_ms_per_step": round(1e3 * target_s / max(steps, 1), 4), "steps": steps}
 
 
 def agreement(ref: list[list[int]], got: list[list[int]]) -> dict[str, Any]:
@@ -85,14 +85,26 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> dict[str, Any]:
         same, total = same + sum(hits), total + n
         first.append(next((i for i, h in enumerate(hits) if not h), None))
     diverged = [f for f in first if f is not None]
-    return {"token_agreement": round(same / total, 4) if total else 1.0, "positions": total,
-            "identical_prompts": sum(f is None for f in first), "first_divergence": first,
-            "median_first_divergence": sorted(diverged)[len(diverged) // 2] if diverged else None}  # fmt: skip
+    return {
+        "token_agreement": round(same / total, 4) if total else 1.0,
+        "positions": total,
+        "identical_prompts": sum(f is None for f in first),
+        "first_divergence": first,
+        "median_first_divergence": sorted(diverged)[len(diverged) // 2] if diverged else None,
+    }
 
 
-def measure(fp32_model: Llama, fp8_model: Llama, spec: Fp8Spec, fp32: Side, fp8: Side,
-            prompts: Sequence[Sequence[int]], stop_ids: Sequence[int], max_new: int = MAX_NEW,
-            say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
+def measure(
+    fp32_model: Llama,
+    fp8_model: Llama,
+    spec: Fp8Spec,
+    fp32: Side,
+    fp8: Side,
+    prompts: Sequence[Sequence[int]],
+    stop_ids: Sequence[int],
+    max_new: int = MAX_NEW,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
     """The report (module docstring) as plain data."""
     say("quality: perplexity (torch references)")
     ppl = {"fp32": round(perplexity(fp32_model, prompts), 4), "fp8": round(perplexity(fp8_model, prompts, spec), 4)}
@@ -108,23 +120,34 @@ def measure(fp32_model: Llama, fp8_model: Llama, spec: Fp8Spec, fp32: Side, fp8:
                 greedy[name] = outs
         methods[label] = row
     return {
-        "prompts": f"HumanEval prompts 0..{len(prompts) - 1} (never calibrated on)", "num_prompts": len(prompts),
-        "max_new_tokens": max_new, "perplexity": ppl,
+        "prompts": f"HumanEval prompts 0..{len(prompts) - 1} (never calibrated on)",
+        "num_prompts": len(prompts),
+        "max_new_tokens": max_new,
+        "perplexity": ppl,
         "perplexity_ratio": round(ppl["fp8"] / ppl["fp32"], 4),
-        "greedy": agreement(greedy["fp32"], greedy["fp8"]), "methods": methods,
-    }  # fmt: skip
+        "greedy": agreement(greedy["fp32"], greedy["fp8"]),
+        "methods": methods,
+    }
 
 
 def markdown(report: dict[str, Any]) -> str:
     g, p = report["greedy"], report["perplexity"]
-    lines = [f"# FP8 quality ({report['prompts']}, {report['max_new_tokens']} new tokens)", "",
-             f"Perplexity: fp32 {p['fp32']:.4f}, FP8 {p['fp8']:.4f} (×{report['perplexity_ratio']:.4f}).", "",
-             f"Greedy agreement (FP8 vs fp32, ONNX Runtime): {100 * g['token_agreement']:.1f} % of "
-             f"{g['positions']} positions; {g['identical_prompts']}/{report['num_prompts']} prompts identical; "
-             f"first divergence per prompt: {g['first_divergence']}.", "",
-             "| method | τ fp32 | τ FP8 | target ms/step fp32 | target ms/step FP8 |", "|---|---|---|---|---|"]
+    lines = [
+        f"# FP8 quality ({report['prompts']}, {report['max_new_tokens']} new tokens)",
+        "",
+        f"Perplexity: fp32 {p['fp32']:.4f}, FP8 {p['fp8']:.4f} (×{report['perplexity_ratio']:.4f}).",
+        "",
+        f"Greedy agreement (FP8 vs fp32, ONNX Runtime): {100 * g['token_agreement']:.1f} % of "
+        f"{g['positions']} positions; {g['identical_prompts']}/{report['num_prompts']} prompts identical; "
+        f"first divergence per prompt: {g['first_divergence']}.",
+        "",
+        "| method | τ fp32 | τ FP8 | target ms/step fp32 | target ms/step FP8 |",
+        "|---|---|---|---|---|",
+    ]
     for label, row in report["methods"].items():
         a, b = row["fp32"], row["fp8"]
-        lines.append(f"| {label} | {a['tau']:.3f} | {b['tau']:.3f} | {a['target_ms_per_step']:.3f} | "
-                     f"{b['target_ms_per_step']:.3f} |")
+        lines.append(
+            f"| {label} | {a['tau']:.3f} | {b['tau']:.3f} | {a['target_ms_per_step']:.3f} | "
+            f"{b['target_ms_per_step']:.3f} |"
+        )
     return "\n".join(lines) + "\n"

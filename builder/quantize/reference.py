@@ -26,9 +26,15 @@ from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama
 
 Quant = Callable[[str, torch.Tensor, float], torch.Tensor]  # (site, x, scale) -> dequantized FP8 x
-SITES = {"self_attn.q_proj": "qkv", "self_attn.k_proj": "qkv", "self_attn.v_proj": "qkv",
-         "self_attn.o_proj": "o_proj", "mlp.gate_proj": "gate_up", "mlp.up_proj": "gate_up",
-         "mlp.down_proj": "down_proj"}  # fmt: skip
+SITES = {
+    "self_attn.q_proj": "qkv",
+    "self_attn.k_proj": "qkv",
+    "self_attn.v_proj": "qkv",
+    "self_attn.o_proj": "o_proj",
+    "mlp.gate_proj": "gate_up",
+    "mlp.up_proj": "gate_up",
+    "mlp.down_proj": "down_proj",
+}
 
 
 def e4m3_round(y: torch.Tensor) -> torch.Tensor:
@@ -63,7 +69,8 @@ def fake_quant_model(model: Llama, spec: Fp8Spec, quant: Quant = default_quant) 
     for name, lin in spec.linears.items():
         site, scale = site_of(name), float(lin.input_scale)
         ref.get_submodule(name).register_forward_pre_hook(
-            lambda _m, args, site=site, scale=scale: (quant(site, args[0], scale),))
+            lambda _m, args, site=site, scale=scale: (quant(site, args[0], scale),)
+        )
     return ref
 
 
@@ -92,5 +99,7 @@ class Fp8KVCache(KVCache):
         scales = self.spec.kv_scales.get(i)
         if scales is None:
             return k, v
-        return (_QuantWrites(k, f"layer{i}/k_cache", scales[0], self.quant),
-                _QuantWrites(v, f"layer{i}/v_cache", scales[1], self.quant))  # fmt: skip
+        return (
+            _QuantWrites(k, f"layer{i}/k_cache", scales[0], self.quant),
+            _QuantWrites(v, f"layer{i}/v_cache", scales[1], self.quant),
+        )

@@ -28,7 +28,15 @@ class Checker(Findings):
         self.arch: Architecture | None = None
 
     def run(self) -> list[Finding]:
-        rules = [self.checkpoints, self.pickles, self.parallelism, self.target, self.fp8, self.lengths, self.speculative]
+        rules = [
+            self.checkpoints,
+            self.pickles,
+            self.parallelism,
+            self.target,
+            self.fp8,
+            self.lengths,
+            self.speculative,
+        ]
         if self.recipe.target.engine_backend == "trtllm":
             rules.append(self.trtllm)
         for rule in rules:
@@ -87,17 +95,26 @@ class Checker(Findings):
             return
         a = self.arch
         if a.num_attention_heads % tp:
-            self.add(("parallelism", "tp"), f"tp={tp} does not divide num_attention_heads={a.num_attention_heads}",
-                     allowed=_divisors(a.num_attention_heads))
+            self.add(
+                ("parallelism", "tp"),
+                f"tp={tp} does not divide num_attention_heads={a.num_attention_heads}",
+                allowed=_divisors(a.num_attention_heads),
+            )
         if self.recipe.target.engine_backend == "trtllm":
             problem = kv_heads_rule(a.num_kv_heads, tp)
             if problem is not None:
-                ok = [d for d in range(1, a.num_attention_heads + 1) if a.num_attention_heads % d == 0
-                      and kv_heads_rule(a.num_kv_heads, d) is None]
+                ok = [
+                    d
+                    for d in range(1, a.num_attention_heads + 1)
+                    if a.num_attention_heads % d == 0 and kv_heads_rule(a.num_kv_heads, d) is None
+                ]
                 self.add(("parallelism", "tp"), problem, allowed=", ".join(map(str, ok)))
         elif a.num_kv_heads % tp:
-            self.add(("parallelism", "tp"), f"tp={tp} does not divide num_kv_heads={a.num_kv_heads}",
-                     allowed=_divisors(a.num_kv_heads))
+            self.add(
+                ("parallelism", "tp"),
+                f"tp={tp} does not divide num_kv_heads={a.num_kv_heads}",
+                allowed=_divisors(a.num_kv_heads),
+            )
         if pp > a.num_layers:
             self.add(("parallelism", "pp"), f"pp={pp} exceeds num_layers={a.num_layers}")
 
@@ -105,16 +122,23 @@ class Checker(Findings):
         t, par = self.recipe.target, self.recipe.parallelism
         if t.device == "cpu":
             if par.tp != 1 or par.pp != 1:
-                self.add(("parallelism",), "the cpu target runs one process: tp and pp must be 1", allowed="tp: 1, pp: 1")
+                self.add(
+                    ("parallelism",), "the cpu target runs one process: tp and pp must be 1", allowed="tp: 1, pp: 1"
+                )
             if t.engine_backend != "onnxruntime":
                 self.add(("target", "backend"), f"{t.engine_backend} needs a GPU target", allowed="onnxruntime")
             return
         if t.engine_backend == "onnxruntime":
-            self.add(("target", "backend"), f"onnxruntime is the cpu backend, not for {t.device}", allowed="tensorrt, trtllm")
+            self.add(
+                ("target", "backend"), f"onnxruntime is the cpu backend, not for {t.device}", allowed="tensorrt, trtllm"
+            )
         if t.engine_backend == "tensorrt" and (par.tp > 1 or par.pp > 1):
-            self.add(("parallelism",), f"trtspec's own TensorRT engines run on one GPU (tp={par.tp}, pp={par.pp}); "
-                     "tensor and pipeline parallelism run on TensorRT-LLM: set target.backend: trtllm",
-                     allowed="tp: 1, pp: 1 (or target.backend: trtllm)")
+            self.add(
+                ("parallelism",),
+                f"trtspec's own TensorRT engines run on one GPU (tp={par.tp}, pp={par.pp}); "
+                "tensor and pipeline parallelism run on TensorRT-LLM: set target.backend: trtllm",
+                allowed="tp: 1, pp: 1 (or target.backend: trtllm)",
+            )
         if t.gpus != par.tp * par.pp:
             self.add(("target", "gpus"), f"gpus={t.gpus} but tp × pp = {par.tp * par.pp}", allowed=str(par.tp * par.pp))
 
@@ -123,29 +147,44 @@ class Checker(Findings):
         for field, value in ((("quantization", "mode"), q.mode), (("quantization", "kv_cache"), q.kv_cache)):
             if value == "fp8" and device not in FP8_DEVICES:
                 cc = ".".join(map(str, GPUS[device].compute_capability))
-                self.add(field, f"FP8 needs compute capability ≥ 8.9; {device} has {cc}",
-                         allowed="targets " + ", ".join(FP8_DEVICES))
+                self.add(
+                    field,
+                    f"FP8 needs compute capability ≥ 8.9; {device} has {cc}",
+                    allowed="targets " + ", ".join(FP8_DEVICES),
+                )
         # The cpu target runs FP8 too: ONNX Runtime executes the Q/DQ graphs (FP8 numerics, fp32 GEMMs).
         if q.kv_cache == "fp8" and self.recipe.target.engine_backend == "tensorrt":
             # TensorRT's KV-cache update (IKVCacheUpdateLayer; the ONNX TensorScatter importer) takes float32 /
             # float16 / bfloat16 caches only (TensorRT operator reference, KVCacheUpdate "T", latest and 11.5.0;
             # onnx-tensorrt docs/operators.md at 10.15, TensorScatter), and no documented layer updates an FP8 cache
-            self.add(("quantization", "kv_cache"), "trtspec's own TensorRT engines cannot keep an FP8 KV cache: "
-                     "TensorRT's KV-cache update takes float32/float16/bfloat16 caches only; keep the cache in "
-                     "model.dtype, or set target.backend: trtllm (TensorRT-LLM's FP8 KV cache)",
-                     allowed="model_dtype, or target.backend: trtllm")
+            self.add(
+                ("quantization", "kv_cache"),
+                "trtspec's own TensorRT engines cannot keep an FP8 KV cache: "
+                "TensorRT's KV-cache update takes float32/float16/bfloat16 caches only; keep the cache in "
+                "model.dtype, or set target.backend: trtllm (TensorRT-LLM's FP8 KV cache)",
+                allowed="model_dtype, or target.backend: trtllm",
+            )
         draft = {"medusa": "medusa_heads", "eagle": "eagle_draft"}.get(self.recipe.speculative.method)
         if q.mode == "fp8" and draft is not None and draft not in q.exclude_modules:
-            self.add(("quantization", "exclude_modules"), f"FP8 {self.recipe.speculative.method} draft parts are "
-                     f"not supported yet; keep {draft!r} in the list", allowed=f"a list containing {draft!r}")
+            self.add(
+                ("quantization", "exclude_modules"),
+                f"FP8 {self.recipe.speculative.method} draft parts are not supported yet; keep {draft!r} in the list",
+                allowed=f"a list containing {draft!r}",
+            )
 
     def lengths(self) -> None:
         b = self.recipe.build
         if b.max_seq_len <= b.max_input_len:
-            self.add(("build", "max_seq_len"), f"max_seq_len={b.max_seq_len} must exceed max_input_len={b.max_input_len}")
+            self.add(
+                ("build", "max_seq_len"), f"max_seq_len={b.max_seq_len} must exceed max_input_len={b.max_input_len}"
+            )
         if self.arch is not None and b.max_seq_len > self.arch.max_position_embeddings:
-            self.add(("build", "max_seq_len"), f"max_seq_len={b.max_seq_len} exceeds the model's "
-                     f"max_position_embeddings={self.arch.max_position_embeddings}", warn=True)
+            self.add(
+                ("build", "max_seq_len"),
+                f"max_seq_len={b.max_seq_len} exceeds the model's "
+                f"max_position_embeddings={self.arch.max_position_embeddings}",
+                warn=True,
+            )
 
     def speculative(self) -> None:
         check_speculative(self)

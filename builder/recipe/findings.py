@@ -22,8 +22,9 @@ class Finding:
     severity: Literal["error", "warning"] = "error"
 
     def as_error(self, loaded: LoadedRecipe) -> UserError:
-        return UserError(self.message, location=loaded.where(self.field), field=".".join(map(str, self.field)),
-                         allowed=self.allowed)
+        return UserError(
+            self.message, location=loaded.where(self.field), field=".".join(map(str, self.field)), allowed=self.allowed
+        )
 
     def render(self, loaded: LoadedRecipe) -> str:
         return f"{'warning: ' if self.severity == 'warning' else ''}{self.as_error(loaded)}"

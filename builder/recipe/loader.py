@@ -20,8 +20,16 @@ from builder.recipe.schema import Recipe
 from builder.recipe.yaml_safe import MAX_BYTES, MAX_DEPTH, MAX_FILES, Budget, Loc, Path_, clip, parse, read_file
 
 DISCRIMINATORS = ("method", "type")
-BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number",
-                "int_parsing_size", "float_parsing", "int_from_float"}
+BOUND_ERRORS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "finite_number",
+    "int_parsing_size",
+    "float_parsing",
+    "int_from_float",
+}
 MAX_REPORTED = 20  # schema problems listed per recipe; the rest are counted
 _BAD_KEY = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
@@ -101,8 +109,9 @@ def _resolve_chain(given: Path, stack: tuple[Path, ...], budget: Budget) -> tupl
         if not os.path.lexists(ppath):
             raise UserError(f"extended recipe not found: {clip(str(ppath), 300)}", location=where, field="extends")
         if budget.files <= 0:
-            raise UserError(f"more than {MAX_FILES} recipe files in the extends: chain (the limit)",
-                            location=where, field="extends")
+            raise UserError(
+                f"more than {MAX_FILES} recipe files in the extends: chain (the limit)", location=where, field="extends"
+            )
         pdata, plocs, pchain = _resolve_chain(ppath, (*stack, path), budget)
         merged, chain = _merge(merged, pdata), chain + pchain
         merged_locs.update(plocs)

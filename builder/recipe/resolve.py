@@ -30,7 +30,9 @@ def parse_checkpoint(text: str, recipe_dir: Path) -> CheckpointRef:
             raise UserError(f"malformed hub reference {text!r}", allowed="hf://org/name or hf://org/name@revision")
         return CheckpointRef(text, None, m["repo"], m["rev"] or "main")
     if "://" in text:
-        raise UserError(f"unsupported checkpoint scheme in {text!r}", allowed="a local directory, hf://org/name[@revision]")
+        raise UserError(
+            f"unsupported checkpoint scheme in {text!r}", allowed="a local directory, hf://org/name[@revision]"
+        )
     path = Path(text).expanduser()
     return CheckpointRef(text, path if path.is_absolute() else (recipe_dir / path).resolve())
 
@@ -59,9 +61,15 @@ def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
         )
     c = LlamaConfig.from_hf_dict(cfg, source=f"{source}/config.json")
     return Architecture(
-        num_layers=c.num_hidden_layers, hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
-        num_kv_heads=c.num_key_value_heads, intermediate_size=c.intermediate_size, vocab_size=c.vocab_size,
-        rope_theta=c.rope_theta, max_position_embeddings=c.max_position_embeddings, head_dim=c.head_dim,
+        num_layers=c.num_hidden_layers,
+        hidden_size=c.hidden_size,
+        num_attention_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        intermediate_size=c.intermediate_size,
+        vocab_size=c.vocab_size,
+        rope_theta=c.rope_theta,
+        max_position_embeddings=c.max_position_embeddings,
+        head_dim=c.head_dim,
         tie_word_embeddings=c.tie_word_embeddings,
     )
 
@@ -124,5 +132,6 @@ def resolve_architecture(recipe: Recipe, checkpoint_dir: Path) -> Architecture:
     if recipe.model.architecture is not None:
         return recipe.model.architecture
     where = "is not available here" if ref.local is not None else "is on the hub (not read by plan)"
-    raise UserError(f"the checkpoint {where}; write the architecture numbers into the recipe",
-                    field="model.architecture")
+    raise UserError(
+        f"the checkpoint {where}; write the architecture numbers into the recipe", field="model.architecture"
+    )

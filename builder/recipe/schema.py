@@ -15,8 +15,8 @@ from builder.recipe.trtllm import TrtllmSection
 from builder.section import VERIFICATION_DOC, Section
 from builder.speculative.eagle.config import EagleConfig
 from builder.speculative.lookahead.config import LookaheadConfig
-from builder.speculative.ngram.config import NgramConfig
 from builder.speculative.medusa.config import MedusaConfig
+from builder.speculative.ngram.config import NgramConfig
 
 DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
 MAX_TOKENS = 1_048_576  # 2**20: the longest sequence (prompt + output) any field may name
@@ -51,10 +51,12 @@ class ModelSection(Section):
     checkpoint: str = Field(
         max_length=MAX_PATH,
         description="HF checkpoint: a local directory (relative paths are relative to the recipe file) "
-        "or hf://org/name[@revision]."
+        "or hf://org/name[@revision].",
     )
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Dtype of unquantized weights and activations.")
-    tokenizer: str | None = Field(None, max_length=MAX_PATH, description="Tokenizer directory or hf:// ref; defaults to the checkpoint.")
+    tokenizer: str | None = Field(
+        None, max_length=MAX_PATH, description="Tokenizer directory or hf:// ref; defaults to the checkpoint."
+    )
     architecture: Architecture | None = Field(
         None, description="Architecture numbers; required for planning when the checkpoint is not local."
     )
@@ -81,9 +83,13 @@ class Calibration(Section):
     @classmethod
     def _source(cls, v: str) -> str:
         if v.startswith("builtin:") and v not in ("builtin:stdlib", "builtin:humaneval"):
-            raise ValueError(f"unknown builtin source {v!r} (allowed: builtin:stdlib, builtin:humaneval, a .jsonl path)")
+            raise ValueError(
+                f"unknown builtin source {v!r} (allowed: builtin:stdlib, builtin:humaneval, a .jsonl path)"
+            )
         if not v.startswith("builtin:") and not v.endswith(".jsonl"):
-            raise ValueError(f"{v!r} is neither a builtin source nor a .jsonl path (allowed: builtin:stdlib, builtin:humaneval, *.jsonl)")
+            raise ValueError(
+                f"{v!r} is neither a builtin source nor a .jsonl path (allowed: builtin:stdlib, builtin:humaneval, *.jsonl)"
+            )
         return v
 
 
@@ -132,7 +138,10 @@ class Build(Section):
         8192, gt=0, le=16_777_216, description="Tokens per engine pass across the batch (≤ 2**24, int32-safe)."
     )
     max_draft_len: int | None = Field(
-        None, ge=0, le=2048, description="Draft tokens per step; derived from the method when omitted, checked when given."
+        None,
+        ge=0,
+        le=2048,
+        description="Draft tokens per step; derived from the method when omitted, checked when given.",
     )
     tokens_per_block: int = Field(32, gt=0, le=1024, description="Paged KV cache block size (a power of two).")
 
@@ -150,11 +159,15 @@ class Target(Section):
     )
     gpus: int = Field(1, gt=0, le=64, description="GPUs used; must equal tp × pp on GPU targets.")
     backend: Literal["onnxruntime", "tensorrt", "trtllm"] | None = Field(
-        None, description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs. trtllm: a TensorRT-LLM 1.2.x "
-        "checkpoint, trtllm-build command and inflight_batcher_llm repository (settings in the trtllm section)."
+        None,
+        description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs. trtllm: a TensorRT-LLM 1.2.x "
+        "checkpoint, trtllm-build command and inflight_batcher_llm repository (settings in the trtllm section).",
     )
     runtime_reserve_gib: float = Field(
-        2.0, ge=0, le=1024, allow_inf_nan=False,
+        2.0,
+        ge=0,
+        le=1024,
+        allow_inf_nan=False,
         description="GPU memory kept for the CUDA context, cuBLAS/TensorRT workspaces (planning).",
     )
 
@@ -177,35 +190,51 @@ class Instances(Section):
 
 class TritonSection(Section):
     model_name: str = Field(
-        "trtspec", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=255, description="Name of the ensemble model clients call."
+        "trtspec",
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        max_length=255,
+        description="Name of the ensemble model clients call.",
     )
     instances: Instances = Field(default_factory=Instances, description="Instance counts per model.")
     max_queue_delay_us: int = Field(100, ge=0, le=60_000_000, description="Dynamic-batching queue delay (≤ 60 s).")
     decoupled: bool = Field(True, description="Stream tokens as they are accepted (decoupled transaction policy).")
     kv_cache_free_gpu_mem_fraction: float = Field(
-        0.9, gt=0, le=1, allow_inf_nan=False,
+        0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
         description="Share of GPU memory left free after weights that the KV cache may take.",
     )
     exclude_input_in_output: bool = Field(True, description="Return generated tokens only.")
     max_queue_size: int = Field(
-        64, ge=1, le=65_536,
+        64,
+        ge=1,
+        le=65_536,
         description="Requests waiting for a decoding slot; past it new requests are refused at once with an "
         "overload error (trtllm: the tensorrt_llm model's default_queue_policy.max_queue_size).",
     )
     request_timeout_s: float = Field(
-        600.0, gt=0, le=86_400, allow_inf_nan=False,
+        600.0,
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
         description="Default per-request deadline in seconds (a request's `timeout_s` parameter may shorten it); a "
         "request past it ends with a deadline error and frees its slot.",
     )
-    bind_address: str = Field("127.0.0.1", max_length=255, description="Address the server binds (loopback unless told otherwise).")
+    bind_address: str = Field(
+        "127.0.0.1", max_length=255, description="Address the server binds (loopback unless told otherwise)."
+    )
     ports: Ports = Field(default_factory=Ports, description="Server ports.")
-    draft_schedule: list[Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=2, max_length=2)]] = Field(
-        default_factory=list, max_length=64,
-        description="Draft-node budget per batch size for the served decoding loop: [[max_batch, max_nodes], …] with "
-        "max_batch strictly increasing (1..4096) and max_nodes 1..4096 counting the whole tree, root included (1 = "
-        "speculation off). A step with b sequences uses the first entry with b <= max_batch; past the last entry "
-        "speculation is off. Static trees keep their first max_nodes nodes, Lookahead lowers G, EAGLE-2 caps "
-        "total_nodes. Empty (default): the full draft at every batch size. E.g. [[1, 64], [4, 16], [8, 1]].",
+    draft_schedule: list[Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=2, max_length=2)]] = (
+        Field(
+            default_factory=list,
+            max_length=64,
+            description="Draft-node budget per batch size for the served decoding loop: [[max_batch, max_nodes], …] with "
+            "max_batch strictly increasing (1..4096) and max_nodes 1..4096 counting the whole tree, root included (1 = "
+            "speculation off). A step with b sequences uses the first entry with b <= max_batch; past the last entry "
+            "speculation is off. Static trees keep their first max_nodes nodes, Lookahead lowers G, EAGLE-2 caps "
+            "total_nodes. Empty (default): the full draft at every batch size. E.g. [[1, 64], [4, 16], [8, 1]].",
+        )
     )
 
     @field_validator("draft_schedule")
@@ -219,13 +248,17 @@ class TritonSection(Section):
 
 class Bench(Section):
     concurrency: list[Annotated[int, Field(gt=0, le=4096)]] = Field(
-        default_factory=lambda: [1, 2, 4, 8], min_length=1, max_length=64,
+        default_factory=lambda: [1, 2, 4, 8],
+        min_length=1,
+        max_length=64,
         description="perf_analyzer concurrency levels (each 1..4096, at most 64 levels).",
     )
     input_len: int = Field(128, gt=0, le=MAX_TOKENS, description="Prompt tokens per request.")
     output_len: int = Field(128, gt=0, le=MAX_TOKENS, description="Generated tokens per request.")
     prompt_source: str = Field(
-        "builtin:humaneval", max_length=MAX_PATH, description="builtin:humaneval, builtin:synthetic, or a JSONL file with 'text'."
+        "builtin:humaneval",
+        max_length=MAX_PATH,
+        description="builtin:humaneval, builtin:synthetic, or a JSONL file with 'text'.",
     )
     measurement_window_ms: int = Field(
         10_000, gt=0, le=3_600_000, description="perf_analyzer measurement interval (≤ 1 hour)."

@@ -24,11 +24,18 @@ def check_speculative(c: Findings) -> None:
     if spec.method == "eagle":
         _eagle_version(c)
     if getattr(spec, "draft_weights", None) is not None and c.recipe.target.device != "cpu":
-        c.add(("speculative", "draft_weights"), f"draft_weights={spec.draft_weights} is for cpu targets' ONNX Runtime "
-              f"engines; on {c.recipe.target.device} the draft's precision follows quantization", allowed="null")
+        c.add(
+            ("speculative", "draft_weights"),
+            f"draft_weights={spec.draft_weights} is for cpu targets' ONNX Runtime "
+            f"engines; on {c.recipe.target.device} the draft's precision follows quantization",
+            allowed="null",
+        )
     if spec.method == "ngram" and spec.min_match > spec.max_match:
-        c.add(("speculative", "min_match"), f"min_match={spec.min_match} exceeds max_match={spec.max_match}",
-              allowed=f"1..{spec.max_match}")
+        c.add(
+            ("speculative", "min_match"),
+            f"min_match={spec.min_match} exceeds max_match={spec.max_match}",
+            allowed=f"1..{spec.max_match}",
+        )
     field = tree_field(c.recipe)
     choices_spec = tree_choices_spec(c.recipe)
     if choices_spec is not None:
@@ -57,12 +64,20 @@ def check_speculative(c: Findings) -> None:
     size = tree_size(c.recipe, c.loaded.dir_of(field))
     _draft_len(c, size)
     if build.max_batch_size > BATCH_WARN:
-        c.add(("build", "max_batch_size"), f"speculation with max_batch_size={build.max_batch_size} > {BATCH_WARN}: "
-              "large batches are compute-bound and speculation usually slows them down", warn=True)
+        c.add(
+            ("build", "max_batch_size"),
+            f"speculation with max_batch_size={build.max_batch_size} > {BATCH_WARN}: "
+            "large batches are compute-bound and speculation usually slows them down",
+            warn=True,
+        )
     need = build.max_batch_size * ((build.max_draft_len or size) + 1)
     if build.max_num_tokens < need:
-        c.add(("build", "max_num_tokens"), f"max_num_tokens={build.max_num_tokens} < max_batch_size × "
-              f"(max_draft_len + 1) = {need}: a full generation step would not fit", allowed=f">= {need}")
+        c.add(
+            ("build", "max_num_tokens"),
+            f"max_num_tokens={build.max_num_tokens} < max_batch_size × "
+            f"(max_draft_len + 1) = {need}: a full generation step would not fit",
+            allowed=f">= {need}",
+        )
 
 
 def _eagle_version(c: Findings) -> None:
@@ -74,8 +89,12 @@ def _eagle_version(c: Findings) -> None:
         t = spec.tree
         most = t.top_k + (t.depth - 1) * t.top_k * t.top_k
         if t.total_nodes > most:
-            c.add(("speculative", "tree", "total_nodes"), f"total_nodes={t.total_nodes} exceeds the "
-                  f"{most} candidates depth={t.depth}, top_k={t.top_k} can produce", allowed=f"1..{most}")
+            c.add(
+                ("speculative", "tree", "total_nodes"),
+                f"total_nodes={t.total_nodes} exceeds the "
+                f"{most} candidates depth={t.depth}, top_k={t.top_k} can produce",
+                allowed=f"1..{most}",
+            )
 
 
 def _draft_vocab(c: Findings, top_k: int) -> None:
@@ -85,11 +104,18 @@ def _draft_vocab(c: Findings, top_k: int) -> None:
         return
     vocab = None if arch is None else arch.vocab_size
     if vocab is not None and spec.draft_vocab > vocab:
-        c.add(("speculative", "draft_vocab"), f"draft_vocab={spec.draft_vocab} exceeds the target's vocab_size={vocab}",
-              allowed=f"{top_k}..{vocab}, or null (the whole vocabulary)")
+        c.add(
+            ("speculative", "draft_vocab"),
+            f"draft_vocab={spec.draft_vocab} exceeds the target's vocab_size={vocab}",
+            allowed=f"{top_k}..{vocab}, or null (the whole vocabulary)",
+        )
     elif spec.draft_vocab < top_k:
-        c.add(("speculative", "draft_vocab"), f"draft_vocab={spec.draft_vocab} is smaller than the {top_k} candidates "
-              "a tree level takes (the tree's top-k)", allowed=f">= {top_k}, or null (the whole vocabulary)")
+        c.add(
+            ("speculative", "draft_vocab"),
+            f"draft_vocab={spec.draft_vocab} is smaller than the {top_k} candidates "
+            "a tree level takes (the tree's top-k)",
+            allowed=f">= {top_k}, or null (the whole vocabulary)",
+        )
 
 
 def _draft_len(c: Findings, size: int) -> None:
@@ -99,11 +125,18 @@ def _draft_len(c: Findings, size: int) -> None:
     if spec.method == "lookahead":
         want = lookahead_draft_len(spec.window, spec.ngram, spec.verification_set)
         if given != want:
-            c.add(("build", "max_draft_len"), f"max_draft_len={given} but lookahead W={spec.window}, "
-                  f"N={spec.ngram}, G={spec.verification_set} drafts (N-2) + (W-1+G)(N-1) = {want}", allowed=str(want))
+            c.add(
+                ("build", "max_draft_len"),
+                f"max_draft_len={given} but lookahead W={spec.window}, "
+                f"N={spec.ngram}, G={spec.verification_set} drafts (N-2) + (W-1+G)(N-1) = {want}",
+                allowed=str(want),
+            )
     elif given < size:
-        c.add(("build", "max_draft_len"), f"max_draft_len={given} is smaller than the tree ({size} draft nodes)",
-              allowed=f">= {size}")
+        c.add(
+            ("build", "max_draft_len"),
+            f"max_draft_len={given} is smaller than the tree ({size} draft nodes)",
+            allowed=f">= {size}",
+        )
 
 
 def _tree_bounds(c: Findings, field: tuple[str, ...], choices: list[Choice]) -> bool:
@@ -117,7 +150,10 @@ def _tree_bounds(c: Findings, field: tuple[str, ...], choices: list[Choice]) -> 
         return False
     big = next((ch for ch in choices if any(r > MAX_RANK for r in ch)), None)
     if big is not None:
-        c.add(field, f"choice {clip(repr(list(big)), 60)} has a top-k rank above {MAX_RANK}",
-              allowed=f"ranks 0..{MAX_RANK}")
+        c.add(
+            field,
+            f"choice {clip(repr(list(big)), 60)} has a top-k rank above {MAX_RANK}",
+            allowed=f"ranks 0..{MAX_RANK}",
+        )
         return False
     return True

@@ -39,10 +39,12 @@ class Release:
 
 
 _NGC = "nvcr.io/nvidia/tritonserver:{}-trtllm-python-py3"
-TABLE_SOURCE = ("triton-inference-server/server docs/introduction/compatibility.md @0f963c9a, table "
-                "'trtllm-python-py3' (e.g. '| 26.07 | nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 | "
-                "Python 3.12.3 | … | 10.14.1.48 | 1.2.1 | 13.1.0.036 |'); cross-checked with tensorrtllm_backend "
-                "dockerfile/Dockerfile.triton.trt_llm_backend @8addf2f (TENSORRTLLM_VER=1.2.1, TRT_VER=10.14.1.48)")
+TABLE_SOURCE = (
+    "triton-inference-server/server docs/introduction/compatibility.md @0f963c9a, table "
+    "'trtllm-python-py3' (e.g. '| 26.07 | nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 | "
+    "Python 3.12.3 | … | 10.14.1.48 | 1.2.1 | 13.1.0.036 |'); cross-checked with tensorrtllm_backend "
+    "dockerfile/Dockerfile.triton.trt_llm_backend @8addf2f (TENSORRTLLM_VER=1.2.1, TRT_VER=10.14.1.48)"
+)
 
 # TensorRT-LLM release -> the Triton containers that ship it (TABLE_SOURCE). Only the 1.2 line is listed:
 # the checkpoint layout, trtllm-build flags and inflight_batcher_llm templates trtspec writes are those of
@@ -58,7 +60,7 @@ OLDEST_LINE = (1, 2)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """"1.2.1" -> (1, 2, 1); pre-release suffixes ("1.2.0rc8") keep their numeric prefix."""
+    """ "1.2.1" -> (1, 2, 1); pre-release suffixes ("1.2.0rc8") keep their numeric prefix."""
     m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text)
     if m is None:
         raise ValueError(f"not a version: {text!r}")
@@ -80,12 +82,14 @@ class TrtllmSection(Section):
     """TensorRT-LLM engine-path settings (used when target.backend is trtllm)."""
 
     version: str = Field(
-        DEFAULT_VERSION, max_length=32,
+        DEFAULT_VERSION,
+        max_length=32,
         description="TensorRT-LLM release the checkpoint, build command and repository target (a release in "
         "trtspec's table; 1.3 and later have no TensorRT engine path).",
     )
     container: str | None = Field(
-        None, max_length=512,
+        None,
+        max_length=512,
         description="Container image to build and serve in; default: NVIDIA's Triton TRT-LLM container of `version`.",
     )
     workers: int | None = Field(
@@ -108,7 +112,9 @@ class TrtllmSection(Section):
     enable_chunked_context: bool = Field(True, description="Triton tensorrt_llm model: enable_chunked_context.")
     enable_kv_cache_reuse: bool = Field(False, description="Triton tensorrt_llm model: enable_kv_cache_reuse.")
     max_tokens_in_paged_kv_cache: int | None = Field(
-        None, gt=0, le=1 << 31,
+        None,
+        gt=0,
+        le=1 << 31,
         description="Triton tensorrt_llm model: cap on KV tokens per rank; default from kv_cache_free_gpu_mem_fraction.",
     )
 
@@ -126,8 +132,10 @@ class TrtllmSection(Section):
                 f"and Lookahead engines need 1.2.x (allowed: {', '.join(RELEASES)})"
             )
         if parsed[:2] < OLDEST_LINE:
-            raise ValueError(f"TensorRT-LLM {v} predates the 1.2 line trtspec writes checkpoints, build commands and "
-                             f"repositories for (allowed: {', '.join(RELEASES)})")
+            raise ValueError(
+                f"TensorRT-LLM {v} predates the 1.2 line trtspec writes checkpoints, build commands and "
+                f"repositories for (allowed: {', '.join(RELEASES)})"
+            )
         if v not in RELEASES:
             raise ValueError(f"TensorRT-LLM {v} is not in trtspec's release table (allowed: {', '.join(RELEASES)})")
         return v

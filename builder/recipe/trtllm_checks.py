@@ -46,8 +46,10 @@ def kv_heads_rule(kv_heads: int, tp: int) -> str | None:
         return None if kv_heads % tp == 0 else f"tp={tp} does not divide num_kv_heads={kv_heads}"
     if tp % kv_heads == 0:
         return None
-    return (f"num_kv_heads={kv_heads} < tp={tp} and tp is not a multiple of it: {UPSTREAM} duplicates each KV "
-            f"head tp / kv_heads times (tensorrt_llm/models/llama/convert.py dup_kv_weight)")
+    return (
+        f"num_kv_heads={kv_heads} < tp={tp} and tp is not a multiple of it: {UPSTREAM} duplicates each KV "
+        f"head tp / kv_heads times (tensorrt_llm/models/llama/convert.py dup_kv_weight)"
+    )
 
 
 def check_trtllm(c: Findings) -> None:
@@ -56,8 +58,12 @@ def check_trtllm(c: Findings) -> None:
     if r.target.device == "cpu":
         return  # `checks.target` already says trtllm needs a GPU target
     if r.triton.draft_schedule:
-        c.add(("triton", "draft_schedule"), "the trtllm backend's C++ runtime decides the draft per step; "
-              "draft_schedule drives trtspec's own spec_decoder only", allowed="[] (empty)")
+        c.add(
+            ("triton", "draft_schedule"),
+            "the trtllm backend's C++ runtime decides the draft per step; "
+            "draft_schedule drives trtspec's own spec_decoder only",
+            allowed="[] (empty)",
+        )
     _method(c)
     _tree(c)
     _switches(c)
@@ -68,41 +74,70 @@ def _method(c: Findings) -> None:
     if spec.method == "none":
         return
     if spec.method == "ngram":
-        c.add(("speculative", "method"), f"{UPSTREAM}'s engine path has no n-gram (prompt-lookup) drafter in its Triton "
-              "backend (inflight_batcher_llm's decoding_mode: top_k, top_p, top_k_top_p, beam_search, medusa, "
-              "redrafter, lookahead, eagle; NGram drafting belongs to the PyTorch flow, not the engine path). "
-              "Use lookahead (zero weights too) with the trtllm backend, or ngram with trtspec's own engines",
-              allowed="none, medusa, eagle, lookahead")
+        c.add(
+            ("speculative", "method"),
+            f"{UPSTREAM}'s engine path has no n-gram (prompt-lookup) drafter in its Triton "
+            "backend (inflight_batcher_llm's decoding_mode: top_k, top_p, top_k_top_p, beam_search, medusa, "
+            "redrafter, lookahead, eagle; NGram drafting belongs to the PyTorch flow, not the engine path). "
+            "Use lookahead (zero weights too) with the trtllm backend, or ngram with trtspec's own engines",
+            allowed="none, medusa, eagle, lookahead",
+        )
         return
     if spec.verification != "greedy":
-        c.add(("speculative", "verification"), f"{UPSTREAM} verifies {spec.method} drafts greedily (top-1 target "
-              "token, drafts accepted by exact match; medusaDecodingLayer.cpp, lookaheadDecodingLayer.cpp, "
-              "EagleConfig greedySampling); tree rejection sampling is trtspec's own engine only", allowed="greedy")
+        c.add(
+            ("speculative", "verification"),
+            f"{UPSTREAM} verifies {spec.method} drafts greedily (top-1 target "
+            "token, drafts accepted by exact match; medusaDecodingLayer.cpp, lookaheadDecodingLayer.cpp, "
+            "EagleConfig greedySampling); tree rejection sampling is trtspec's own engine only",
+            allowed="greedy",
+        )
     if r.parallelism.pp != 1:
-        c.add(("parallelism", "pp"), f"{UPSTREAM} runs {spec.method} with tensor parallelism only (its support "
-              "matrices list no pipeline parallelism; examples/eagle/README.md: 'Pipeline parallelism is not "
-              "supported')", allowed="1 (use parallelism.tp)")
+        c.add(
+            ("parallelism", "pp"),
+            f"{UPSTREAM} runs {spec.method} with tensor parallelism only (its support "
+            "matrices list no pipeline parallelism; examples/eagle/README.md: 'Pipeline parallelism is not "
+            "supported')",
+            allowed="1 (use parallelism.tp)",
+        )
     if spec.method == "eagle":
         if spec.draft_vocab is not None:
-            c.add(("speculative", "draft_vocab"), f"{UPSTREAM}'s engine-path EAGLE drafts through the target's whole "
-                  "LM head (no draft-to-target token map; EAGLE-3's d2t belongs to the PyTorch flow): a reduced draft "
-                  "vocabulary is trtspec's own engines only", allowed="null (the whole vocabulary)")
+            c.add(
+                ("speculative", "draft_vocab"),
+                f"{UPSTREAM}'s engine-path EAGLE drafts through the target's whole "
+                "LM head (no draft-to-target token map; EAGLE-3's d2t belongs to the PyTorch flow): a reduced draft "
+                "vocabulary is trtspec's own engines only",
+                allowed="null (the whole vocabulary)",
+            )
         if spec.tree.type == "dynamic":
-            c.add(("speculative", "tree", "type"), f"{UPSTREAM}'s Triton inflight_batcher_llm backend builds EAGLE "
-                  "from eagle_choices only (model_instance_state.cc: EagleConfig(eagleChoices), useDynamicTree "
-                  "false): EAGLE-2 dynamic trees are not served through Triton",
-                  allowed="static (speculative.version: 1)")
+            c.add(
+                ("speculative", "tree", "type"),
+                f"{UPSTREAM}'s Triton inflight_batcher_llm backend builds EAGLE "
+                "from eagle_choices only (model_instance_state.cc: EagleConfig(eagleChoices), useDynamicTree "
+                "false): EAGLE-2 dynamic trees are not served through Triton",
+                allowed="static (speculative.version: 1)",
+            )
         b = r.build
         if b.max_batch_size > EAGLE_MAX_BATCH:
-            c.add(("build", "max_batch_size"), f"max_batch_size={b.max_batch_size}: {UPSTREAM} builds EAGLE for at "
-                  f"most {EAGLE_MAX_BATCH} sequences (tensorrt_llm/builder.py)", allowed=f"1..{EAGLE_MAX_BATCH}")
+            c.add(
+                ("build", "max_batch_size"),
+                f"max_batch_size={b.max_batch_size}: {UPSTREAM} builds EAGLE for at "
+                f"most {EAGLE_MAX_BATCH} sequences (tensorrt_llm/builder.py)",
+                allowed=f"1..{EAGLE_MAX_BATCH}",
+            )
         if r.quantization.mode == "fp8":
-            c.add(("quantization", "mode"), f"FP8 is not in {UPSTREAM}'s EAGLE support matrix (examples/eagle/"
-                  "README.md lists FP16/BF16); no code check refuses it — verify on a GPU host "
-                  "(scripts/gpu_check.sh)", warn=True)
+            c.add(
+                ("quantization", "mode"),
+                f"FP8 is not in {UPSTREAM}'s EAGLE support matrix (examples/eagle/"
+                "README.md lists FP16/BF16); no code check refuses it — verify on a GPU host "
+                "(scripts/gpu_check.sh)",
+                warn=True,
+            )
     if spec.method == "lookahead" and spec.ngram == 1 and (spec.window != 1 or spec.verification_set != 0):
-        c.add(("speculative", "ngram"), "ngram=1 requires window=1 and verification_set=0 (decodingConfig.cpp)",
-              allowed="ngram >= 2, or window 1 with verification_set 0")
+        c.add(
+            ("speculative", "ngram"),
+            "ngram=1 requires window=1 and verification_set=0 (decodingConfig.cpp)",
+            allowed="ngram >= 2, or window 1 with verification_set 0",
+        )
 
 
 def _tree(c: Findings) -> None:
@@ -117,35 +152,62 @@ def _tree(c: Findings) -> None:
             return  # the shared tree rules (spec_checks) report unreadable trees
         deep = next((ch for ch in choices if len(ch) > MAX_CHOICE_DEPTH), None)
         if deep is not None:
-            c.add(field, f"choice {list(deep)} has depth {len(deep)}: {UPSTREAM} packs a path into 4-bit chunks "
-                  "(speculativeChoicesUtils.cpp)", allowed=f"depth 1..{MAX_CHOICE_DEPTH}")
+            c.add(
+                field,
+                f"choice {list(deep)} has depth {len(deep)}: {UPSTREAM} packs a path into 4-bit chunks "
+                "(speculativeChoicesUtils.cpp)",
+                allowed=f"depth 1..{MAX_CHOICE_DEPTH}",
+            )
         big = next((ch for ch in choices if any(i > MAX_CHOICE_RANK for i in ch)), None)
         if big is not None:
-            c.add(field, f"choice {list(big)} has a top-k rank above {MAX_CHOICE_RANK}: {UPSTREAM} packs each rank "
-                  "into 4 bits (speculativeChoicesUtils.cpp)", allowed=f"ranks 0..{MAX_CHOICE_RANK}")
+            c.add(
+                field,
+                f"choice {list(big)} has a top-k rank above {MAX_CHOICE_RANK}: {UPSTREAM} packs each rank "
+                "into 4 bits (speculativeChoicesUtils.cpp)",
+                allowed=f"ranks 0..{MAX_CHOICE_RANK}",
+            )
     if r.speculative.method == "eagle" and r.speculative.tree.type == "static":
         size = r.build.max_draft_len or tree_size(r, c.loaded.dir_of(field))
         if size > EAGLE_MAX_DRAFT:
-            c.add(field, f"{size} draft tokens: {UPSTREAM} builds EAGLE for at most {EAGLE_MAX_DRAFT} "
-                  "(tensorrt_llm/builder.py)", allowed=f"trees of 1..{EAGLE_MAX_DRAFT} nodes")
+            c.add(
+                field,
+                f"{size} draft tokens: {UPSTREAM} builds EAGLE for at most {EAGLE_MAX_DRAFT} (tensorrt_llm/builder.py)",
+                allowed=f"trees of 1..{EAGLE_MAX_DRAFT} nodes",
+            )
 
 
 def _switches(c: Findings) -> None:
     r = c.recipe
     t, q = r.trtllm, r.quantization
     if t.gemm_plugin == "fp8" and q.mode != "fp8":
-        c.add(("trtllm", "gemm_plugin"), "gemm_plugin fp8 needs FP8 weights (quantization.mode: fp8)",
-              allowed="auto, bfloat16, float16")
+        c.add(
+            ("trtllm", "gemm_plugin"),
+            "gemm_plugin fp8 needs FP8 weights (quantization.mode: fp8)",
+            allowed="auto, bfloat16, float16",
+        )
     if t.use_fp8_context_fmha:
         if q.mode != "fp8" or q.kv_cache != "fp8":
-            c.add(("trtllm", "use_fp8_context_fmha"), "FP8 context FMHA needs FP8 weights and an FP8 KV cache "
-                  "(tensorrt_llm/builder.py disables it otherwise)", allowed="false, null")
+            c.add(
+                ("trtllm", "use_fp8_context_fmha"),
+                "FP8 context FMHA needs FP8 weights and an FP8 KV cache "
+                "(tensorrt_llm/builder.py disables it otherwise)",
+                allowed="false, null",
+            )
         if not t.use_paged_context_fmha:
-            c.add(("trtllm", "use_fp8_context_fmha"), "FP8 context FMHA needs paged context FMHA "
-                  "(trtllm.use_paged_context_fmha: true)", allowed="false, null")
+            c.add(
+                ("trtllm", "use_fp8_context_fmha"),
+                "FP8 context FMHA needs paged context FMHA (trtllm.use_paged_context_fmha: true)",
+                allowed="false, null",
+            )
     if t.enable_chunked_context and not t.use_paged_context_fmha:
-        c.add(("trtllm", "enable_chunked_context"), "chunked context requires paged context FMHA "
-              "(trtGptModelInflightBatching.cpp)", allowed="false, or trtllm.use_paged_context_fmha: true")
+        c.add(
+            ("trtllm", "enable_chunked_context"),
+            "chunked context requires paged context FMHA (trtGptModelInflightBatching.cpp)",
+            allowed="false, or trtllm.use_paged_context_fmha: true",
+        )
     if t.workers is not None and t.workers > r.target.gpus:
-        c.add(("trtllm", "workers"), f"workers={t.workers} exceeds the {r.target.gpus} rank(s) to build",
-              allowed=f"1..{r.target.gpus}")
+        c.add(
+            ("trtllm", "workers"),
+            f"workers={t.workers} exceeds the {r.target.gpus} rank(s) to build",
+            allowed=f"1..{r.target.gpus}",
+        )

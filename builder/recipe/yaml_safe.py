@@ -49,8 +49,12 @@ _UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U000100
 # What an escape in a double-quoted string can still produce: C0/C1 controls and lone surrogates.
 _BAD_IN_STRING = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # escaped when a message shows text
-_UTF16_32_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16",
-                  b"\xfe\xff": "UTF-16"}
+_UTF16_32_BOMS = {
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe": "UTF-16",
+    b"\xfe\xff": "UTF-16",
+}
 
 
 @dataclass
@@ -89,8 +93,15 @@ def read_file(path: Path, display: str) -> str:
 def _read_capped(fd: int, display: str) -> bytes:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else \
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a pipe"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket or other special file"
+        )
         raise UserError(f"not a regular file ({kind}); a recipe is a YAML file", location=display)
     too_big = UserError(f"file is larger than {MAX_BYTES} bytes (1 MiB), the limit for a recipe", location=display)
     if os.fstat(fd).st_size > MAX_BYTES:
@@ -119,16 +130,20 @@ def _decode(data: bytes, display: str) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise UserError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot start or continue a character "
-                        "(binary file?)", location=f"{display}:{line}:{col}") from None
+        raise UserError(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot start or continue a character (binary file?)",
+            location=f"{display}:{line}:{col}",
+        ) from None
 
 
 def parse(text: str, source: str, budget: Budget, *, mapping: bool) -> tuple[Any, dict[Path_, Loc]]:
     """One YAML document → (data, locations by data path). `mapping`: the root must be a mapping."""
     bad = _UNPRINTABLE.search(text)
     if bad:
-        raise UserError(f"character U+{ord(bad.group()):04X} is not allowed in YAML (binary file?)",
-                        location=_where_index(text, bad.start(), source))
+        raise UserError(
+            f"character U+{ord(bad.group()):04X} is not allowed in YAML (binary file?)",
+            location=_where_index(text, bad.start(), source),
+        )
     builder = _Builder(source, budget, mapping)
     loader = _Loader(text)
     try:
@@ -189,15 +204,21 @@ class _Builder:
         elif isinstance(event, yaml.CollectionEndEvent):
             self.stack.pop()
         elif isinstance(event, yaml.AliasEvent):
-            raise self.fail(event, f"YAML alias *{clip(event.anchor, 40)} is not allowed: recipes use no "
-                                   "anchors or aliases (share settings with extends:)")
+            raise self.fail(
+                event,
+                f"YAML alias *{clip(event.anchor, 40)} is not allowed: recipes use no "
+                "anchors or aliases (share settings with extends:)",
+            )
         elif isinstance(event, yaml.NodeEvent):
             self.node(event)
 
     def node(self, event: yaml.NodeEvent) -> None:
         if event.anchor is not None:
-            raise self.fail(event, f"YAML anchor &{clip(event.anchor, 40)} is not allowed: recipes use no "
-                                   "anchors or aliases (share settings with extends:)")
+            raise self.fail(
+                event,
+                f"YAML anchor &{clip(event.anchor, 40)} is not allowed: recipes use no "
+                "anchors or aliases (share settings with extends:)",
+            )
         self.budget.nodes -= 1
         if self.budget.nodes < 0:
             raise self.fail(event, f"more than {MAX_NODES} YAML values (the limit per recipe, extends: included)")
@@ -213,8 +234,9 @@ class _Builder:
             raise self.fail(event, "a mapping key must be a string, not a YAML collection")
         key = self.scalar(event)
         if not isinstance(key, str):
-            raise self.fail(event, f"a mapping key must be a string, not {type(key).__name__} "
-                                   f"{clip(repr(key), 40)} (quote it)")
+            raise self.fail(
+                event, f"a mapping key must be a string, not {type(key).__name__} {clip(repr(key), 40)} (quote it)"
+            )
         if key in frame.seen:
             raise self.fail(event, f"duplicate key {clip(key, 60)!r} (first at line {frame.seen[key]})")
         frame.seen[key] = event.start_mark.line + 1
@@ -261,17 +283,17 @@ class _Builder:
         if tag == _T + "str":
             bad = _BAD_IN_STRING.search(value)
             if bad:
-                raise self.fail(event, f"control character or lone surrogate U+{ord(bad.group()):04X} "
-                                       "in a string is not allowed")
+                raise self.fail(
+                    event, f"control character or lone surrogate U+{ord(bad.group()):04X} in a string is not allowed"
+                )
             return value
         return _CONSTRUCT.yaml_constructors[tag](_CONSTRUCT, yaml.ScalarNode(tag, value))
 
 
 def _tag_name(tag: str) -> str:
-    return "!!" + tag[len(_T):] if tag.startswith(_T) else tag
+    return "!!" + tag[len(_T) :] if tag.startswith(_T) else tag
 
 
 def _tag_refused(tag: str) -> str:
     allowed = ", ".join([*_SCALAR_TAGS.values(), "!!map", "!!seq"])
     return f"YAML tag {clip(_tag_name(tag), 60)} is not allowed in a recipe (allowed: {allowed})"
-

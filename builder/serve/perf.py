@@ -64,20 +64,35 @@ def input_data(prompts: Sequence[str], max_tokens: int, stream: bool = True, *, 
 
     `speculate` (when given) sets the per-request input: False = plain decoding on the same engine."""
     extra = {} if speculate is None else {"speculate": [bool(speculate)]}
-    return {"data": [{"text_input": [p], "max_tokens": [int(max_tokens)], "stream": [bool(stream)], **extra}
-                     for p in prompts]}  # fmt: skip
+    return {
+        "data": [
+            {"text_input": [p], "max_tokens": [int(max_tokens)], "stream": [bool(stream)], **extra} for p in prompts
+        ]
+    }
 
 
-def write_input_data(path: Path, prompts: Sequence[str], max_tokens: int, stream: bool = True, *,
-                     speculate: bool | None = None) -> Path:  # fmt: skip
+def write_input_data(
+    path: Path, prompts: Sequence[str], max_tokens: int, stream: bool = True, *, speculate: bool | None = None
+) -> Path:
     path.write_text(json.dumps(input_data(prompts, max_tokens, stream, speculate=speculate)), encoding="utf-8")
     return path
 
 
-def perf_command(model: str, grpc_url: str, data_file: Path, concurrency: int = 1, *, requests: int | None = None,
-                 measurement_ms: int = 5000, stability_percentage: float | None = None, max_trials: int | None = None,
-                 csv: Path | None = None, binary: Path | None = None, profile_export: Path | None = None,
-                 request_parameters: dict[str, bool | int | str] | None = None) -> list[str]:  # fmt: skip
+def perf_command(
+    model: str,
+    grpc_url: str,
+    data_file: Path,
+    concurrency: int = 1,
+    *,
+    requests: int | None = None,
+    measurement_ms: int = 5000,
+    stability_percentage: float | None = None,
+    max_trials: int | None = None,
+    csv: Path | None = None,
+    binary: Path | None = None,
+    profile_export: Path | None = None,
+    request_parameters: dict[str, bool | int | str] | None = None,
+) -> list[str]:
     """A streaming gRPC run at one concurrency: `requests` per measurement window (count mode) or time windows.
 
     perf_analyzer repeats windows until three agree within `stability_percentage` (default 10 %); on a
@@ -85,8 +100,21 @@ def perf_command(model: str, grpc_url: str, data_file: Path, concurrency: int = 
     exe = binary or find_perf_analyzer()
     if exe is None:
         raise FileNotFoundError("perf_analyzer not found: install the serve extra (bash scripts/setup.sh)")
-    cmd = [str(exe), "-m", model, "-u", grpc_url, "-i", "grpc", "--streaming", "--async",
-           "--input-data", str(data_file), f"--concurrency-range={concurrency}", "--max-threads=4"]  # fmt: skip
+    cmd = [
+        str(exe),
+        "-m",
+        model,
+        "-u",
+        grpc_url,
+        "-i",
+        "grpc",
+        "--streaming",
+        "--async",
+        "--input-data",
+        str(data_file),
+        f"--concurrency-range={concurrency}",
+        "--max-threads=4",
+    ]
     if requests is not None:
         cmd += ["--measurement-mode=count_windows", f"--measurement-request-count={requests}"]
     else:

@@ -95,8 +95,10 @@ def find_tritonserver() -> Dist | None:
 
 
 def install_hint() -> str:
-    return ("no tritonserver found: put one on PATH, or install the serve extra (bash scripts/setup.sh installs "
-            "nvidia-pytriton, whose wheel carries Triton Inference Server 2.51)")
+    return (
+        "no tritonserver found: put one on PATH, or install the serve extra (bash scripts/setup.sh installs "
+        "nvidia-pytriton, whose wheel carries Triton Inference Server 2.51)"
+    )
 
 
 def interpreter_libdir() -> Path | None:
@@ -122,8 +124,10 @@ def stub_python(workdir: Path) -> Path:
     """
     numpy_dir = stub_numpy_dir()
     if not (numpy_dir / "numpy").is_dir():
-        raise ServerError(f"no NumPy 1.x for the Triton Python-backend stub at {numpy_dir} (the wheel's stub garbles "
-                          "tensors under NumPy 2): run bash scripts/setup.sh")  # fmt: skip
+        raise ServerError(
+            f"no NumPy 1.x for the Triton Python-backend stub at {numpy_dir} (the wheel's stub garbles "
+            "tensors under NumPy 2): run bash scripts/setup.sh"
+        )
     root = workdir / "stub-python"
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = root / "lib" / version / "site-packages"
@@ -134,8 +138,10 @@ def stub_python(workdir: Path) -> Path:
         link = root / "bin" / name
         if not link.is_symlink():
             link.symlink_to(base)
-    (root / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n"
-                                     f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")  # fmt: skip
+    (root / "pyvenv.cfg").write_text(
+        f"home = {base.parent}\ninclude-system-site-packages = false\n"
+        f"version = {'.'.join(map(str, sys.version_info[:3]))}\n"
+    )
     sites = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     lines = [str(numpy_dir)] + [f"import site; site.addsitedir({p!r})" for p in sites]  # runs their .pth files too
     (site / "trtspec-stub.pth").write_text("\n".join(lines) + "\n")
@@ -217,22 +223,35 @@ class TritonServer:
     @property
     def endpoints(self) -> dict[str, str]:
         h = self.client_host
-        return {"http": f"{h}:{self.ports.http}", "grpc": f"{h}:{self.ports.grpc}",
-                "metrics": f"http://{h}:{self.ports.metrics}/metrics"}  # fmt: skip
+        return {
+            "http": f"{h}:{self.ports.http}",
+            "grpc": f"{h}:{self.ports.grpc}",
+            "metrics": f"http://{h}:{self.ports.metrics}/metrics",
+        }
 
     def command(self, backends: Path | None) -> list[str]:
         assert self.dist is not None
-        args = [str(self.dist.binary), f"--model-repository={Path(self.repo).resolve()}",
-                f"--http-address={self.host}", f"--http-port={self.ports.http}",
-                f"--grpc-address={self.host}", f"--grpc-port={self.ports.grpc}",
-                f"--metrics-address={self.host}", f"--metrics-port={self.ports.metrics}",
-                "--allow-gpu-metrics=false", "--exit-on-error=true", "--disable-auto-complete-config",
-                "--exit-timeout-secs=5", f"--log-verbose={self.log_verbose}",
-                # explicit model control: a broken spec_decoder unloads itself (Triton 2.51's only way for a Python
-                # model to report unready) and the front model reloads it after a crash of its stub
-                "--model-control-mode=explicit", "--load-model=*",
-                # one shared-memory namespace per server: parallel servers on one machine never collide
-                f"--backend-config=python,shm-region-prefix-name=trtspec{os.getpid()}x{self.ports.grpc}"]  # fmt: skip
+        args = [
+            str(self.dist.binary),
+            f"--model-repository={Path(self.repo).resolve()}",
+            f"--http-address={self.host}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.ports.metrics}",
+            "--allow-gpu-metrics=false",
+            "--exit-on-error=true",
+            "--disable-auto-complete-config",
+            "--exit-timeout-secs=5",
+            f"--log-verbose={self.log_verbose}",
+            # explicit model control: a broken spec_decoder unloads itself (Triton 2.51's only way for a Python
+            # model to report unready) and the front model reloads it after a crash of its stub
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            # one shared-memory namespace per server: parallel servers on one machine never collide
+            f"--backend-config=python,shm-region-prefix-name=trtspec{os.getpid()}x{self.ports.grpc}",
+        ]
         if backends is not None:
             args.append(f"--backend-directory={backends}")
         return args + list(self.extra_args)
@@ -244,9 +263,11 @@ class TritonServer:
             raise ServerError(f"no model repository at {self.repo}")
         unsafe = shell_unsafe(Path(self.repo).resolve())
         if unsafe:
-            raise ServerError(f"the repository path {str(Path(self.repo).resolve())!r} holds {unsafe}: Triton's Python "
-                              "backend starts each model's stub through `bash -c` with the path unquoted "
-                              "(python_backend src/stub_launcher.cc), so move the repository to a path without them")  # fmt: skip
+            raise ServerError(
+                f"the repository path {str(Path(self.repo).resolve())!r} holds {unsafe}: Triton's Python "
+                "backend starts each model's stub through `bash -c` with the path unquoted "
+                "(python_backend src/stub_launcher.cc), so move the repository to a path without them"
+            )
         self.dist = self.dist or find_tritonserver()
         if self.dist is None:
             raise ServerError(install_hint())
@@ -257,9 +278,14 @@ class TritonServer:
         stub_bin = None if backends is None else stub_python(self.workdir)
         log = open(self.log_path, "wb")
         try:
-            self.proc = subprocess.Popen(self.command(backends), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=stub_env(self.dist, stub_bin),
-                                         start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                self.command(backends),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=stub_env(self.dist, stub_bin),
+                start_new_session=True,
+            )
         finally:
             log.close()
         return self

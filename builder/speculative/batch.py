@@ -74,8 +74,13 @@ class DraftBatch:
         return int(self.paths.shape[2])
 
     @classmethod
-    def of(cls, drafts: Sequence[Draft], vocab_size: int, previous: "DraftBatch | None" = None,
-           cache: "StructureCache | None" = None) -> "DraftBatch":  # fmt: skip
+    def of(
+        cls,
+        drafts: Sequence[Draft],
+        vocab_size: int,
+        previous: "DraftBatch | None" = None,
+        cache: "StructureCache | None" = None,
+    ) -> "DraftBatch":
         """The batch of `drafts`, checked; `previous`'s structure, or one in `cache`, when the drafts share it
         (module docstring). A new reusable structure is added to `cache`."""
         if not drafts:
@@ -155,8 +160,9 @@ def _structure(drafts: Sequence[Draft], keys: list[TreeKey]) -> DraftBatch:
     return DraftBatch(tokens, mask, depth, paths, nodes, num_paths, widths, pad, trees, keys, reusable, uniform)
 
 
-def _stacked(drafts: Sequence[Draft], keys: list[TreeKey], shapes: list[tuple[int, tuple[int, ...]]], t: int, p: int,
-             w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _stacked(
+    drafts: Sequence[Draft], keys: list[TreeKey], shapes: list[tuple[int, tuple[int, ...]]], t: int, p: int, w: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The drafts' (mask [B, T, T], depth [B, T], paths [B, P, W]) padded and checked: one check per shared
     tree, one batched check per shape of distinct trees."""
     b, trees = len(drafts), [(d.mask, d.depth, d.paths) for d in drafts]

@@ -41,7 +41,7 @@ def load_choices(spec: list[list[int]] | str, base_dir: Path | None = None) -> l
         isinstance(c, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in c) for c in choices
     )
     if not ok:
-        raise UserError(f"{path}: expected {{\"choices\": [[int, ...], ...]}}")
+        raise UserError(f'{path}: expected {{"choices": [[int, ...], ...]}}')
     return [tuple(c) for c in choices]
 
 

@@ -40,8 +40,18 @@ from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sa
 from builder.speculative.requests import DraftSchedule, Generation, Request, Timing, Totals
 from builder.speculative.shortcuts import EngineBroken, OnTokens, ShortcutSteps, _Seq
 
-__all__ = ["Decoder", "DraftSchedule", "EngineBroken", "Generation", "OnTokens", "Request", "STREAM_BURST", "Timing",
-           "Totals", "generate"]  # (the request and result types live in builder.speculative.requests; EngineBroken
+__all__ = [
+    "Decoder",
+    "DraftSchedule",
+    "EngineBroken",
+    "Generation",
+    "OnTokens",
+    "Request",
+    "STREAM_BURST",
+    "Timing",
+    "Totals",
+    "generate",
+]  # (the request and result types live in builder.speculative.requests; EngineBroken
 # and OnTokens in builder.speculative.shortcuts, with the per-sequence bookkeeping and the shortcut steps)
 
 STREAM_BURST = 8  # `run`'s back-to-back plain steps between two `on_tokens` calls (module docstring)
@@ -65,8 +75,9 @@ class Decoder(ShortcutSteps):
         self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
         self._plain_last: tuple[list[_Seq], int, list[int], list[int]] | None = None  # `_plain_step`'s batch
         self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
-        self._chains = bool(self._update_emitted and getattr(type(drafter), "propose_chain", None)
-                            and getattr(drafter, "chains", False))  # chains as token lists (`propose_chain`)
+        self._chains = bool(
+            self._update_emitted and getattr(type(drafter), "propose_chain", None) and getattr(drafter, "chains", False)
+        )  # chains as token lists (`propose_chain`)
 
     @property
     def free_slots(self) -> int:
@@ -83,8 +94,16 @@ class Decoder(ShortcutSteps):
         if len(requests) > self.free_slots:
             raise ValueError(f"{len(requests)} requests but {self.free_slots} free slots")
         t0 = time.perf_counter()
-        seqs = [_Seq(first_index + i, r, Generation([]), np.random.default_rng(r.sampling.seed),
-                     self.drafter is not None and r.speculate) for i, r in enumerate(requests)]
+        seqs = [
+            _Seq(
+                first_index + i,
+                r,
+                Generation([]),
+                np.random.default_rng(r.sampling.seed),
+                self.drafter is not None and r.speculate,
+            )
+            for i, r in enumerate(requests)
+        ]
         for r in requests:  # refuse before the engine starts anything
             if r.lookahead is not None and r.speculate:
                 if not hasattr(self.drafter, "configure"):
@@ -111,8 +130,9 @@ class Decoder(ShortcutSteps):
         if not drafting:
             return
         assert self.drafter is not None
-        self.drafter.start([seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting],
-                           _rows(pre, drafting))  # fmt: skip
+        self.drafter.start(
+            [seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting], _rows(pre, drafting)
+        )
         for i in drafting:
             if seqs[i].req.lookahead is not None:  # checked in add
                 self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
@@ -172,8 +192,11 @@ class Decoder(ShortcutSteps):
                 self._stop_drafting(s)
         self._apply_budget()
         k = sum(s.drafting for s in self.active)
-        order = self.active if k in (0, len(self.active)) else ([s for s in self.active if s.drafting] +
-                                                                 [s for s in self.active if not s.drafting])  # fmt: skip
+        order = (
+            self.active
+            if k in (0, len(self.active))
+            else ([s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting])
+        )
         roots = [s.gen.token_ids[-1] for s in order]
         ids = [s.id for s in order]
         drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []
@@ -216,7 +239,9 @@ class Decoder(ShortcutSteps):
         self._retire()
         return s.gen
 
-    def run(self, requests: Sequence[Request], on_tokens: OnTokens | None = None, *, burst: bool = True) -> list[Generation]:
+    def run(
+        self, requests: Sequence[Request], on_tokens: OnTokens | None = None, *, burst: bool = True
+    ) -> list[Generation]:
         """Decode every request, admitting new ones as slots free up; results in request order.
 
         burst: a step of a lone greedy plain sequence runs its steps back to back (`step`'s burst: to its end, or
@@ -262,18 +287,22 @@ class Decoder(ShortcutSteps):
                 for a in (batch.temperature, batch.top_p, batch.uniforms):
                     a.flags.writeable = False
             return batch
-        batch = SamplingBatch(np.array([s.req.sampling.temperature for s in seqs], np.float32),
-                              np.array([s.req.sampling.top_p for s in seqs], np.float32),
-                              np.zeros((len(seqs), w), np.float32))  # fmt: skip
+        batch = SamplingBatch(
+            np.array([s.req.sampling.temperature for s in seqs], np.float32),
+            np.array([s.req.sampling.top_p for s in seqs], np.float32),
+            np.zeros((len(seqs), w), np.float32),
+        )
         for row, (s, width) in enumerate(zip(seqs, widths)):
             if not s.req.sampling.greedy:
                 batch.uniforms[row, :width] = s.rng.random(width, dtype=np.float32)
         return batch
 
+
 def _rows(pre: PrefillResult, rows: list[int]) -> PrefillResult:
     """The given rows of a PrefillResult (the requests that draft)."""
-    return PrefillResult(pre.tokens[rows], [pre.hidden[i] for i in rows],
-                         None if pre.medusa_topk is None else pre.medusa_topk[rows])
+    return PrefillResult(
+        pre.tokens[rows], [pre.hidden[i] for i in rows], None if pre.medusa_topk is None else pre.medusa_topk[rows]
+    )
 
 
 def generate(

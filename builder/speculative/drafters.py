@@ -60,8 +60,11 @@ def drafter_shape(config: dict[str, Any]) -> dict[str, int]:
     """Nodes per step (max_nodes), top-k the heads / draft net must return, tentative draft slots."""
     m = config["method"]
     if m == "lookahead":
-        return {"max_nodes": 1 + lookahead_draft_len(config["window"], config["ngram"], config["verification_set"]),
-                "top_k": 0, "tentative": 0}  # fmt: skip
+        return {
+            "max_nodes": 1 + lookahead_draft_len(config["window"], config["ngram"], config["verification_set"]),
+            "top_k": 0,
+            "tentative": 0,
+        }
     if m == "none":
         return {"max_nodes": 1, "top_k": 0, "tentative": 0}
     if m == "ngram":
@@ -90,7 +93,8 @@ def label(config: dict[str, Any]) -> str:
     # a draft vocabulary (`speculative.draft_vocab`) and quantized draft weights (`speculative.draft_weights`) are
     # part of the graphs, named for the reader
     about = ([f"V={config['draft_vocab']}"] if config.get("draft_vocab") else []) + (
-        [config["draft_weights"]] if config.get("draft_weights") else [])
+        [config["draft_weights"]] if config.get("draft_weights") else []
+    )
     name = f"eagle-{config['version']}" if m == "eagle" else m
     return name + (f"({','.join(about)})" if about else "")
 

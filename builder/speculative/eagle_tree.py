@@ -78,9 +78,11 @@ def checked_topk(topk_tokens: np.ndarray, topk_logprobs: np.ndarray, lead: tuple
     (F,) for one tree's frontier, (B, F) for a batch's."""
     tok, lp = np.asarray(topk_tokens), np.asarray(topk_logprobs)
     if tok.ndim != len(lead) + 1 or tok.shape[:-1] != lead or lp.shape != tok.shape:
-        want = ", ".join(["B", "F", "K"][-len(lead) - 1:])
-        raise ValueError(f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {' x '.join(map(str, lead))} "
-                         f"frontier nodes; expected two [{want}] arrays")  # fmt: skip
+        want = ", ".join(["B", "F", "K"][-len(lead) - 1 :])
+        raise ValueError(
+            f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {' x '.join(map(str, lead))} "
+            f"frontier nodes; expected two [{want}] arrays"
+        )
     lp = lp.astype(np.float32, copy=False)
     if not (lp <= 0).all():  # (NaN <= 0 is False too)
         raise ValueError("expand returned log-probs that are NaN or > 0")
@@ -221,6 +223,7 @@ def _select(scores: np.ndarray, parent: np.ndarray, budget: int) -> np.ndarray:
     orphans = kept[~chosen[parent[kept] + 1]]
     if len(orphans):
         c = int(orphans[0])
-        raise AssertionError(f"candidate {c} ranks above its parent {int(parent[c])}: cumulative log-probs "
-                             "must not increase")  # fmt: skip
+        raise AssertionError(
+            f"candidate {c} ranks above its parent {int(parent[c])}: cumulative log-probs must not increase"
+        )
     return np.sort(kept)

@@ -31,7 +31,9 @@ class DraftSchedule:
     def __init__(self, entries: Sequence[Sequence[int]] = ()) -> None:
         pairs = [(int(b), int(n)) for b, n in entries]
         if any(b < 1 or n < 1 for b, n in pairs) or [b for b, _ in pairs] != sorted({b for b, _ in pairs}):
-            raise ValueError(f"draft schedule {pairs}: need [max_batch >= 1, max_nodes >= 1] pairs, max_batch strictly increasing")
+            raise ValueError(
+                f"draft schedule {pairs}: need [max_batch >= 1, max_nodes >= 1] pairs, max_batch strictly increasing"
+            )
         self.entries = pairs
 
     def budget(self, batch: int) -> int | None:

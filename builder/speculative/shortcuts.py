@@ -107,8 +107,9 @@ class ShortcutSteps:
         self._plain_last = (active, len(active), ids, toks)  # (a row that finished changes `active`: `_retire`)
         return [] if emitted == len(active) else self._retire()  # (only `_account` finishes a row)
 
-    def _chain_step(self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float,
-                    on_tokens: OnTokens | None) -> list[_Seq] | None:  # fmt: skip
+    def _chain_step(
+        self, s: _Seq, d: Draft, drafting: bool, t0: float, t1: float, on_tokens: OnTokens | None
+    ) -> list[_Seq] | None:
         """`_step` for one greedy sequence whose draft is a chain (root-only included) through the engine's
         `step_chain`; a drafting sequence only with a drafter that learns from the emitted tokens alone
         (`update_emitted`). None, with nothing done, where the shortcut does not apply."""
@@ -133,8 +134,9 @@ class ShortcutSteps:
         toks = self._step_chain(s.id, chain)
         return None if toks is None else self._chain_done(s, toks, len(chain) - 1, True, t0, t1, on_tokens)
 
-    def _chain_done(self, s: _Seq, toks: list[int], drafted: int, drafting: bool, t0: float, t1: float,
-                    on_tokens: OnTokens | None) -> list[_Seq]:  # fmt: skip
+    def _chain_done(
+        self, s: _Seq, toks: list[int], drafted: int, drafting: bool, t0: float, t1: float, on_tokens: OnTokens | None
+    ) -> list[_Seq]:
         """The rest of a `step_chain` step of `drafted` draft tokens that emitted `toks` (drafting: the drafter
         learns them)."""
         t2 = time.perf_counter()
@@ -158,8 +160,7 @@ class ShortcutSteps:
         if self._decode_greedy is None or s.req.stop_sequences:
             return None
         g = s.gen
-        toks = self._decode_greedy(s.id, g.token_ids[-1], min(burst, s.req.max_new_tokens - len(g.token_ids)),
-                                   s.stops)  # fmt: skip
+        toks = self._decode_greedy(s.id, g.token_ids[-1], min(burst, s.req.max_new_tokens - len(g.token_ids)), s.stops)
         if toks is None:
             return None
         k = len(toks)
@@ -194,8 +195,9 @@ class ShortcutSteps:
             tokens = tokens[: max(room, 0)]
         if s.stops or req.stop_sequences:
             for i, tok in enumerate(tokens):
-                if tok in s.stops or (req.stop_sequences and _ends_with_any(g.token_ids, tokens[: i + 1],
-                                                                            req.stop_sequences)):
+                if tok in s.stops or (
+                    req.stop_sequences and _ends_with_any(g.token_ids, tokens[: i + 1], req.stop_sequences)
+                ):
                     tokens = tokens[: i + 1]
                     g.finish_reason = "stop"
                     break

@@ -53,9 +53,14 @@ def request(ctx: StageContext):
         extra.update(eagle_version=spec.version, num_eagle_layers=layers, max_non_leaves_per_layer=non_leaves)
     return CheckpointRequest(
         base_dir=safetensors_dir(ctx.upstream["load"], "model") or parts.base_dir(),
-        tp=par.tp, pp=par.pp, dtype=DTYPES[recipe.model.dtype], method=spec.method,
-        fp8_dir=ctx.upstream.get("quantize"), kv_cache_fp8=recipe.quantization.kv_cache == "fp8",
-        use_parallel_embedding=recipe.trtllm.use_parallel_embedding, **extra,
+        tp=par.tp,
+        pp=par.pp,
+        dtype=DTYPES[recipe.model.dtype],
+        method=spec.method,
+        fp8_dir=ctx.upstream.get("quantize"),
+        kv_cache_fp8=recipe.quantization.kv_cache == "fp8",
+        use_parallel_embedding=recipe.trtllm.use_parallel_embedding,
+        **extra,
     )
 
 
@@ -67,5 +72,9 @@ def run(ctx: StageContext, out: Path) -> None:
     ctx.say(f"converting {source} for tp={req.tp} pp={req.pp} ({req.dtype})")
     facts = convert_checkpoint(req, out, say=ctx.say)
     (out / CHECKPOINT_INFO).write_text(json.dumps(facts, indent=2, default=str) + "\n", encoding="utf-8")
-    ctx.info.update(mapping=facts.get("mapping"), quantization=facts.get("quantization"),
-                    total_bytes=facts.get("total_bytes"), max_draft_len=facts.get("max_draft_len"))  # fmt: skip
+    ctx.info.update(
+        mapping=facts.get("mapping"),
+        quantization=facts.get("quantization"),
+        total_bytes=facts.get("total_bytes"),
+        max_draft_len=facts.get("max_draft_len"),
+    )

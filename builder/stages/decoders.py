@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
-from builder.stages.parts import Parts, load_tokenizer, local_dir, stop_ids  # load_tokenizer: re-exported
+from builder.stages.parts import Parts, load_tokenizer, stop_ids  # load_tokenizer: re-exported
 
 ENGINES = ("torch", "onnxruntime", "tensorrt")
 
@@ -35,10 +35,14 @@ class Decoder:
     stop_ids: list[int]
 
 
-
-
-def build_decoder(loaded: LoadedRecipe, method: str | None = None, engine: str = "onnxruntime",
-                  max_batch_size: int = 1, threads: int = 1, cache: Path | None = None) -> Decoder:  # fmt: skip
+def build_decoder(
+    loaded: LoadedRecipe,
+    method: str | None = None,
+    engine: str = "onnxruntime",
+    max_batch_size: int = 1,
+    threads: int = 1,
+    cache: Path | None = None,
+) -> Decoder:
     """Engine + drafter factory for `method` (default: the recipe's own)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", field="--engine", allowed=", ".join(ENGINES))
@@ -57,24 +61,38 @@ def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int,
 
     target = parts.loaded.recipe.target
     if target.engine_backend != engine:
-        raise UserError(f"target {target.device} builds {target.engine_backend} engines, not {engine}; here use "
-                        f"--engine torch{'' if target.engine_backend == 'trtllm' else f' or --engine {target.engine_backend}'}",
-                        field="--engine", allowed=", ".join(e for e in ENGINES if e in ("torch", target.engine_backend)))  # fmt: skip
+        raise UserError(
+            f"target {target.device} builds {target.engine_backend} engines, not {engine}; here use "
+            f"--engine torch{'' if target.engine_backend == 'trtllm' else f' or --engine {target.engine_backend}'}",
+            field="--engine",
+            allowed=", ".join(e for e in ENGINES if e in ("torch", target.engine_backend)),
+        )
     if engine == "tensorrt":
         from builder.engines.tensorrt.probe import missing
 
         reason = missing()
         if reason is not None:
-            raise UserError(f"target {target.device} runs TensorRT engines, which need TensorRT >= 10.15 on a GPU host "
-                            f"({reason}); here use --engine torch", field="--engine", allowed="torch")  # fmt: skip
+            raise UserError(
+                f"target {target.device} runs TensorRT engines, which need TensorRT >= 10.15 on a GPU host "
+                f"({reason}); here use --engine torch",
+                field="--engine",
+                allowed="torch",
+            )
     result = build(parts.loaded, cache, until="engine")
     if result.stopped is not None:
         raise UserError(f"the engine could not be built here: {result.stopped}", field="--engine", allowed="torch")
     same = parts.method == parts.loaded.recipe.speculative.method
-    opened = open_engine(result.folder("engine"), None if same else parts.drafter_config(), max_batch_size,
-                         threads=threads)  # fmt: skip
-    return Decoder(opened.engine, load_tokenizer(opened.tokenizer_path), opened.make_drafter, parts.method,
-                   opened.label, opened.stop_ids)  # fmt: skip
+    opened = open_engine(
+        result.folder("engine"), None if same else parts.drafter_config(), max_batch_size, threads=threads
+    )
+    return Decoder(
+        opened.engine,
+        load_tokenizer(opened.tokenizer_path),
+        opened.make_drafter,
+        parts.method,
+        opened.label,
+        opened.stop_ids,
+    )
 
 
 def _torch(parts: Parts, max_batch_size: int):
@@ -92,6 +110,7 @@ def _torch(parts: Parts, max_batch_size: int):
     else:
         engine = TorchEngine(model, **kw)
     if parts.method == "eagle":
-        net = TorchEagleNet(parts.eagle(model), shape["top_k"], parts.max_seq_len + shape["tentative"] + 1,
-                            max_batch_size)  # fmt: skip
+        net = TorchEagleNet(
+            parts.eagle(model), shape["top_k"], parts.max_seq_len + shape["tentative"] + 1, max_batch_size
+        )
     return engine, drafter_factory(config, net), label(config)

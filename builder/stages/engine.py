@@ -47,8 +47,11 @@ def run(ctx: StageContext, out: Path) -> None:
     info = json.loads((exp / EXPORT_INFO).read_text(encoding="utf-8"))
     source = json.loads((src / SOURCE).read_text(encoding="utf-8"))
     files = {}
-    for name, stem, graph in (("greedy", "target-greedy", "target"), ("rejection", "target-rejection", "target"),
-                              ("eagle", "eagle", "eagle")):  # fmt: skip
+    for name, stem, graph in (
+        ("greedy", "target-greedy", "target"),
+        ("rejection", "target-rejection", "target"),
+        ("eagle", "eagle", "eagle"),
+    ):
         folder = exp / stem
         if not folder.is_dir():
             continue
@@ -62,18 +65,32 @@ def run(ctx: StageContext, out: Path) -> None:
     shutil.copy2(tok, out / "tokenizer.json")
     a = source["architecture"]
     meta = {
-        "format": FORMAT, "backend": "onnxruntime", "variant": info["variant"], "recipe": str(ctx.loaded.path),
-        "capacity": info["capacity"], "max_seq_len": info["max_seq_len"],
+        "format": FORMAT,
+        "backend": "onnxruntime",
+        "variant": info["variant"],
+        "recipe": str(ctx.loaded.path),
+        "capacity": info["capacity"],
+        "max_seq_len": info["max_seq_len"],
         "max_batch_size": ctx.loaded.recipe.build.max_batch_size,
-        "model": {"layers": a["num_hidden_layers"], "kv_heads": a["num_key_value_heads"], "head_dim": a["head_dim"],
-                  "hidden": a["hidden_size"], "vocab": a["vocab_size"]},
-        "target": {"greedy": files["greedy"], "rejection": files.get("rejection"),
-                   "greedy_plain": files.get("greedy_plain")},
+        "model": {
+            "layers": a["num_hidden_layers"],
+            "kv_heads": a["num_key_value_heads"],
+            "head_dim": a["head_dim"],
+            "hidden": a["hidden_size"],
+            "vocab": a["vocab_size"],
+        },
+        "target": {
+            "greedy": files["greedy"],
+            "rejection": files.get("rejection"),
+            "greedy_plain": files.get("greedy_plain"),
+        },
         "medusa": info["medusa"],
         "eagle": None if info["eagle"] is None else {"graph": files["eagle"], **info["eagle"]},
-        "drafter": info["drafter"], "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"],
+        "drafter": info["drafter"],
+        "tokenizer": "tokenizer.json",
+        "stop_ids": source["stop_ids"],
         "versions": tool_versions("onnxruntime", "onnx"),
-    }  # fmt: skip
+    }
     (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     ctx.say("opening the sessions once (check)")
     opened = open_engine(out)
@@ -90,8 +107,12 @@ def _step_curve(ctx: StageContext, out: Path, meta: dict) -> None:
     curve = measure_folder(out, meta["max_batch_size"], threads=1, budget_s=CURVE_BUDGET_S)
     meta["step_curve"] = curve
     (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    ctx.info["step_curve"] = {"source": "measured", "threads": 1, "batches": [int(b) for b in curve["target"]],
-                              "batch1_ms": curve["target"]["1"]}  # fmt: skip
+    ctx.info["step_curve"] = {
+        "source": "measured",
+        "threads": 1,
+        "batches": [int(b) for b in curve["target"]],
+        "batch1_ms": curve["target"]["1"],
+    }
 
 
 # -- the step-cost curve (engine.json "step_curve"; read by `builder.tune.curve.StepCurve`) ------------------------
@@ -151,8 +172,9 @@ def _timed(fn: Callable[[], Any], seconds: float, before: Callable[[], Any] | No
 def _start(engine: Any, b: int, past: int, rng: Any) -> tuple[list[int], list[int]]:
     from builder.speculative.engine import SamplingBatch
 
-    seqs, pre = engine.start([rng.integers(0, engine.vocab_size, past).tolist() for _ in range(b)],
-                             SamplingBatch.all_greedy(b, 1))  # fmt: skip
+    seqs, pre = engine.start(
+        [rng.integers(0, engine.vocab_size, past).tolist() for _ in range(b)], SamplingBatch.all_greedy(b, 1)
+    )
     return seqs, [int(x) for x in pre.tokens]
 
 
@@ -178,8 +200,15 @@ def target_table(engine: Any, sizes: list[int], batches: list[int], budget_s: fl
             tree, greedy = tree_from_parents([-1] + list(range(t - 1))), SamplingBatch.all_greedy(b, t)
 
             def step() -> None:
-                drafts = [Draft(np.concatenate([[r], rng.integers(0, engine.vocab_size, t - 1)]).astype(np.int64),
-                                tree.mask, tree.depth, tree.paths) for r in roots]  # fmt: skip
+                drafts = [
+                    Draft(
+                        np.concatenate([[r], rng.integers(0, engine.vocab_size, t - 1)]).astype(np.int64),
+                        tree.mask,
+                        tree.depth,
+                        tree.paths,
+                    )
+                    for r in roots
+                ]
                 res = engine.step(seqs, drafts, greedy)
                 roots[:] = [int(res.tokens[i, int(res.accepted_len[i]) - 1]) for i in range(b)]
 
@@ -189,8 +218,14 @@ def target_table(engine: Any, sizes: list[int], batches: list[int], budget_s: fl
     return out
 
 
-def draft_tables(net: Any, widths: list[int], pairs: list[int], batches: list[int], budget_s: float,
-                 after_target: Callable[[], Any] | None = None) -> tuple[dict, dict]:  # fmt: skip
+def draft_tables(
+    net: Any,
+    widths: list[int],
+    pairs: list[int],
+    batches: list[int],
+    budget_s: float,
+    after_target: Callable[[], Any] | None = None,
+) -> tuple[dict, dict]:
     """({batch: {F: ms}}, {batch: {M: ms}}) of an `EagleNet`'s expand (F tentative nodes) and extend (M pairs);
     each extend timed right after `after_target()` (a target step, as in a decoding loop; see above)."""
     import numpy as np
@@ -261,17 +296,32 @@ def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: flo
     meta, batches = opened.meta, batch_grid(max_batch)
     room = meta["capacity"] - meta["max_seq_len"]
     target = target_table(opened.engine, size_grid(room), batches, budget_s)
-    curve = {"source": "measured", "unit": "ms", "target": target, "expand": {}, "extend": {},
-             "about": host_about(threads)}  # fmt: skip
+    curve = {
+        "source": "measured",
+        "unit": "ms",
+        "target": target,
+        "expand": {},
+        "extend": {},
+        "about": host_about(threads),
+    }
     e = meta.get("eagle")
     if e is not None:  # a level's frontier holds at most room - 1 nodes
-        net = OrtEagleNet(folder / e["graph"], layers=e["layers"], kv_heads=e["kv_heads"], head_dim=e["head_dim"],
-                          hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"], max_batch_size=max_batch,
-                          threads=threads)  # fmt: skip
+        net = OrtEagleNet(
+            folder / e["graph"],
+            layers=e["layers"],
+            kv_heads=e["kv_heads"],
+            head_dim=e["head_dim"],
+            hidden_size=e["hidden"],
+            top_k=e["top_k"],
+            capacity=e["capacity"],
+            max_batch_size=max_batch,
+            threads=threads,
+        )
         widths = size_grid(max(room - 1, 1))
         with plain_steps(opened.engine) as after_target:
-            curve["expand"], curve["extend"] = draft_tables(net, widths, [1, 2, 4, 8], batches, budget_s / 2,
-                                                            after_target)  # fmt: skip
+            curve["expand"], curve["extend"] = draft_tables(
+                net, widths, [1, 2, 4, 8], batches, budget_s / 2, after_target
+            )
     return curve
 
 
@@ -311,20 +361,30 @@ def _gpu(ctx: StageContext, out: Path) -> None:
     if target.engine_backend != "tensorrt":
         from builder.errors import UserError
 
-        raise UserError(f"backend {target.engine_backend} is not built by trtspec yet", field="target.backend",
-                        allowed="tensorrt")  # fmt: skip
+        raise UserError(
+            f"backend {target.engine_backend} is not built by trtspec yet", field="target.backend", allowed="tensorrt"
+        )
     reason = missing()
     if reason is not None:
-        raise NeedsGpu(f"target {target.device} builds TensorRT engines, which needs TensorRT >= 10.15 on a GPU host "
-                       f"({reason})")  # fmt: skip
+        raise NeedsGpu(
+            f"target {target.device} builds TensorRT engines, which needs TensorRT >= 10.15 on a GPU host ({reason})"
+        )
     from builder.engines.tensorrt.folder import Settings, build_folder
     from builder.recipe.gpus import GPUS
     from builder.stages.load import SOURCE
 
     build = ctx.loaded.recipe.build
     source = json.loads((ctx.upstream["load"] / SOURCE).read_text(encoding="utf-8"))
-    settings = Settings(str(ctx.loaded.path), target.device, GPUS[target.device].compute_capability,
-                        build.max_batch_size, build.max_input_len)  # fmt: skip
+    settings = Settings(
+        str(ctx.loaded.path),
+        target.device,
+        GPUS[target.device].compute_capability,
+        build.max_batch_size,
+        build.max_input_len,
+    )
     meta = build_folder(ctx.upstream["export"], source, settings, out, say=ctx.say)
-    ctx.info.update(variant=meta["variant"], tensorrt=meta["tensorrt"],
-                    engine_bytes={k: e["engine_bytes"] for k, e in meta["engines"].items()})  # fmt: skip
+    ctx.info.update(
+        variant=meta["variant"],
+        tensorrt=meta["tensorrt"],
+        engine_bytes={k: e["engine_bytes"] for k, e in meta["engines"].items()},
+    )

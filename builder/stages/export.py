@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from builder.export.contract import CPU, FP8, Precision
 from builder.speculative.drafters import drafter_shape
-from builder.stages.context import StageContext
 from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
+from builder.stages.context import StageContext
 from builder.stages.parts import DTYPES, Parts
 
 EXPORT_INFO = "export.json"
@@ -69,14 +69,22 @@ def run(ctx: StageContext, out: Path) -> None:
 
         info["tensorrt"] = write_tensorrt_graphs(out, info["variant"], ctx.say)
     (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    ctx.info.update(variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None,
-                    precision=info["precision"])  # fmt: skip
+    ctx.info.update(
+        variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None, precision=info["precision"]
+    )
     if fp8 is not None:
         _quality(ctx, parts, model, fp8, out, info)
 
 
-def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str], None] = lambda _m: None,
-                  variant: str | None = None, precision: tuple[Precision, Precision] = (CPU, CPU)) -> dict[str, Any]:  # fmt: skip
+def export_graphs(
+    parts: Parts,
+    model,
+    out: Path,
+    fp8=None,
+    say: Callable[[str], None] = lambda _m: None,
+    variant: str | None = None,
+    precision: tuple[Precision, Precision] = (CPU, CPU),
+) -> dict[str, Any]:
     """Export the recipe's graphs for `model` (FP8 where `fp8` says) into `out` in the (target, draft)
     `precision`; the export.json data."""
     from builder.engines.ort.build import pick_variant
@@ -89,26 +97,54 @@ def export_graphs(parts: Parts, model, out: Path, fp8=None, say: Callable[[str],
     variant = pick_variant(variant, model.cfg.head_dim, precision[0])
     medusa = parts.medusa(model) if parts.method == "medusa" else None
     k = shape["top_k"] if medusa is not None else None
-    tag = ("" if fp8 is None else ", FP8") + ("" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}")
+    tag = ("" if fp8 is None else ", FP8") + (
+        "" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}"
+    )
     modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
     nbits = BITS[parts.draft_weights] if parts.draft_weights is not None and precision[0] == CPU else None
     heads = "" if medusa is None or nbits is None else f", Medusa heads {parts.draft_weights}"
     for mode in modes:
         say(f"exporting the target step graph ({mode}, {variant}{tag}{heads})")
-        export_target(model, out / f"target-{mode}", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
-                      medusa_topk=k, fp8=fp8, precision=precision[0], medusa_nbits=nbits)  # fmt: skip
-    info: dict[str, Any] = {"variant": variant, "capacity": cap, "max_seq_len": parts.max_seq_len, "drafter": config,
-                            "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
-                            "eagle": None, "fp8": fp8 is not None, "precision": precision[0].as_dict(),
-                            "draft_precision": precision[1].as_dict(),
-                            "draft_weights": None if nbits is None else parts.draft_weights}  # fmt: skip
+        export_target(
+            model,
+            out / f"target-{mode}",
+            variant=variant,
+            mode=mode,
+            max_seq_len=cap,
+            medusa=medusa,
+            medusa_topk=k,
+            fp8=fp8,
+            precision=precision[0],
+            medusa_nbits=nbits,
+        )
+    info: dict[str, Any] = {
+        "variant": variant,
+        "capacity": cap,
+        "max_seq_len": parts.max_seq_len,
+        "drafter": config,
+        "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
+        "eagle": None,
+        "fp8": fp8 is not None,
+        "precision": precision[0].as_dict(),
+        "draft_precision": precision[1].as_dict(),
+        "draft_weights": None if nbits is None else parts.draft_weights,
+    }
     if parts.method == "eagle":
         info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8, precision[1], nbits)
     return info
 
 
-def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: str, shape: dict[str, int],
-           fp8, precision: Precision = CPU, nbits: int | None = None) -> dict[str, Any]:  # fmt: skip
+def _eagle(
+    say: Callable[[str], None],
+    parts: Parts,
+    model,
+    out: Path,
+    variant: str,
+    shape: dict[str, int],
+    fp8,
+    precision: Precision = CPU,
+    nbits: int | None = None,
+) -> dict[str, Any]:
     from builder.export.eagle import export_eagle
 
     draft = parts.eagle(model)
@@ -117,12 +153,27 @@ def _eagle(say: Callable[[str], None], parts: Parts, model, out: Path, variant: 
     vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
     weights = "" if nbits is None else f", weights {parts.draft_weights}"
     say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
-    export_eagle(draft, model.lm_head.weight, out / "eagle", variant=variant, top_k=shape["top_k"], max_seq_len=cap,
-                 lm_head_fp8=head, precision=precision, nbits=nbits)  # fmt: skip
+    export_eagle(
+        draft,
+        model.lm_head.weight,
+        out / "eagle",
+        variant=variant,
+        top_k=shape["top_k"],
+        max_seq_len=cap,
+        lm_head_fp8=head,
+        precision=precision,
+        nbits=nbits,
+    )
     c = draft.cfg
-    return {"layers": c.num_hidden_layers, "kv_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-            "hidden": c.hidden_size, "top_k": shape["top_k"], "capacity": cap,
-            "draft_vocab": draft.draft_vocab_size}  # fmt: skip
+    return {
+        "layers": c.num_hidden_layers,
+        "kv_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "hidden": c.hidden_size,
+        "top_k": shape["top_k"],
+        "capacity": cap,
+        "draft_vocab": draft.draft_vocab_size,
+    }
 
 
 def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: int = 1):
@@ -134,9 +185,17 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
     from builder.speculative.drafters import drafter_factory, label
 
     med = info["medusa"]
-    spec = TargetSpec(folder / "target-greedy" / "target.ort.onnx", folder / "target-rejection" / "target.ort.onnx",
-                      cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size, cfg.vocab_size,
-                      info["capacity"], None if med is None else (med["heads"], med["top_k"]))  # fmt: skip
+    spec = TargetSpec(
+        folder / "target-greedy" / "target.ort.onnx",
+        folder / "target-rejection" / "target.ort.onnx",
+        cfg.num_hidden_layers,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.hidden_size,
+        cfg.vocab_size,
+        info["capacity"],
+        None if med is None else (med["heads"], med["top_k"]),
+    )
     engine = OrtEngine(spec, info["max_seq_len"], 1, threads)
     drafters = {}
     for method in dict.fromkeys(("none", "lookahead", parts.method)):
@@ -144,9 +203,17 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
         net = None
         if method == "eagle":
             e = info["eagle"]
-            net = OrtEagleNet(folder / "eagle" / "eagle.ort.onnx", layers=e["layers"], kv_heads=e["kv_heads"],
-                              head_dim=e["head_dim"], hidden_size=e["hidden"], top_k=e["top_k"],
-                              capacity=e["capacity"], max_batch_size=1, threads=threads)  # fmt: skip
+            net = OrtEagleNet(
+                folder / "eagle" / "eagle.ort.onnx",
+                layers=e["layers"],
+                kv_heads=e["kv_heads"],
+                head_dim=e["head_dim"],
+                hidden_size=e["hidden"],
+                top_k=e["top_k"],
+                capacity=e["capacity"],
+                max_batch_size=1,
+                threads=threads,
+            )
         drafters[label(config)] = drafter_factory(config, net)
     return Side(engine, drafters)
 
@@ -164,12 +231,28 @@ def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: 
     with tempfile.TemporaryDirectory(prefix="trtspec-fp32-") as tmp:
         ctx.say("quality: exporting the unquantized graphs for the comparison")
         act = info["precision"]["act"]  # the unquantized side in the same activation dtype (model.dtype on GPUs)
-        export_graphs(parts, fp32_model, Path(tmp), None, variant=info["variant"],
-                      precision=(Precision(act, act), Precision(act, act)))  # fmt: skip
-        report = measure(fp32_model, fp8_model, spec, open_side(parts, fp32_model.cfg, Path(tmp), info),
-                         open_side(parts, fp8_model.cfg, out, info),
-                         prompts, stop_ids(parts.base_dir()), say=ctx.say)  # fmt: skip
+        export_graphs(
+            parts,
+            fp32_model,
+            Path(tmp),
+            None,
+            variant=info["variant"],
+            precision=(Precision(act, act), Precision(act, act)),
+        )
+        report = measure(
+            fp32_model,
+            fp8_model,
+            spec,
+            open_side(parts, fp32_model.cfg, Path(tmp), info),
+            open_side(parts, fp8_model.cfg, out, info),
+            prompts,
+            stop_ids(parts.base_dir()),
+            say=ctx.say,
+        )
     (out / QUALITY_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out / QUALITY_MD).write_text(markdown(report), encoding="utf-8")
-    ctx.info["quality"] = {"perplexity": report["perplexity"], "token_agreement": report["greedy"]["token_agreement"],
-                           "tau": {m: {k: r[k]["tau"] for k in r} for m, r in report["methods"].items()}}  # fmt: skip
+    ctx.info["quality"] = {
+        "perplexity": report["perplexity"],
+        "token_agreement": report["greedy"]["token_agreement"],
+        "tau": {m: {k: r[k]["tau"] for k in r} for m, r in report["methods"].items()},
+    }

@@ -26,8 +26,11 @@ CONVERTED = "safetensors"  # subfolder of the output holding safetensors copies 
 
 
 def _files(folder: Path) -> list[dict]:
-    return [{"path": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(folder.rglob("*")) if p.is_file()]  # fmt: skip
+    return [
+        {"path": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    ]
 
 
 def safetensors_dir(load_out: Path, role: str) -> Path | None:
@@ -58,8 +61,12 @@ def run(ctx: StageContext, out: Path) -> None:
     base, tok = parts.base_dir(), parts.tokenizer_dir()
     ctx.say(f"checking {base}")
     model = parts.model()
-    source = {"model": {"dir": str(base), "files": _files(base)}, "tokenizer": str(tok),
-              "stop_ids": stop_ids(base), "architecture": dataclasses.asdict(model.cfg)}
+    source = {
+        "model": {"dir": str(base), "files": _files(base)},
+        "tokenizer": str(tok),
+        "stop_ids": stop_ids(base),
+        "architecture": dataclasses.asdict(model.cfg),
+    }
     _convert(ctx, base, "model", "model", out, source["model"])
     if parts.method in ("medusa", "eagle"):
         draft = parts.draft_dir()

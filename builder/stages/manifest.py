@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +33,8 @@ class Manifest:
         """Hash every file in `folder` (the manifest excepted) into `outputs`, then write the manifest."""
         self.outputs = [
             {"path": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MANIFEST
         ]
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         (folder / MANIFEST).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n", encoding="utf-8")

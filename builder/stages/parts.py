@@ -18,8 +18,8 @@ from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
 from builder.speculative.choices import load_choices
-from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
 from builder.speculative.drafters import NGRAM_KEYS
+from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
 from builder.speculative.ngram.config import DEFAULT_NGRAM
 
 METHODS = ("none", "medusa", "eagle", "lookahead", "ngram")
@@ -41,8 +41,11 @@ def local_dir(loaded: LoadedRecipe, field: tuple[str, ...], text: str) -> Path:
         return Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
     except (OSError, ValueError):  # not in the local hub cache (LocalEntryNotFoundError is both)
         rev = "" if ref.revision == "main" else f" --revision {ref.revision}"
-        raise UserError(f"{text} is not on this machine; fetch it first (`hf download {ref.repo}{rev}`) or set the "
-                        "checkpoint to a local directory", field=".".join(field)) from None
+        raise UserError(
+            f"{text} is not on this machine; fetch it first (`hf download {ref.repo}{rev}`) or set the "
+            "checkpoint to a local directory",
+            field=".".join(field),
+        ) from None
 
 
 def load_tokenizer(path: Path):
@@ -77,9 +80,12 @@ class Parts:
             raise UserError(f"unknown method {self.method!r}", field="--method", allowed=", ".join(METHODS))
         s = self.spec
         if self.method in ("medusa", "eagle") and s.method != self.method:
-            raise UserError(f"the recipe configures {s.method!r}, not {self.method!r}: use a recipe whose "
-                            f"speculative.method is {self.method} (e.g. recipes/tiny-llama3-{self.method}.yaml)",
-                            field="--method", allowed=", ".join(sorted({*ZERO_WEIGHT, s.method})))
+            raise UserError(
+                f"the recipe configures {s.method!r}, not {self.method!r}: use a recipe whose "
+                f"speculative.method is {self.method} (e.g. recipes/tiny-llama3-{self.method}.yaml)",
+                field="--method",
+                allowed=", ".join(sorted({*ZERO_WEIGHT, s.method})),
+            )
 
     @property
     def spec(self):
@@ -131,11 +137,19 @@ class Parts:
     def medusa(self, model):
         from builder.speculative.medusa.heads import load_medusa
 
-        heads = load_medusa(self.draft_dir(), hidden_size=model.cfg.hidden_size, vocab_size=model.cfg.vocab_size,
-                            dtype=model.dtype, allow_pickle=self.spec.allow_pickle, opt_in=PICKLE_FIELD)  # fmt: skip
+        heads = load_medusa(
+            self.draft_dir(),
+            hidden_size=model.cfg.hidden_size,
+            vocab_size=model.cfg.vocab_size,
+            dtype=model.dtype,
+            allow_pickle=self.spec.allow_pickle,
+            opt_in=PICKLE_FIELD,
+        )
         if heads.num_heads < self.spec.num_heads:
-            raise UserError(f"the checkpoint has {heads.num_heads} heads, the recipe asks for {self.spec.num_heads}",
-                            field="speculative.num_heads")  # fmt: skip
+            raise UserError(
+                f"the checkpoint has {heads.num_heads} heads, the recipe asks for {self.spec.num_heads}",
+                field="speculative.num_heads",
+            )
         return heads
 
     def eagle(self, model, draft_vocab: bool = True):
@@ -143,8 +157,14 @@ class Parts:
         False: the checkpoint alone, as the load stage checks it)."""
         from builder.speculative.eagle.draft_model import load_eagle
 
-        draft = load_eagle(self.draft_dir(), model.embed_tokens.weight, model.lm_head.weight, dtype=model.dtype,
-                           allow_pickle=self.spec.allow_pickle, opt_in=PICKLE_FIELD)  # fmt: skip
+        draft = load_eagle(
+            self.draft_dir(),
+            model.embed_tokens.weight,
+            model.lm_head.weight,
+            dtype=model.dtype,
+            allow_pickle=self.spec.allow_pickle,
+            opt_in=PICKLE_FIELD,
+        )
         if draft_vocab:
             draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
         return draft
@@ -155,16 +175,20 @@ class Parts:
         if size is None:
             return None
         if size > vocab_size:
-            raise UserError(f"draft_vocab={size} exceeds the target's vocab_size={vocab_size}",
-                            field="speculative.draft_vocab", allowed=f"1..{vocab_size}, or null")  # fmt: skip
+            raise UserError(
+                f"draft_vocab={size} exceeds the target's vocab_size={vocab_size}",
+                field="speculative.draft_vocab",
+                allowed=f"1..{vocab_size}, or null",
+            )
         from builder.quantize.calibration import FIELD, documents
         from builder.speculative.eagle.vocab import frequent_tokens
 
         if (size, vocab_size) not in self._vocabs:  # counted once (the FP8 quality report exports twice)
             src = self.loaded.recipe.quantization.calibration.source
             texts = documents(src, self.loaded.dir_of(tuple(FIELD.split("."))), 256)  # 256: stdlib files spread first
-            self._vocabs[size, vocab_size] = frequent_tokens(load_tokenizer(self.tokenizer_dir()), texts, size,
-                                                             vocab_size, keep=stop_ids(self.base_dir()))  # fmt: skip
+            self._vocabs[size, vocab_size] = frequent_tokens(
+                load_tokenizer(self.tokenizer_dir()), texts, size, vocab_size, keep=stop_ids(self.base_dir())
+            )
         return self._vocabs[size, vocab_size]
 
     @property
@@ -184,8 +208,11 @@ class Parts:
             return {"method": "medusa", "choices": [list(c) for c in self.choices()], **weights}
         if self.method == "eagle":
             t = self.spec.tree
-            shape = ({"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
-                     if t.type == "dynamic" else {"choices": [list(c) for c in self.choices()]})  # fmt: skip
+            shape = (
+                {"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
+                if t.type == "dynamic"
+                else {"choices": [list(c) for c in self.choices()]}
+            )
             vocab = {} if self.spec.draft_vocab is None else {"draft_vocab": self.spec.draft_vocab}  # (in the graph)
             return {"method": "eagle", "version": self.spec.version, **shape, **vocab, **weights}
         return {"method": "none"}

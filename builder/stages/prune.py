@@ -31,6 +31,7 @@ from builder.errors import UserError
 from builder.stages.manifest import Manifest
 from builder.stages.runner import IMPLEMENTED as ORDER  # the stages, upstream -> downstream
 from builder.stages.store import Store
+
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SPANS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -52,7 +53,10 @@ def scan(root: str | Path) -> list[Entry]:
     """Every entry under `root` (stage folders with a key folder; temp, lock and stamp folders skipped). A file
     also linked from outside the cache (a deploy bundle's hard link) is left out of `files`: pruning frees
     nothing of it."""
-    store, found = Store(root), list[tuple[Path, str, str, "Manifest | None", dict[tuple[int, int], tuple[int, int, int]]]]()
+    store, found = (
+        Store(root),
+        list[tuple[Path, str, str, "Manifest | None", dict[tuple[int, int], tuple[int, int, int]]]](),
+    )
     base = Path(root)
     if not base.is_dir():
         return []
@@ -70,8 +74,19 @@ def scan(root: str | Path) -> list[Entry]:
         if used is None:
             used = _created(m) if m is not None and not damaged else folder.stat().st_mtime
         files = {ino: size for ino, (size, nlink, _n) in links.items() if nlink <= paths[ino]}
-        out.append(Entry(stage, key, folder, sum(size for size, _l, _n in links.values()), files, used,
-                         "" if m is None else m.created, damaged, "" if m is None else describe(m)))  # fmt: skip
+        out.append(
+            Entry(
+                stage,
+                key,
+                folder,
+                sum(size for size, _l, _n in links.values()),
+                files,
+                used,
+                "" if m is None else m.created,
+                damaged,
+                "" if m is None else describe(m),
+            )
+        )
     return out
 
 
@@ -123,8 +138,15 @@ def unique_bytes(entries: Iterable[Entry]) -> int:
     return sum(sizes.values())
 
 
-def plan(entries: list[Entry], *, older_than: float | None = None, max_bytes: int | None = None,
-         stages: Iterable[str] | None = None, keep: Iterable[str] = (), now: float | None = None) -> list[Entry]:  # fmt: skip
+def plan(
+    entries: list[Entry],
+    *,
+    older_than: float | None = None,
+    max_bytes: int | None = None,
+    stages: Iterable[str] | None = None,
+    keep: Iterable[str] = (),
+    now: float | None = None,
+) -> list[Entry]:
     """The entries to remove, in removal order: damaged ones, those unused for more than `older_than` seconds,
     then least recently used ones until the cache's unique bytes are at most `max_bytes` (`stages`: only
     entries of these stages are candidates, and none named in `keep` ("stage/key"); the others still count
@@ -198,8 +220,11 @@ def parse_size(text: str, field: str = "--max-size") -> int:
     """'500M', '20G', '1.5T', '1024' (bytes; binary units) -> bytes; UserError otherwise."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?B)?\s*", text)
     if m is None:
-        raise UserError(f"cannot read size {text!r}", field=field, allowed="a number with an optional K, M, G or T "
-                        "suffix (binary units), e.g. 500M, 20G")  # fmt: skip
+        raise UserError(
+            f"cannot read size {text!r}",
+            field=field,
+            allowed="a number with an optional K, M, G or T suffix (binary units), e.g. 500M, 20G",
+        )
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -207,10 +232,10 @@ def parse_age(text: str, field: str = "--older-than") -> float:
     """'30m', '12h', '14d', '2w' -> seconds; UserError otherwise."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*", text)
     if m is None:
-        raise UserError(f"cannot read age {text!r}", field=field,
-                        allowed="a number with a unit m, h, d or w, e.g. 12h, 14d")  # fmt: skip
+        raise UserError(
+            f"cannot read age {text!r}", field=field, allowed="a number with a unit m, h, d or w, e.g. 12h, 14d"
+        )
     return float(m.group(1)) * _SPANS[m.group(2)]
 
 
-__all__ = ["Entry", "ORDER", "by_lru", "human", "parse_age", "parse_size", "plan", "remove", "scan",
-           "unique_bytes"]
+__all__ = ["Entry", "ORDER", "by_lru", "human", "parse_age", "parse_size", "plan", "remove", "scan", "unique_bytes"]

@@ -34,8 +34,11 @@ def check_drafts(method: str, exclude: list[str]) -> None:
     """Quantized draft parts are not built yet: the recipe must keep its draft in the model dtype."""
     pattern = DRAFT_PATTERNS.get(method)
     if pattern is not None and pattern not in exclude:
-        raise UserError(f"FP8 {method} draft parts are not supported yet; keep {pattern!r} in exclude_modules",
-                        field="quantization.exclude_modules", allowed=f"a list containing {pattern!r}")  # fmt: skip
+        raise UserError(
+            f"FP8 {method} draft parts are not supported yet; keep {pattern!r} in exclude_modules",
+            field="quantization.exclude_modules",
+            allowed=f"a list containing {pattern!r}",
+        )
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -62,12 +65,31 @@ def run(ctx: StageContext, out: Path) -> None:
             warnings.append(f"nvidia-modelopt {modelopt['version']} is outside the tested range {ptq.MODELOPT_RANGE}")
             ctx.say(f"warning: {warnings[-1]}")
         info = _calibrate(ctx, parts, out)
-    info = {**_check(out), **info, "mode": q.mode, "kv_cache": q.kv_cache,
-            "exclude_modules": list(q.exclude_modules), "modelopt": modelopt,
-            "warnings": warnings}  # modelopt's own counts win  # fmt: skip
+    info = {
+        **_check(out),
+        **info,
+        "mode": q.mode,
+        "kv_cache": q.kv_cache,
+        "exclude_modules": list(q.exclude_modules),
+        "modelopt": modelopt,
+        "warnings": warnings,
+    }  # modelopt's own counts win
     (out / QUANTIZE_INFO).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
-    ctx.info.update({k: info[k] for k in ("source", "quantizers", "quantized_linears", "kv_layers", "scales",
-                                          "placement", "modelopt", "warnings")})  # fmt: skip
+    ctx.info.update(
+        {
+            k: info[k]
+            for k in (
+                "source",
+                "quantizers",
+                "quantized_linears",
+                "kv_layers",
+                "scales",
+                "placement",
+                "modelopt",
+                "warnings",
+            )
+        }
+    )
 
 
 def _calibrate(ctx: StageContext, parts: Parts, out: Path) -> dict[str, Any]:
@@ -83,15 +105,25 @@ def _calibrate(ctx: StageContext, parts: Parts, out: Path) -> dict[str, Any]:
     base = parts.base_dir()
     host = ptq.host_facts()
     want = recipe.target.gpus if recipe.target.device != "cpu" else len(host.gpu_bytes)
-    where = place(shape_of(base), host, DTYPES[recipe.model.dtype], want, cal.seq_len,
-                  int(recipe.target.runtime_reserve_gib * GIB))  # fmt: skip
+    where = place(
+        shape_of(base),
+        host,
+        DTYPES[recipe.model.dtype],
+        want,
+        cal.seq_len,
+        int(recipe.target.runtime_reserve_gib * GIB),
+    )
     if not where.fits:
-        raise UserError(f"PTQ does not fit on this host: {where.describe()}", field="quantization.mode",
-                        allowed="a host with more memory (GPUs: target.gpus), or model.checkpoint set to a modelopt "
-                        "FP8 checkpoint (no calibration)")  # fmt: skip
+        raise UserError(
+            f"PTQ does not fit on this host: {where.describe()}",
+            field="quantization.mode",
+            allowed="a host with more memory (GPUs: target.gpus), or model.checkpoint set to a modelopt "
+            "FP8 checkpoint (no calibration)",
+        )
     ctx.say(f"calibration text: {cal.num_samples} × {cal.seq_len} tokens from {cal.source}")
-    samples = calibration_ids(tok, cal.source, ctx.loaded.dir_of(("quantization", "calibration", "source")),
-                              cal.num_samples, cal.seq_len)  # fmt: skip
+    samples = calibration_ids(
+        tok, cal.source, ctx.loaded.dir_of(("quantization", "calibration", "source")), cal.num_samples, cal.seq_len
+    )
     ctx.say(f"loading {base} for PTQ on {where.describe()}")
     model = ptq.load_hf(base, allow_pickle=recipe.model.allow_pickle, placement=where)
     cfg = ptq.quant_config(q.mode, q.kv_cache, q.exclude_modules)
@@ -99,8 +131,12 @@ def _calibrate(ctx: StageContext, parts: Parts, out: Path) -> dict[str, Any]:
     counts = ptq.summary(model)
     ctx.say("writing modelopt's unified FP8 checkpoint")
     ptq.export(model, out)
-    return {"source": "calibrated", "quantizers": counts, "placement": where.to_json(),
-            "calibration": {"source": cal.source, "num_samples": cal.num_samples, "seq_len": cal.seq_len}}  # fmt: skip
+    return {
+        "source": "calibrated",
+        "quantizers": counts,
+        "placement": where.to_json(),
+        "calibration": {"source": cal.source, "num_samples": cal.num_samples, "seq_len": cal.seq_len},
+    }
 
 
 def shape_of(base: Path):
@@ -109,8 +145,16 @@ def shape_of(base: Path):
     from builder.quantize.placement import LlamaShape
 
     c = LlamaConfig.from_json(base / "config.json")
-    return LlamaShape(c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                      c.intermediate_size, c.vocab_size, c.tie_word_embeddings)  # fmt: skip
+    return LlamaShape(
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.intermediate_size,
+        c.vocab_size,
+        c.tie_word_embeddings,
+    )
 
 
 def _check(out: Path) -> dict[str, Any]:
@@ -121,10 +165,13 @@ def _check(out: Path) -> dict[str, Any]:
     w = [s[0] for s in scan.scales.values()]
     a = [s[1] for s in scan.scales.values()]
     kv = [s for pair in scan.kv_scales.values() for s in pair]
-    info = {"quantized_linears": len(scan.scales), "kv_layers": len(scan.kv_scales),
-            "scales": {"weight": _range(w), "input": _range(a), "kv": _range(kv)},
-            "quant_config": scan.quant_config,
-            "quantizers": {"weight": len(w), "input": len(a), "kv": 2 * len(scan.kv_scales)}}  # fmt: skip
+    info = {
+        "quantized_linears": len(scan.scales),
+        "kv_layers": len(scan.kv_scales),
+        "scales": {"weight": _range(w), "input": _range(a), "kv": _range(kv)},
+        "quant_config": scan.quant_config,
+        "quantizers": {"weight": len(w), "input": len(a), "kv": 2 * len(scan.kv_scales)},
+    }
     return info
 
 

@@ -38,18 +38,31 @@ def run(ctx: StageContext, out: Path) -> None:
         raise UserError(f"the repo stage needs the serve extra ({exc}); run bash scripts/setup.sh") from None
     t = recipe.triton
     if t.model_name in RESERVED_NAMES:
-        raise UserError(f"{t.model_name!r} is the name of a composing model", field="triton.model_name",
-                        allowed=f"any other name than {', '.join(RESERVED_NAMES)}")  # fmt: skip
+        raise UserError(
+            f"{t.model_name!r} is the name of a composing model",
+            field="triton.model_name",
+            allowed=f"any other name than {', '.join(RESERVED_NAMES)}",
+        )
     settings = Settings(
         model_name=t.model_name,
         instances=(t.instances.preprocessing, t.instances.spec_decoder, t.instances.postprocessing),
-        decoupled=t.decoupled, queue_delay_us=t.max_queue_delay_us,
+        decoupled=t.decoupled,
+        queue_delay_us=t.max_queue_delay_us,
         draft_schedule=tuple((int(b), int(n)) for b, n in t.draft_schedule),
-        max_input_len=recipe.build.max_input_len, max_queue_size=t.max_queue_size,
+        max_input_len=recipe.build.max_input_len,
+        max_queue_size=t.max_queue_size,
         request_timeout_s=t.request_timeout_s,
         gpus=tuple(range(recipe.target.gpus)) if recipe.target.engine_backend == "tensorrt" else (),
-    )  # fmt: skip
-    ctx.say("writing the model repository" + (f" (spec_decoder on GPUs {list(settings.gpus)})" if settings.gpus else ""))
+    )
+    ctx.say(
+        "writing the model repository" + (f" (spec_decoder on GPUs {list(settings.gpus)})" if settings.gpus else "")
+    )
     info = emit(out, ctx.upstream["engine"], settings)
-    ctx.info.update(ensemble=info["ensemble"], models=info["models"], decoupled=t.decoupled,
-                    engine_backend=info["engine"]["backend"], gpus=list(settings.gpus), runtime=info["runtime"])  # fmt: skip
+    ctx.info.update(
+        ensemble=info["ensemble"],
+        models=info["models"],
+        decoupled=t.decoupled,
+        engine_backend=info["engine"]["backend"],
+        gpus=list(settings.gpus),
+        runtime=info["runtime"],
+    )

@@ -57,8 +57,14 @@ def stages_for(loaded: LoadedRecipe, until: str | None = None) -> list[Stage]:
     return stages
 
 
-def build(loaded: LoadedRecipe, cache_dir: str | Path, *, until: str | None = None, force: bool = False,
-          report: Reporter = lambda _s, _m: None) -> BuildResult:  # fmt: skip
+def build(
+    loaded: LoadedRecipe,
+    cache_dir: str | Path,
+    *,
+    until: str | None = None,
+    force: bool = False,
+    report: Reporter = lambda _s, _m: None,
+) -> BuildResult:
     store = Store(cache_dir)
     result = BuildResult()
     upstream: dict[str, Path] = {}
@@ -76,8 +82,9 @@ def build(loaded: LoadedRecipe, cache_dir: str | Path, *, until: str | None = No
     return result
 
 
-def _one(store: Store, loaded: LoadedRecipe, stage: Stage, upstream: dict[str, Path], force: bool,
-         report: Reporter) -> StageRun:  # fmt: skip
+def _one(
+    store: Store, loaded: LoadedRecipe, stage: Stage, upstream: dict[str, Path], force: bool, report: Reporter
+) -> StageRun:
     hit = None if force else store.hit(stage.name, stage.key)
     if hit is not None:
         report(stage.name, "cached")
@@ -94,8 +101,16 @@ def _one(store: Store, loaded: LoadedRecipe, stage: Stage, upstream: dict[str, P
             t0 = time.perf_counter()
             module.run(ctx, tmp)
             wall = time.perf_counter() - t0
-            manifest = Manifest(stage.name, stage.key, stage.upstream, stage.inputs, tool_versions(*stage_tools(stage.name, loaded.recipe.target.engine_backend)),
-                                round(wall, 3), _peak_rss(), info=ctx.info)  # fmt: skip
+            manifest = Manifest(
+                stage.name,
+                stage.key,
+                stage.upstream,
+                stage.inputs,
+                tool_versions(*stage_tools(stage.name, loaded.recipe.target.engine_backend)),
+                round(wall, 3),
+                _peak_rss(),
+                info=ctx.info,
+            )
             manifest.write(tmp)
         report(stage.name, f"built in {wall:.1f} s")
         return StageRun(stage.name, stage.key, store.dir(stage.name, stage.key), False, wall, manifest)

@@ -108,7 +108,10 @@ class Store:
     @contextlib.contextmanager
     def claim(self, stage: str, key: str) -> Iterator[bool]:
         """Both locks of (stage, key), exclusive, without waiting: True inside when no build or user holds it."""
-        with open(self._lock_path(stage, key, "lock"), "w") as build, open(self._lock_path(stage, key, "use"), "a") as use:
+        with (
+            open(self._lock_path(stage, key, "lock"), "w") as build,
+            open(self._lock_path(stage, key, "use"), "a") as use,
+        ):
             got: list = []
             try:
                 for fh in (build, use):

@@ -23,13 +23,16 @@ def run(ctx: StageContext, out: Path) -> None:
     from builder.trtllm.engine import build_engine, engine_manifest, probe, write_engine_manifest
 
     recipe = ctx.loaded.recipe
-    cmd = build_command(recipe, str(ctx.upstream["checkpoint"]), str(out),
-                        tree_dir=ctx.loaded.dir_of(tree_field(recipe)))  # fmt: skip
+    cmd = build_command(
+        recipe, str(ctx.upstream["checkpoint"]), str(out), tree_dir=ctx.loaded.dir_of(tree_field(recipe))
+    )
     reason = probe(recipe)
     if reason is not None:
-        raise NeedsGpu(f"the trtllm engine stage runs trtllm-build, which needs TensorRT-LLM {recipe.trtllm.version} "
-                       f"on a {recipe.target.device} host ({reason}); `trtspec deploy` writes the checkpoint, "
-                       "build.sh and the repository for that host")  # fmt: skip
+        raise NeedsGpu(
+            f"the trtllm engine stage runs trtllm-build, which needs TensorRT-LLM {recipe.trtllm.version} "
+            f"on a {recipe.target.device} host ({reason}); `trtspec deploy` writes the checkpoint, "
+            "build.sh and the repository for that host"
+        )
     from builder.errors import UserError
     from builder.trtllm.compat import installed_here
     from builder.trtllm.engine import BuildFailed
@@ -41,5 +44,9 @@ def run(ctx: StageContext, out: Path) -> None:
     write_build_script(cmd, out, lock=False)  # the record; engine.json is written right here
     manifest = engine_manifest(cmd, out, installed_here())
     write_engine_manifest(out, manifest)
-    ctx.info.update(trtllm=manifest.get("tensorrt_llm"), tensorrt=manifest.get("tensorrt"),
-                    gpu=manifest.get("gpu"), world_size=cmd.target["world_size"])  # fmt: skip
+    ctx.info.update(
+        trtllm=manifest.get("tensorrt_llm"),
+        tensorrt=manifest.get("tensorrt"),
+        gpu=manifest.get("gpu"),
+        world_size=cmd.target["world_size"],
+    )

@@ -104,11 +104,16 @@ class BuildCommand:
 
     def manifest(self) -> dict[str, Any]:
         return {
-            "tool": "trtllm-build", "tensorrt_llm": self.trtllm_version, "tensorrt": self.tensorrt_version,
-            "target": self.target, "argv": self.argv,
-            "flags": [{"flag": f.flag, "value": f.value, "recipe_field": f.recipe_field, "why": f.why} for f in self.flags],
+            "tool": "trtllm-build",
+            "tensorrt_llm": self.trtllm_version,
+            "tensorrt": self.tensorrt_version,
+            "target": self.target,
+            "argv": self.argv,
+            "flags": [
+                {"flag": f.flag, "value": f.value, "recipe_field": f.recipe_field, "why": f.why} for f in self.flags
+            ],
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
 
 def _switch(on: bool) -> str:
@@ -120,8 +125,10 @@ def _fp8_context_fmha(recipe: Recipe) -> tuple[bool, str]:
     if t.use_fp8_context_fmha is not None:
         return t.use_fp8_context_fmha, "trtllm.use_fp8_context_fmha"
     on = q.mode == "fp8" and q.kv_cache == "fp8"
-    return on, (f"derived: {'on' if on else 'off'} (quantization.mode={q.mode}, quantization.kv_cache={q.kv_cache}; "
-                "trtllm.use_fp8_context_fmha unset)")
+    return on, (
+        f"derived: {'on' if on else 'off'} (quantization.mode={q.mode}, quantization.kv_cache={q.kv_cache}; "
+        "trtllm.use_fp8_context_fmha unset)"
+    )
 
 
 def _gemm_plugin(recipe: Recipe) -> tuple[str, str]:
@@ -134,39 +141,61 @@ def _gemm_plugin(recipe: Recipe) -> tuple[str, str]:
 
 def _refuse(recipe: Recipe, draft_len: int, tree_nodes: int) -> None:
     """Raise UserError for what TensorRT-LLM 1.2.x refuses, asserts on, or silently changes at build time."""
-    r, b, t, spec = recipe, recipe.build, recipe.trtllm, recipe.speculative
+    r, b, spec = recipe, recipe.build, recipe.speculative
     if r.target.engine_backend != "trtllm":
-        raise UserError(f"the trtllm-build command is for target.backend trtllm, not {r.target.engine_backend}",
-                        field="target.backend", allowed="trtllm")
+        raise UserError(
+            f"the trtllm-build command is for target.backend trtllm, not {r.target.engine_backend}",
+            field="target.backend",
+            allowed="trtllm",
+        )
     if r.target.device == "cpu":
         raise UserError("TensorRT-LLM engines run on GPUs", field="target.device", allowed=", ".join(GPUS))
     if b.max_input_len > b.max_seq_len:
-        raise UserError(f"max_input_len={b.max_input_len} > max_seq_len={b.max_seq_len}: {BUILDER} would clip it "
-                        "silently", field="build.max_input_len", allowed=f"1..{b.max_seq_len}")
+        raise UserError(
+            f"max_input_len={b.max_input_len} > max_seq_len={b.max_seq_len}: {BUILDER} would clip it silently",
+            field="build.max_input_len",
+            allowed=f"1..{b.max_seq_len}",
+        )
     fp8 = r.quantization.mode == "fp8" or r.quantization.kv_cache == "fp8"
     if fp8 and not GPUS[r.target.device].fp8:
-        raise UserError(f"FP8 needs compute capability >= 8.9; {r.target.device} has "
-                        f"{'.'.join(map(str, GPUS[r.target.device].compute_capability))}", field="quantization.mode",
-                        allowed="none (or an sm89+ device: " + ", ".join(k for k, g in GPUS.items() if g.fp8) + ")")
+        raise UserError(
+            f"FP8 needs compute capability >= 8.9; {r.target.device} has "
+            f"{'.'.join(map(str, GPUS[r.target.device].compute_capability))}",
+            field="quantization.mode",
+            allowed="none (or an sm89+ device: " + ", ".join(k for k, g in GPUS.items() if g.fp8) + ")",
+        )
     _refuse_fp8_kernels(recipe)
     if spec.method == "none":
         return
     need = b.max_batch_size * (draft_len + 1)
     if b.max_num_tokens < need:
-        raise UserError(f"max_num_tokens={b.max_num_tokens} < max_batch_size × (max_draft_len + 1) = {need}: {BUILDER} "
-                        "would raise it silently", field="build.max_num_tokens", allowed=f">= {need}")
+        raise UserError(
+            f"max_num_tokens={b.max_num_tokens} < max_batch_size × (max_draft_len + 1) = {need}: {BUILDER} "
+            "would raise it silently",
+            field="build.max_num_tokens",
+            allowed=f">= {need}",
+        )
     if spec.method == "lookahead":
         if draft_len != tree_nodes:
-            raise UserError(f"max_draft_len={draft_len} but Lookahead W={spec.window}, N={spec.ngram}, "
-                            f"G={spec.verification_set} needs exactly {tree_nodes} (examples/lookahead/README.md: the "
-                            "engine's max_draft_len must equal the runtime's)", field="build.max_draft_len",
-                            allowed=str(tree_nodes))  # fmt: skip
+            raise UserError(
+                f"max_draft_len={draft_len} but Lookahead W={spec.window}, N={spec.ngram}, "
+                f"G={spec.verification_set} needs exactly {tree_nodes} (examples/lookahead/README.md: the "
+                "engine's max_draft_len must equal the runtime's)",
+                field="build.max_draft_len",
+                allowed=str(tree_nodes),
+            )
         if draft_len == 0:
-            raise UserError("Lookahead with W=1, N=1, G=0 drafts nothing; TensorRT-LLM asserts max_draft_len > 0",
-                            field="speculative.ngram", allowed=">= 2")
+            raise UserError(
+                "Lookahead with W=1, N=1, G=0 drafts nothing; TensorRT-LLM asserts max_draft_len > 0",
+                field="speculative.ngram",
+                allowed=">= 2",
+            )
     elif draft_len < tree_nodes:
-        raise UserError(f"max_draft_len={draft_len} is smaller than the tree ({tree_nodes} draft nodes)",
-                        field="build.max_draft_len", allowed=f">= {tree_nodes}")
+        raise UserError(
+            f"max_draft_len={draft_len} is smaller than the tree ({tree_nodes} draft nodes)",
+            field="build.max_draft_len",
+            allowed=f">= {tree_nodes}",
+        )
     if spec.method == "eagle":
         _refuse_eagle(recipe, draft_len)
 
@@ -175,35 +204,59 @@ def _refuse_fp8_kernels(recipe: Recipe) -> None:
     t, q = recipe.trtllm, recipe.quantization
     gemm, _ = _gemm_plugin(recipe)
     if gemm == "fp8" and q.mode != "fp8":
-        raise UserError("gemm_plugin fp8 needs FP8 weights with their calibration (plugin.py: gemm_plugin)",
-                        field="trtllm.gemm_plugin", allowed="auto, bfloat16, float16")
+        raise UserError(
+            "gemm_plugin fp8 needs FP8 weights with their calibration (plugin.py: gemm_plugin)",
+            field="trtllm.gemm_plugin",
+            allowed="auto, bfloat16, float16",
+        )
     fp8_fmha, _ = _fp8_context_fmha(recipe)
     if fp8_fmha and q.mode != "fp8":
-        raise UserError(f"FP8 context FMHA needs FP8 quantization; {BUILDER} would turn it off silently",
-                        field="trtllm.use_fp8_context_fmha", allowed="false, null")
+        raise UserError(
+            f"FP8 context FMHA needs FP8 quantization; {BUILDER} would turn it off silently",
+            field="trtllm.use_fp8_context_fmha",
+            allowed="false, null",
+        )
     if fp8_fmha and t.use_paged_context_fmha and q.kv_cache != "fp8":
-        raise UserError(f"FP8 paged context FMHA needs an FP8 KV cache; {BUILDER} would turn it off silently",
-                        field="trtllm.use_fp8_context_fmha", allowed="false, null (or quantization.kv_cache: fp8)")
+        raise UserError(
+            f"FP8 paged context FMHA needs an FP8 KV cache; {BUILDER} would turn it off silently",
+            field="trtllm.use_fp8_context_fmha",
+            allowed="false, null (or quantization.kv_cache: fp8)",
+        )
     if not fp8_fmha and t.use_paged_context_fmha and q.mode == "fp8" and q.kv_cache == "fp8":
-        raise UserError(f"an FP8 KV cache with paged context FMHA needs FP8 context FMHA; {BUILDER} would turn it on "
-                        "silently", field="trtllm.use_fp8_context_fmha", allowed="true, null")
+        raise UserError(
+            f"an FP8 KV cache with paged context FMHA needs FP8 context FMHA; {BUILDER} would turn it on silently",
+            field="trtllm.use_fp8_context_fmha",
+            allowed="true, null",
+        )
 
 
 def _refuse_eagle(recipe: Recipe, draft_len: int) -> None:
     b = recipe.build
     if recipe.parallelism.pp > 1:
-        raise UserError("EAGLE does not support pipeline parallelism in TensorRT-LLM (examples/eagle/README.md, "
-                        "Limitations)", field="parallelism.pp", allowed="1")
+        raise UserError(
+            "EAGLE does not support pipeline parallelism in TensorRT-LLM (examples/eagle/README.md, Limitations)",
+            field="parallelism.pp",
+            allowed="1",
+        )
     if not recipe.trtllm.use_paged_context_fmha:
-        raise UserError(f"EAGLE needs paged context FMHA; {BUILDER} would turn it on silently",
-                        field="trtllm.use_paged_context_fmha", allowed="true")
+        raise UserError(
+            f"EAGLE needs paged context FMHA; {BUILDER} would turn it on silently",
+            field="trtllm.use_paged_context_fmha",
+            allowed="true",
+        )
     if b.max_batch_size > EAGLE_MAX_BATCH:
-        raise UserError(f"max_batch_size={b.max_batch_size}: {BUILDER} asserts <= {EAGLE_MAX_BATCH} for EAGLE",
-                        field="build.max_batch_size", allowed=f"1..{EAGLE_MAX_BATCH}")
+        raise UserError(
+            f"max_batch_size={b.max_batch_size}: {BUILDER} asserts <= {EAGLE_MAX_BATCH} for EAGLE",
+            field="build.max_batch_size",
+            allowed=f"1..{EAGLE_MAX_BATCH}",
+        )
     if draft_len > EAGLE_MAX_DRAFT:
         where = "build.max_draft_len" if b.max_draft_len is not None else "speculative.tree"
-        raise UserError(f"max_draft_len={draft_len}: {BUILDER} asserts <= {EAGLE_MAX_DRAFT} for EAGLE", field=where,
-                        allowed=f"at most {EAGLE_MAX_DRAFT} draft nodes")
+        raise UserError(
+            f"max_draft_len={draft_len}: {BUILDER} asserts <= {EAGLE_MAX_DRAFT} for EAGLE",
+            field=where,
+            allowed=f"at most {EAGLE_MAX_DRAFT} draft nodes",
+        )
 
 
 def _speculation_flags(recipe: Recipe, draft_len: int) -> list[Flag]:
@@ -215,33 +268,60 @@ def _speculation_flags(recipe: Recipe, draft_len: int) -> list[Flag]:
     if recipe.build.max_draft_len is not None:
         draft_field = "build.max_draft_len"
     elif isinstance(s, LookaheadConfig):
-        draft_field = (f"derived: (0 if N == 1 else N-2) + (W-1+G)(N-1) with W={s.window}, N={s.ngram}, "
-                       f"G={s.verification_set} (speculative.window/ngram/verification_set)")
+        draft_field = (
+            f"derived: (0 if N == 1 else N-2) + (W-1+G)(N-1) with W={s.window}, N={s.ngram}, "
+            f"G={s.verification_set} (speculative.window/ngram/verification_set)"
+        )
     elif isinstance(s, EagleConfig) and s.tree.type == "dynamic":
         draft_field = "derived: speculative.tree.total_nodes (EAGLE-2 keeps at most that many draft nodes)"
     else:
         draft_field = "derived: draft nodes in speculative.tree (root excluded)"
     return [
-        Flag("--speculative_decoding_mode", mode, "speculative.method",
-             f"{method} -> {mode} (the trtllm-build choice for this method)"),
-        Flag("--max_draft_len", str(draft_len), draft_field,
-             "draft tokens verified per step; TensorRT-LLM adds it to max_seq_len internally"),
+        Flag(
+            "--speculative_decoding_mode",
+            mode,
+            "speculative.method",
+            f"{method} -> {mode} (the trtllm-build choice for this method)",
+        ),
+        Flag(
+            "--max_draft_len",
+            str(draft_len),
+            draft_field,
+            "draft tokens verified per step; TensorRT-LLM adds it to max_seq_len internally",
+        ),
     ]
 
 
 def _notes(recipe: Recipe) -> tuple[dict[str, str], ...]:
-    notes = [{"setting": "trtllm.use_parallel_embedding", "value": str(recipe.trtllm.use_parallel_embedding).lower(),
-              "where": "checkpoint conversion (config.json `use_parallel_embedding`), not a trtllm-build flag"}]
+    notes = [
+        {
+            "setting": "trtllm.use_parallel_embedding",
+            "value": str(recipe.trtllm.use_parallel_embedding).lower(),
+            "where": "checkpoint conversion (config.json `use_parallel_embedding`), not a trtllm-build flag",
+        }
+    ]
     if recipe.speculative.method == "eagle":
-        notes.append({"setting": "speculative.tree", "value": recipe.speculative.tree.type,
-                      "where": "num_eagle_layers / max_non_leaves_per_layer live in the checkpoint; EAGLE-2's dynamic "
-                      "tree is a runtime switch of the same engine (examples/eagle/README.md)"})  # fmt: skip
-    notes.append({"setting": "gather_context_logits", "value": "never set",
-                  "where": "build.py refuses it with max_draft_len > 0; trtspec does not emit it"})
+        notes.append(
+            {
+                "setting": "speculative.tree",
+                "value": recipe.speculative.tree.type,
+                "where": "num_eagle_layers / max_non_leaves_per_layer live in the checkpoint; EAGLE-2's dynamic "
+                "tree is a runtime switch of the same engine (examples/eagle/README.md)",
+            }
+        )
+    notes.append(
+        {
+            "setting": "gather_context_logits",
+            "value": "never set",
+            "where": "build.py refuses it with max_draft_len > 0; trtspec does not emit it",
+        }
+    )
     return tuple(notes)
 
 
-def build_command(recipe: Recipe, checkpoint_dir: str, output_dir: str, *, tree_dir: Path | None = None) -> BuildCommand:
+def build_command(
+    recipe: Recipe, checkpoint_dir: str, output_dir: str, *, tree_dir: Path | None = None
+) -> BuildCommand:
     """The trtllm-build command for `recipe` (UserError for what TensorRT-LLM would refuse or change silently).
 
     `tree_dir`: where a tree .json path in the recipe is relative to (`loaded.dir_of(tree_field(recipe))`)."""
@@ -254,32 +334,62 @@ def build_command(recipe: Recipe, checkpoint_dir: str, output_dir: str, *, tree_
     gemm, gemm_field = _gemm_plugin(recipe)
     fp8_fmha, fp8_fmha_field = _fp8_context_fmha(recipe)
     flags = [
-        Flag("--checkpoint_dir", checkpoint_dir, "derived: the checkpoint stage's folder",
-             "TensorRT-LLM checkpoint (config.json + rank{N}.safetensors)"),
+        Flag(
+            "--checkpoint_dir",
+            checkpoint_dir,
+            "derived: the checkpoint stage's folder",
+            "TensorRT-LLM checkpoint (config.json + rank{N}.safetensors)",
+        ),
         Flag("--output_dir", output_dir, "derived: the engine stage's folder", "rank{N}.engine + config.json go here"),
         Flag("--max_batch_size", str(b.max_batch_size), "build.max_batch_size", "sequences per engine step"),
         Flag("--max_input_len", str(b.max_input_len), "build.max_input_len", "longest prompt"),
         Flag("--max_seq_len", str(b.max_seq_len), "build.max_seq_len", "prompt + generated tokens per sequence"),
         Flag("--max_num_tokens", str(b.max_num_tokens), "build.max_num_tokens", "tokens per engine pass (batch)"),
-        Flag("--max_beam_width", "1", "derived: 1 (speculative decoding and trtspec's decoding use one beam)",
-             "no beam search"),
-        Flag("--kv_cache_type", "paged", "derived: paged (in-flight batching and speculative decoding need it)",
-             "paged KV cache"),
+        Flag(
+            "--max_beam_width",
+            "1",
+            "derived: 1 (speculative decoding and trtspec's decoding use one beam)",
+            "no beam search",
+        ),
+        Flag(
+            "--kv_cache_type",
+            "paged",
+            "derived: paged (in-flight batching and speculative decoding need it)",
+            "paged KV cache",
+        ),
         Flag("--tokens_per_block", str(b.tokens_per_block), "build.tokens_per_block", "paged KV block size"),
-        Flag("--workers", str(t.workers or world), "trtllm.workers" if t.workers else
-             f"derived: tp × pp = {world} (trtllm.workers unset)", "ranks built in parallel (capped at visible GPUs)"),
+        Flag(
+            "--workers",
+            str(t.workers or world),
+            "trtllm.workers" if t.workers else f"derived: tp × pp = {world} (trtllm.workers unset)",
+            "ranks built in parallel (capped at visible GPUs)",
+        ),
         Flag("--gpt_attention_plugin", PLUGIN_DTYPE[recipe.model.dtype], "model.dtype", "attention plugin dtype"),
         Flag("--gemm_plugin", gemm, gemm_field, "cuBLASLt GEMM plugin (fp8: FP8 GEMMs with the checkpoint's scales)"),
-        Flag("--use_paged_context_fmha", _switch(t.use_paged_context_fmha), "trtllm.use_paged_context_fmha",
-             "context FMHA over the paged KV cache (chunked context, KV reuse)"),
+        Flag(
+            "--use_paged_context_fmha",
+            _switch(t.use_paged_context_fmha),
+            "trtllm.use_paged_context_fmha",
+            "context FMHA over the paged KV cache (chunked context, KV reuse)",
+        ),
         Flag("--use_fp8_context_fmha", _switch(fp8_fmha), fp8_fmha_field, "FP8 context attention (FP8 KV cache)"),
-        Flag("--multiple_profiles", _switch(t.multiple_profiles), "trtllm.multiple_profiles",
-             "several TensorRT optimization profiles (longer build, faster kernels)"),
+        Flag(
+            "--multiple_profiles",
+            _switch(t.multiple_profiles),
+            "trtllm.multiple_profiles",
+            "several TensorRT optimization profiles (longer build, faster kernels)",
+        ),
         *_speculation_flags(recipe, draft_len),
-    ]  # fmt: skip
+    ]
     gpu = GPUS[recipe.target.device]
-    target = {"device": recipe.target.device, "gpu": gpu.name, "compute_capability": list(gpu.compute_capability),
-              "tp": p.tp, "pp": p.pp, "world_size": world}  # fmt: skip
+    target = {
+        "device": recipe.target.device,
+        "gpu": gpu.name,
+        "compute_capability": list(gpu.compute_capability),
+        "tp": p.tp,
+        "pp": p.pp,
+        "world_size": world,
+    }
     return BuildCommand(tuple(flags), t.version, t.release.tensorrt, target, _notes(recipe))
 
 
@@ -344,19 +454,29 @@ def render_build_script(cmd: BuildCommand, lock: bool = True) -> str:
         f"# trtllm-build for TensorRT-LLM {cmd.trtllm_version} (TensorRT {cmd.tensorrt_version}), written by trtspec.",
         f"# Target: {cmd.target['gpu']} (sm{''.join(map(str, cmd.target['compute_capability']))}), "
         f"tp={cmd.target['tp']} pp={cmd.target['pp']}. Each flag's recipe field is in the comment above it.",
-        *(["# Run it inside the recipe's container on a host with the target GPU (or `bash docker-run.sh build`); it",
-           f"# writes ENGINE_DIR = the engine and its lock engine.json ({LOCK_SCRIPT} lock), which launch.sh checks."]
-          if lock else ["# The command trtspec ran; engine.json beside it was written by trtspec (trtllm/compat.py)."]),
+        *(
+            [
+                "# Run it inside the recipe's container on a host with the target GPU (or `bash docker-run.sh build`); it",
+                f"# writes ENGINE_DIR = the engine and its lock engine.json ({LOCK_SCRIPT} lock), which launch.sh checks.",
+            ]
+            if lock
+            else ["# The command trtspec ran; engine.json beside it was written by trtspec (trtllm/compat.py)."]
+        ),
         "set -euo pipefail",
-        *(["# HERE: this script's folder (the default directories below are relative to it)",
-           'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"']
-          if lock or "$HERE" in cmd.checkpoint_dir + cmd.output_dir else []),
-        f"CHECKPOINT_DIR=\"${{CHECKPOINT_DIR:-{cmd.checkpoint_dir}}}\"",
-        f"ENGINE_DIR=\"${{ENGINE_DIR:-{cmd.output_dir}}}\"",
-        "TRTLLM_BUILD=\"${TRTLLM_BUILD:-trtllm-build}\"",
+        *(
+            [
+                "# HERE: this script's folder (the default directories below are relative to it)",
+                'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+            ]
+            if lock or "$HERE" in cmd.checkpoint_dir + cmd.output_dir
+            else []
+        ),
+        f'CHECKPOINT_DIR="${{CHECKPOINT_DIR:-{cmd.checkpoint_dir}}}"',
+        f'ENGINE_DIR="${{ENGINE_DIR:-{cmd.output_dir}}}"',
+        'TRTLLM_BUILD="${TRTLLM_BUILD:-trtllm-build}"',
         *(['PYTHON="${PYTHON:-python3}"'] if lock else []),
         "args=(",
-    ]  # fmt: skip
+    ]
     for f in cmd.flags:
         if f.flag in ("--checkpoint_dir", "--output_dir"):
             continue

@@ -71,8 +71,15 @@ class HostPaths:
     checkpoint: Path | None = None  # the TensorRT-LLM checkpoint (docker-run.sh build); default bundle/../checkpoint
 
 
-def launch_command(world: int, model_repo: str, grpc_port: str | int, http_port: str | int, metrics_port: str | int,
-                   tritonserver: str = TRITONSERVER, trtllm_model: str = TRTLLM_MODEL) -> list[str]:  # fmt: skip
+def launch_command(
+    world: int,
+    model_repo: str,
+    grpc_port: str | int,
+    http_port: str | int,
+    metrics_port: str | int,
+    tritonserver: str = TRITONSERVER,
+    trtllm_model: str = TRTLLM_MODEL,
+) -> list[str]:
     """mpirun argv serving `model_repo` on `world` ranks (upstream launch_triton_server.py get_cmd, see above)."""
     if world < 1:
         raise ValueError(f"world size {world} < 1")
@@ -81,8 +88,14 @@ def launch_command(world: int, model_repo: str, grpc_port: str | int, http_port:
         cmd += ["-n", "1", tritonserver, f"--model-repository={model_repo}"]
         if rank != 0:
             cmd += ["--model-control-mode=explicit", f"--load-model={trtllm_model}"]
-        cmd += [f"--grpc-port={grpc_port}", f"--http-port={http_port}", f"--metrics-port={metrics_port}",
-                "--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_", ":"]  # fmt: skip
+        cmd += [
+            f"--grpc-port={grpc_port}",
+            f"--http-port={http_port}",
+            f"--metrics-port={metrics_port}",
+            "--disable-auto-complete-config",
+            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+            ":",
+        ]
     return cmd
 
 
@@ -124,34 +137,56 @@ def _defaults(pairs: dict[str, str]) -> list[str]:
 def launch_knobs(recipe: Recipe) -> dict[str, str]:
     """launch.sh's settings (environment variable -> default); docker-run.sh passes those set in its caller's."""
     p = recipe.triton.ports
-    return {"MODEL_REPO": MOUNTS["repository"], "ENGINE_DIR": MOUNTS["engine"], "TRITONSERVER": TRITONSERVER,
-            "HTTP_PORT": str(p.http), "GRPC_PORT": str(p.grpc), "METRICS_PORT": str(p.metrics), "PYTHON": "python3",
-            "VERIFY_HASHES": VERIFY_HASHES, "VERIFY_STAMP_DIR": ""}  # fmt: skip
+    return {
+        "MODEL_REPO": MOUNTS["repository"],
+        "ENGINE_DIR": MOUNTS["engine"],
+        "TRITONSERVER": TRITONSERVER,
+        "HTTP_PORT": str(p.http),
+        "GRPC_PORT": str(p.grpc),
+        "METRICS_PORT": str(p.metrics),
+        "PYTHON": "python3",
+        "VERIFY_HASHES": VERIFY_HASHES,
+        "VERIFY_STAMP_DIR": "",
+    }
 
 
 def render_launch_script(recipe: Recipe) -> str:
     """launch.sh: engine lock check, then the mpirun line (every path and port overridable by environment)."""
     world = world_size(recipe)
     words = launch_command(world, "@MODEL_REPO@", "@GRPC_PORT@", "@HTTP_PORT@", "@METRICS_PORT@", "@TRITONSERVER@")
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        f"# Serve {recipe.triton.model_name} with Triton + TensorRT-LLM {recipe.trtllm.version}: {world} rank(s) "
-        f"(tp={recipe.parallelism.tp}, pp={recipe.parallelism.pp}), inside {recipe.trtllm.image}.",
-        "# Written by trtspec. The engine check refuses an engine built for another TensorRT-LLM, TensorRT or GPU, or",
-        "# whose files differ from its engine.json: sizes every launch; sha256 per VERIFY_HASHES = once (per host and",
-        "# engine, stamped in VERIFY_STAMP_DIR, default /trtspec/state if writable, else ~/.cache) | always | never.",
-        "set -euo pipefail",
-        'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        *_defaults(launch_knobs(recipe)),
-        f'"$PYTHON" "$BUNDLE_DIR/{LOCK_SCRIPT}" check "$ENGINE_DIR" --hashes "$VERIFY_HASHES" --stamp-dir "$VERIFY_STAMP_DIR"',
-        "exec " + sh_command(words),
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# Serve {recipe.triton.model_name} with Triton + TensorRT-LLM {recipe.trtllm.version}: {world} rank(s) "
+            f"(tp={recipe.parallelism.tp}, pp={recipe.parallelism.pp}), inside {recipe.trtllm.image}.",
+            "# Written by trtspec. The engine check refuses an engine built for another TensorRT-LLM, TensorRT or GPU, or",
+            "# whose files differ from its engine.json: sizes every launch; sha256 per VERIFY_HASHES = once (per host and",
+            "# engine, stamped in VERIFY_STAMP_DIR, default /trtspec/state if writable, else ~/.cache) | always | never.",
+            "set -euo pipefail",
+            'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+            *_defaults(launch_knobs(recipe)),
+            f'"$PYTHON" "$BUNDLE_DIR/{LOCK_SCRIPT}" check "$ENGINE_DIR" --hashes "$VERIFY_HASHES" --stamp-dir "$VERIFY_STAMP_DIR"',
+            "exec " + sh_command(words),
+            "",
+        ]
+    )
 
 
 def _docker_head(recipe: Recipe, name: str) -> list[str]:
-    return ["docker", "run", "--rm", "--name", name, "--gpus", str(world_size(recipe)), f"--shm-size={SHM_SIZE}",
-            "--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_ULIMIT}"]  # fmt: skip
+    return [
+        "docker",
+        "run",
+        "--rm",
+        "--name",
+        name,
+        "--gpus",
+        str(world_size(recipe)),
+        f"--shm-size={SHM_SIZE}",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        f"stack={STACK_ULIMIT}",
+    ]
 
 
 ENV_ARGS = Raw('${env_args[@]+"${env_args[@]}"}')  # -e NAME per setting present here (bash < 4.4: empty-array safe)
@@ -171,70 +206,84 @@ def docker_command(recipe: Recipe) -> list[str]:
 def docker_build_command(recipe: Recipe) -> list[str]:
     """`docker run` words building the engine: checkpoint and bundle read-only, the stage folder writable."""
     cmd = _docker_head(recipe, "@NAME@-build")
-    cmd += ["-v", f"@CHECKPOINT@:{MOUNTS['checkpoint']}:ro", "-v", f"@stage@:{MOUNTS['engine']}",
-            "-v", f"@BUNDLE_DIR@:{MOUNTS['bundle']}:ro"]  # fmt: skip
+    cmd += [
+        "-v",
+        f"@CHECKPOINT@:{MOUNTS['checkpoint']}:ro",
+        "-v",
+        f"@stage@:{MOUNTS['engine']}",
+        "-v",
+        f"@BUNDLE_DIR@:{MOUNTS['bundle']}:ro",
+    ]
     return cmd + [ENV_ARGS, "@IMAGE@", "bash", f"{MOUNTS['bundle']}/build.sh"]
 
 
 def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
     p = recipe.triton.ports
     checkpoint = str(host.checkpoint) if host.checkpoint is not None else "@BUNDLE_DIR@/../checkpoint"
-    defaults = {"IMAGE": recipe.trtllm.image, "NAME": k8s_name(recipe), "BIND_ADDRESS": recipe.triton.bind_address,
-                "REPOSITORY": str(host.repository), "ENGINE": str(host.engine), "CHECKPOINT": checkpoint}  # fmt: skip
+    defaults = {
+        "IMAGE": recipe.trtllm.image,
+        "NAME": k8s_name(recipe),
+        "BIND_ADDRESS": recipe.triton.bind_address,
+        "REPOSITORY": str(host.repository),
+        "ENGINE": str(host.engine),
+        "CHECKPOINT": checkpoint,
+    }
     launch, build = " ".join(launch_knobs(recipe)), " ".join(BUILD_KNOBS)
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        f"# Run {recipe.triton.model_name} in NVIDIA's Triton TRT-LLM container on this host ({world_size(recipe)} GPU(s)).",
-        "#   bash docker-run.sh [serve]  launch.sh: engine check, then tritonserver (repository, engine, bundle read-only;",
-        "#                               STATE_DIR writable at /trtspec/state for the engine's hash stamps)",
-        "#   bash docker-run.sh build    build.sh: trtllm-build + engine.json (checkpoint read-only; the engine is built",
-        "#                               in a new folder beside ENGINE and renamed onto it once complete)",
-        "# Written by trtspec. Host settings (environment): IMAGE NAME BIND_ADDRESS REPOSITORY ENGINE CHECKPOINT STATE_DIR.",
-        "# These, when set here, are passed into the container (-e NAME):",
-        f"#   serve (launch.sh): {launch}",
-        f"#   build (build.sh):  {build}",
-        "# (HTTP_PORT, GRPC_PORT and METRICS_PORT are also the host ports published on BIND_ADDRESS.)",
-        "set -euo pipefail",
-        'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        'MODE="${1:-serve}"',
-        *_defaults(defaults),
-        '[ -n "${STATE_DIR:-}" ] || STATE_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/trtspec/verified-engines"',
-        f'http_port="${{HTTP_PORT:-{p.http}}}"',
-        f'grpc_port="${{GRPC_PORT:-{p.grpc}}}"',
-        f'metrics_port="${{METRICS_PORT:-{p.metrics}}}"',
-        'case "$MODE" in',
-        f"  serve) knobs=({launch}) ;;",
-        f"  build) knobs=({build}) ;;",
-        '  *) echo "usage: docker-run.sh [serve|build]" >&2; exit 2 ;;',
-        "esac",
-        "env_args=()",
-        'for knob in "${knobs[@]}"; do',
-        '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
-        "done",
-        'if [ "$MODE" = serve ]; then',
-        '  mkdir -p "$STATE_DIR"',
-        "  exec " + sh_command(docker_command(recipe), "    "),
-        "fi",
-        'parent="$(dirname "$ENGINE")"',
-        'name="$(basename "$ENGINE")"',
-        'mkdir -p "$parent"',
-        'stage="$(mktemp -d "$parent/.$name.build.XXXXXX")"',
-        "trap 'rm -rf \"$stage\"' EXIT",
-        sh_command(docker_build_command(recipe)),
-        'if [ ! -f "$stage/engine.json" ]; then',
-        '  echo "docker-run.sh: the build left no engine.json in $stage (ENGINE_DIR passed into the container?)" >&2',
-        "  exit 2",
-        "fi",
-        'chmod 755 "$stage"',
-        'old="$parent/.$name.old.$$"',
-        'rm -rf "$old"',
-        'if [ -e "$ENGINE" ]; then mv "$ENGINE" "$old"; fi',
-        'mv "$stage" "$ENGINE"',
-        "trap - EXIT",
-        'rm -rf "$old"',
-        'echo "docker-run.sh: engine and engine.json in $ENGINE"',
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# Run {recipe.triton.model_name} in NVIDIA's Triton TRT-LLM container on this host ({world_size(recipe)} GPU(s)).",
+            "#   bash docker-run.sh [serve]  launch.sh: engine check, then tritonserver (repository, engine, bundle read-only;",
+            "#                               STATE_DIR writable at /trtspec/state for the engine's hash stamps)",
+            "#   bash docker-run.sh build    build.sh: trtllm-build + engine.json (checkpoint read-only; the engine is built",
+            "#                               in a new folder beside ENGINE and renamed onto it once complete)",
+            "# Written by trtspec. Host settings (environment): IMAGE NAME BIND_ADDRESS REPOSITORY ENGINE CHECKPOINT STATE_DIR.",
+            "# These, when set here, are passed into the container (-e NAME):",
+            f"#   serve (launch.sh): {launch}",
+            f"#   build (build.sh):  {build}",
+            "# (HTTP_PORT, GRPC_PORT and METRICS_PORT are also the host ports published on BIND_ADDRESS.)",
+            "set -euo pipefail",
+            'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+            'MODE="${1:-serve}"',
+            *_defaults(defaults),
+            '[ -n "${STATE_DIR:-}" ] || STATE_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/trtspec/verified-engines"',
+            f'http_port="${{HTTP_PORT:-{p.http}}}"',
+            f'grpc_port="${{GRPC_PORT:-{p.grpc}}}"',
+            f'metrics_port="${{METRICS_PORT:-{p.metrics}}}"',
+            'case "$MODE" in',
+            f"  serve) knobs=({launch}) ;;",
+            f"  build) knobs=({build}) ;;",
+            '  *) echo "usage: docker-run.sh [serve|build]" >&2; exit 2 ;;',
+            "esac",
+            "env_args=()",
+            'for knob in "${knobs[@]}"; do',
+            '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
+            "done",
+            'if [ "$MODE" = serve ]; then',
+            '  mkdir -p "$STATE_DIR"',
+            "  exec " + sh_command(docker_command(recipe), "    "),
+            "fi",
+            'parent="$(dirname "$ENGINE")"',
+            'name="$(basename "$ENGINE")"',
+            'mkdir -p "$parent"',
+            'stage="$(mktemp -d "$parent/.$name.build.XXXXXX")"',
+            "trap 'rm -rf \"$stage\"' EXIT",
+            sh_command(docker_build_command(recipe)),
+            'if [ ! -f "$stage/engine.json" ]; then',
+            '  echo "docker-run.sh: the build left no engine.json in $stage (ENGINE_DIR passed into the container?)" >&2',
+            "  exit 2",
+            "fi",
+            'chmod 755 "$stage"',
+            'old="$parent/.$name.old.$$"',
+            'rm -rf "$old"',
+            'if [ -e "$ENGINE" ]; then mv "$ENGINE" "$old"; fi',
+            'mv "$stage" "$ENGINE"',
+            "trap - EXIT",
+            'rm -rf "$old"',
+            'echo "docker-run.sh: engine and engine.json in $ENGINE"',
+            "",
+        ]
+    )
 
 
 # -- bench.sh ----------------------------------------------------------------------------------------------
@@ -244,57 +293,119 @@ def trtllm_input_data(prompts: list[str], output_len: int, stream: bool = True) 
     """perf_analyzer --input-data for upstream's ensemble: one entry per prompt, exactly `output_len` tokens each."""
     if not prompts:
         raise ValueError("no prompts")
-    return {"data": [{"text_input": [p], "max_tokens": [output_len], "min_tokens": [output_len], "stream": [stream]}
-                     for p in prompts]}  # fmt: skip
+    return {
+        "data": [
+            {"text_input": [p], "max_tokens": [output_len], "min_tokens": [output_len], "stream": [stream]}
+            for p in prompts
+        ]
+    }
 
 
 def perf_analyzer_words(model: str, concurrency: str, window_ms: str, out: str) -> list[str]:
     """One level, as `trtspec bench` runs it (builder/serve/perf.py perf_command: gRPC streaming, async)."""
-    return ["@PERF_ANALYZER@", "-m", model, "-u", "@GRPC_URL@", "-i", "grpc", "--streaming", "--async",
-            "--input-data", "@INPUT_DATA@", f"--concurrency-range={concurrency}", "--max-threads=4",
-            f"--measurement-interval={window_ms}", "--stability-percentage=@STABILITY@", "--max-trials=@MAX_TRIALS@",
-            "-f", f"{out}.csv", "--verbose-csv",
-            "--profile-export-file", f"{out}.export.json"]  # fmt: skip
+    return [
+        "@PERF_ANALYZER@",
+        "-m",
+        model,
+        "-u",
+        "@GRPC_URL@",
+        "-i",
+        "grpc",
+        "--streaming",
+        "--async",
+        "--input-data",
+        "@INPUT_DATA@",
+        f"--concurrency-range={concurrency}",
+        "--max-threads=4",
+        f"--measurement-interval={window_ms}",
+        "--stability-percentage=@STABILITY@",
+        "--max-trials=@MAX_TRIALS@",
+        "-f",
+        f"{out}.csv",
+        "--verbose-csv",
+        "--profile-export-file",
+        f"{out}.export.json",
+    ]
 
 
 def genai_perf_words(model: str, concurrency: str, output_len: int, window_ms: str, out: str) -> list[str]:
     """genai-perf 0.0.16 over Triton gRPC with TensorRT-LLM's inputs (kserve endpoint, tensorrtllm backend)."""
-    return ["@GENAI_PERF@", "profile", "-m", model, "--endpoint-type", "kserve", "--backend", "tensorrtllm",
-            "--streaming", "-u", "@GRPC_URL@", "--concurrency", concurrency, "--input-file", "@PROMPTS@",
-            "--output-tokens-mean", str(output_len), "--extra-inputs", f"min_tokens:{output_len}",
-            "--tokenizer", "@TOKENIZER@", "--measurement-interval", window_ms, "-s", "999", "--artifact-dir", out]  # fmt: skip
+    return [
+        "@GENAI_PERF@",
+        "profile",
+        "-m",
+        model,
+        "--endpoint-type",
+        "kserve",
+        "--backend",
+        "tensorrtllm",
+        "--streaming",
+        "-u",
+        "@GRPC_URL@",
+        "--concurrency",
+        concurrency,
+        "--input-file",
+        "@PROMPTS@",
+        "--output-tokens-mean",
+        str(output_len),
+        "--extra-inputs",
+        f"min_tokens:{output_len}",
+        "--tokenizer",
+        "@TOKENIZER@",
+        "--measurement-interval",
+        window_ms,
+        "-s",
+        "999",
+        "--artifact-dir",
+        out,
+    ]
 
 
 def render_bench_script(recipe: Recipe, ensemble: str = ENSEMBLE) -> str:
     b, p = recipe.bench, recipe.triton.ports
     levels = " ".join(str(c) for c in b.concurrency)
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        f"# perf_analyzer (and, with GENAI_PERF_RUN=1, genai-perf) against the served {ensemble}: concurrency {levels},",
-        f"# {b.output_len} output tokens per request; the same commands `trtspec bench` runs (stability 1000 %, 3 trials).",
-        "set -euo pipefail",
-        'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        *_defaults({"GRPC_URL": f"127.0.0.1:{p.grpc}", "PERF_ANALYZER": "perf_analyzer", "GENAI_PERF": "genai-perf",
-                    "INPUT_DATA": "@BUNDLE_DIR@/inputs.json", "PROMPTS": "@BUNDLE_DIR@/prompts.jsonl",
-                    "TOKENIZER": "@BUNDLE_DIR@/tokenizer", "OUT": "bench-out", "WINDOW_MS": str(b.measurement_window_ms),
-                    "STABILITY": "1000.0", "MAX_TRIALS": "3", "GENAI_PERF_RUN": "0"}),
-        '[ -f "$INPUT_DATA" ] || { echo "bench.sh: no $INPUT_DATA (trtspec deploy writes it from bench.prompt_source)" >&2; exit 2; }',
-        'mkdir -p "$OUT"',
-        f"for c in {levels}; do",
-        "  " + sh_command(perf_analyzer_words(ensemble, "@c@", "@WINDOW_MS@", "@OUT@/perf_c@c@"), "    "),
-        '  if [ "$GENAI_PERF_RUN" = 1 ]; then',
-        "    " + sh_command(genai_perf_words(ensemble, "@c@", b.output_len, "@WINDOW_MS@", "@OUT@/genai_c@c@"), "      "),
-        "  fi",
-        "done",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# perf_analyzer (and, with GENAI_PERF_RUN=1, genai-perf) against the served {ensemble}: concurrency {levels},",
+            f"# {b.output_len} output tokens per request; the same commands `trtspec bench` runs (stability 1000 %, 3 trials).",
+            "set -euo pipefail",
+            'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+            *_defaults(
+                {
+                    "GRPC_URL": f"127.0.0.1:{p.grpc}",
+                    "PERF_ANALYZER": "perf_analyzer",
+                    "GENAI_PERF": "genai-perf",
+                    "INPUT_DATA": "@BUNDLE_DIR@/inputs.json",
+                    "PROMPTS": "@BUNDLE_DIR@/prompts.jsonl",
+                    "TOKENIZER": "@BUNDLE_DIR@/tokenizer",
+                    "OUT": "bench-out",
+                    "WINDOW_MS": str(b.measurement_window_ms),
+                    "STABILITY": "1000.0",
+                    "MAX_TRIALS": "3",
+                    "GENAI_PERF_RUN": "0",
+                }
+            ),
+            '[ -f "$INPUT_DATA" ] || { echo "bench.sh: no $INPUT_DATA (trtspec deploy writes it from bench.prompt_source)" >&2; exit 2; }',
+            'mkdir -p "$OUT"',
+            f"for c in {levels}; do",
+            "  " + sh_command(perf_analyzer_words(ensemble, "@c@", "@WINDOW_MS@", "@OUT@/perf_c@c@"), "    "),
+            '  if [ "$GENAI_PERF_RUN" = 1 ]; then',
+            "    "
+            + sh_command(genai_perf_words(ensemble, "@c@", b.output_len, "@WINDOW_MS@", "@OUT@/genai_c@c@"), "      "),
+            "  fi",
+            "done",
+            "",
+        ]
+    )
 
 
 # -- the bundle --------------------------------------------------------------------------------------------
 
 
-def bundle_files(recipe: Recipe, host: HostPaths, prompts: list[str] | None = None,
-                 ensemble: str = ENSEMBLE) -> dict[str, tuple[str, int]]:  # fmt: skip
+def bundle_files(
+    recipe: Recipe, host: HostPaths, prompts: list[str] | None = None, ensemble: str = ENSEMBLE
+) -> dict[str, tuple[str, int]]:
     """name -> (text, mode) of every bundle file."""
     files = {
         "launch.sh": (render_launch_script(recipe), 0o755),
@@ -307,16 +418,21 @@ def bundle_files(recipe: Recipe, host: HostPaths, prompts: list[str] | None = No
     if tok is not None and tok.is_file():  # genai-perf loads a transformers tokenizer folder (bench.sh TOKENIZER)
         cfg = tok.with_name("tokenizer_config.json")
         files["tokenizer/tokenizer.json"] = (tok.read_text(encoding="utf-8"), 0o644)
-        files["tokenizer/tokenizer_config.json"] = (cfg.read_text(encoding="utf-8") if cfg.is_file() else
-                                                    json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}), 0o644)
+        files["tokenizer/tokenizer_config.json"] = (
+            cfg.read_text(encoding="utf-8")
+            if cfg.is_file()
+            else json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}),
+            0o644,
+        )
     if prompts:
         files["inputs.json"] = (json.dumps(trtllm_input_data(prompts, recipe.bench.output_len)) + "\n", 0o644)
         files["prompts.jsonl"] = ("".join(json.dumps({"text": t}) + "\n" for t in prompts), 0o644)
     return files
 
 
-def write_bundle(recipe: Recipe, out: Path, host: HostPaths, prompts: list[str] | None = None,
-                 ensemble: str = ENSEMBLE) -> dict[str, Path]:  # fmt: skip
+def write_bundle(
+    recipe: Recipe, out: Path, host: HostPaths, prompts: list[str] | None = None, ensemble: str = ENSEMBLE
+) -> dict[str, Path]:
     """Write the bundle into `out` (created whole in a temp folder beside it, then renamed; an existing `out` is
     replaced only after the new one is complete)."""
     out = Path(out)
@@ -365,16 +481,24 @@ def parse_stream_ids(body: str) -> list[int]:
     return ids
 
 
-def served_tokens(http: str, prompt_ids: list[int], max_tokens: int, model: str = TRTLLM_MODEL,
-                  timeout: float = 300.0) -> list[int]:  # fmt: skip
+def served_tokens(
+    http: str, prompt_ids: list[int], max_tokens: int, model: str = TRTLLM_MODEL, timeout: float = 300.0
+) -> list[int]:
     """Greedy continuation of `prompt_ids` from a served tensorrt_llm model (Triton HTTP generate_stream, streaming
     on: each response carries only its new tokens). `http` is host:port."""
     import urllib.request
 
-    body = {"input_ids": prompt_ids, "input_lengths": [len(prompt_ids)], "request_output_len": [max_tokens],
-            "streaming": [True]}  # fmt: skip
-    req = urllib.request.Request(f"http://{http}/v2/models/{model}/generate_stream", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})  # fmt: skip
+    body = {
+        "input_ids": prompt_ids,
+        "input_lengths": [len(prompt_ids)],
+        "request_output_len": [max_tokens],
+        "streaming": [True],
+    }
+    req = urllib.request.Request(
+        f"http://{http}/v2/models/{model}/generate_stream",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return parse_stream_ids(resp.read().decode("utf-8"))
 

@@ -61,8 +61,9 @@ try:
 except ImportError:  # the standalone copy (check_engine.py) inside the serving container: no trtspec there
 
     class UserError(Exception):  # type: ignore[no-redef]
-        def __init__(self, message: str, *, location: str | None = None, field: str | None = None,
-                     allowed: str | None = None) -> None:  # fmt: skip
+        def __init__(
+            self, message: str, *, location: str | None = None, field: str | None = None, allowed: str | None = None
+        ) -> None:
             super().__init__(message)
             self.message, self.location, self.field, self.allowed = message, location, field, allowed
 
@@ -118,11 +119,18 @@ def _built(manifest: dict[str, Any]) -> tuple[str, str, tuple[int, int], int]:
     """(TensorRT-LLM, TensorRT, compute capability, world size) the engine was built with (engine.json)."""
     try:
         cc = manifest["gpu"]["compute_capability"]
-        return (str(manifest["tensorrt_llm"]), str(manifest["tensorrt"]), (int(cc[0]), int(cc[1])),
-                int(manifest["world_size"]))
+        return (
+            str(manifest["tensorrt_llm"]),
+            str(manifest["tensorrt"]),
+            (int(cc[0]), int(cc[1])),
+            int(manifest["world_size"]),
+        )
     except (KeyError, TypeError, ValueError, IndexError):
-        raise UserError("engine.json lacks tensorrt_llm / tensorrt / gpu.compute_capability / world_size (not a "
-                        "trtspec TRT-LLM engine manifest)", field="engine.json") from None
+        raise UserError(
+            "engine.json lacks tensorrt_llm / tensorrt / gpu.compute_capability / world_size (not a "
+            "trtspec TRT-LLM engine manifest)",
+            field="engine.json",
+        ) from None
 
 
 def check_engine(manifest: dict[str, Any], installed: Installed) -> None:
@@ -139,8 +147,11 @@ def check_engine(manifest: dict[str, Any], installed: Installed) -> None:
     if len(matching) < world:
         problems.append(f"needs {world} {sm(cc)} GPU(s), found {len(matching)}")
     if problems:
-        raise UserError(f"{built}; {here} ({'; '.join(problems)}): rebuild the engine on this host's stack, or serve "
-                        "it in the container it was built for", field="engine.json")  # fmt: skip
+        raise UserError(
+            f"{built}; {here} ({'; '.join(problems)}): rebuild the engine on this host's stack, or serve "
+            "it in the container it was built for",
+            field="engine.json",
+        )
 
 
 def build_problem(trtllm: str, cc: tuple[int, int], installed: Installed) -> str | None:
@@ -189,8 +200,13 @@ def _query_gpus(fields: str, timeout: float) -> list[list[str]]:
     if exe is None:
         return []
     try:
-        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=timeout, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [[v.strip() for v in line.split(",")] for line in out.splitlines() if line.strip()]
@@ -215,7 +231,9 @@ def parse_gpu_query(text: str) -> list[tuple[str, tuple[int, int]]]:
 def installed_here(timeout: float = 20.0) -> Installed:
     """TensorRT-LLM and TensorRT versions (distribution metadata, else `__version__`) and the GPUs here."""
     trtllm = _dist_version("tensorrt_llm", "tensorrt-llm") or _module_version("tensorrt_llm")
-    trt = _dist_version("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-cu12-bindings") or _module_version("tensorrt")
+    trt = _dist_version("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-cu12-bindings") or _module_version(
+        "tensorrt"
+    )
     gpus = []
     for row in _query_gpus("name,compute_cap,uuid", timeout):
         m = re.fullmatch(r"(\d+)\.(\d+)", row[1]) if len(row) == 3 else None
@@ -254,19 +272,24 @@ def hash_files(paths: list[Path]) -> dict[Path, str]:
 def engine_files(engine_dir: Path) -> list[Path]:
     """The engine's files (every file below engine_dir but engine.json, the build log and lock temp files)."""
     skip = (ENGINE_JSON, LOG_NAME)
-    return [p for p in sorted(Path(engine_dir).rglob("*"))
-            if p.is_file() and p.name not in skip and not p.name.startswith(f".{ENGINE_JSON}")]  # fmt: skip
+    return [
+        p
+        for p in sorted(Path(engine_dir).rglob("*"))
+        if p.is_file() and p.name not in skip and not p.name.startswith(f".{ENGINE_JSON}")
+    ]
 
 
 def file_entries(engine_dir: Path) -> list[dict[str, Any]]:
     files = engine_files(engine_dir)
     digests = hash_files(files)
-    return [{"path": p.relative_to(engine_dir).as_posix(), "bytes": p.stat().st_size, "sha256": digests[p]}
-            for p in files]  # fmt: skip
+    return [
+        {"path": p.relative_to(engine_dir).as_posix(), "bytes": p.stat().st_size, "sha256": digests[p]} for p in files
+    ]
 
 
-def build_with_dirs(build: dict[str, Any], checkpoint_dir: str | None = None,
-                    output_dir: str | None = None) -> dict[str, Any]:  # fmt: skip
+def build_with_dirs(
+    build: dict[str, Any], checkpoint_dir: str | None = None, output_dir: str | None = None
+) -> dict[str, Any]:
     """A build manifest (build.json, `BuildCommand.manifest()`) with the folders trtllm-build really read/wrote."""
     new = {"--checkpoint_dir": checkpoint_dir, "--output_dir": output_dir}
     out = json.loads(json.dumps(build))
@@ -295,13 +318,17 @@ def lock_manifest(build: dict[str, Any], engine_dir: Path, installed: Installed)
         raise UserError(f"trtllm-build left {engine_dir} without {', '.join(missing)}", field="files")
     name = installed.gpu_names[index] if index < len(installed.gpu_names) else target["gpu"]
     return {
-        "format": FORMAT, "backend": "trtllm",
-        "tensorrt_llm": installed.trtllm, "tensorrt": installed.tensorrt,
+        "format": FORMAT,
+        "backend": "trtllm",
+        "tensorrt_llm": installed.trtllm,
+        "tensorrt": installed.tensorrt,
         "gpu": {"name": name, "compute_capability": list(cc), "device": target["device"]},
-        "world_size": target["world_size"], "tp": target["tp"], "pp": target["pp"],
+        "world_size": target["world_size"],
+        "tp": target["tp"],
+        "pp": target["pp"],
         "build": build,
         "files": file_entries(engine_dir),
-    }  # fmt: skip
+    }
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -337,8 +364,10 @@ def _read_lock(engine_dir: Path) -> tuple[bytes, dict[str, Any]]:
         raw = path.read_bytes()
         data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise UserError(f"no {ENGINE_JSON} in {engine_dir} (not a trtspec TRT-LLM engine folder: build it with "
-                        "bundle/build.sh or `trtspec build`)") from None  # fmt: skip
+        raise UserError(
+            f"no {ENGINE_JSON} in {engine_dir} (not a trtspec TRT-LLM engine folder: build it with "
+            "bundle/build.sh or `trtspec build`)"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("backend") != "trtllm":
@@ -366,15 +395,20 @@ def verify_files(engine_dir: Path, manifest: dict[str, Any], hashes: bool = True
         if not path.is_file():
             raise UserError(f"{path} is missing (engine.json lists it)", field="files")
         if path.stat().st_size != f.get("bytes"):
-            raise UserError(f"{path}: {path.stat().st_size} bytes, engine.json says {f.get('bytes')} (changed since "
-                            "the build: rebuild or restore it)", field="files")  # fmt: skip
+            raise UserError(
+                f"{path}: {path.stat().st_size} bytes, engine.json says {f.get('bytes')} (changed since "
+                "the build: rebuild or restore it)",
+                field="files",
+            )
     if not hashes:
         return 0
     paths = {Path(engine_dir) / f["path"]: f for f in files}
     for path, digest in sorted(hash_files(list(paths)).items()):
         if digest != paths[path].get("sha256"):
-            raise UserError(f"{path}: sha256 differs from engine.json (changed since the build: rebuild or restore it)",
-                            field="files")  # fmt: skip
+            raise UserError(
+                f"{path}: sha256 differs from engine.json (changed since the build: rebuild or restore it)",
+                field="files",
+            )
     return sum(int(f["bytes"]) for f in files)
 
 
@@ -387,8 +421,9 @@ def default_stamp_dir() -> Path:
     """/trtspec/state when it is a writable folder (docker-run.sh, k8s.yaml), else the user's cache."""
     if os.path.isdir(STATE_MOUNT) and os.access(STATE_MOUNT, os.W_OK):
         return Path(STATE_MOUNT)
-    cache = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.environ["HOME"], ".cache") if os.environ.get("HOME")
-                                                 else tempfile.gettempdir())  # fmt: skip
+    cache = os.environ.get("XDG_CACHE_HOME") or (
+        os.path.join(os.environ["HOME"], ".cache") if os.environ.get("HOME") else tempfile.gettempdir()
+    )
     return Path(cache) / "trtspec" / "verified-engines"
 
 
@@ -405,8 +440,9 @@ def stamp_path(stamp_dir: Path, host: str, engine_dir: Path, lock_sha256: str) -
     return Path(stamp_dir) / f"{key}.json"
 
 
-def verify_engine(engine_dir: Path, policy: str = "once", stamp_dir: Path | None = None,
-                  installed: Installed | None = None) -> str:  # fmt: skip
+def verify_engine(
+    engine_dir: Path, policy: str = "once", stamp_dir: Path | None = None, installed: Installed | None = None
+) -> str:
     """The launch check: versions and GPUs, every file's presence and size, and the sha256 per `policy`
     (module docstring). UserError naming the first difference; else a sentence saying what was verified."""
     if policy not in HASH_POLICIES:
@@ -427,8 +463,14 @@ def verify_engine(engine_dir: Path, policy: str = "once", stamp_dir: Path | None
     n = verify_files(engine_dir, manifest, hashes=True)
     dt = time.monotonic() - t0
     said = f"{head}; sha256 of {len(manifest['files'])} files ({n / 1e9:.2f} GB) verified in {dt:.1f} s"
-    record = {"format": 1, "host": host_id(here), "engine_dir": os.path.realpath(engine_dir),
-              "engine_json_sha256": lock_sha, "verified_unix": int(time.time()), "files": stats}  # fmt: skip
+    record = {
+        "format": 1,
+        "host": host_id(here),
+        "engine_dir": os.path.realpath(engine_dir),
+        "engine_json_sha256": lock_sha,
+        "verified_unix": int(time.time()),
+        "files": stats,
+    }
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         _write_atomic(stamp, json.dumps(record, indent=1) + "\n")
@@ -486,8 +528,10 @@ def _run(args: argparse.Namespace) -> str:
         target = build["target"]
         problem = build_problem(build["tensorrt_llm"], tuple(target["compute_capability"]), here)
         if problem is not None:
-            raise UserError(f"cannot build this engine here: {problem} (run build.sh inside the recipe's container "
-                            "on a host with its GPU)")  # fmt: skip
+            raise UserError(
+                f"cannot build this engine here: {problem} (run build.sh inside the recipe's container "
+                "on a host with its GPU)"
+            )
         said = f"this host can build it ({here.describe()})"
         if build.get("tensorrt") and not same_tensorrt(str(build["tensorrt"]), str(here.tensorrt)):
             said += f"; note: TensorRT {here.tensorrt} here, trtspec's table lists {build['tensorrt']} for this release"
@@ -497,8 +541,10 @@ def _run(args: argparse.Namespace) -> str:
     manifest = lock_manifest(build_with_dirs(build, dirs["c"], dirs["o"]), args.engine_dir, here)
     write_lock(args.engine_dir, manifest)
     size = sum(f["bytes"] for f in manifest["files"])
-    return (f"locked {args.engine_dir}/{ENGINE_JSON}: {len(manifest['files'])} files, {size / 1e9:.2f} GB hashed in "
-            f"{time.monotonic() - t0:.1f} s; {here.describe()}")  # fmt: skip
+    return (
+        f"locked {args.engine_dir}/{ENGINE_JSON}: {len(manifest['files'])} files, {size / 1e9:.2f} GB hashed in "
+        f"{time.monotonic() - t0:.1f} s; {here.describe()}"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -35,10 +35,19 @@ from builder.trtllm.compat import LOG_NAME, Installed, expected_files, installed
 FORMAT = compat.FORMAT
 TAIL_LINES = 30
 HEARTBEAT_S = 30.0
-PROGRESS_MARKS = ("Total time", "Build TensorRT engine", "Engine serialized", "Build phase peak memory",
-                  "[E]", "Error", "error:")  # fmt: skip
-INSTALL_HINT = ("building TensorRT-LLM engines needs TensorRT-LLM {version} on a GPU host: run inside {image} "
-                "(NVIDIA's Triton TRT-LLM container) or install tensorrt_llm=={version}")  # fmt: skip
+PROGRESS_MARKS = (
+    "Total time",
+    "Build TensorRT engine",
+    "Engine serialized",
+    "Build phase peak memory",
+    "[E]",
+    "Error",
+    "error:",
+)
+INSTALL_HINT = (
+    "building TensorRT-LLM engines needs TensorRT-LLM {version} on a GPU host: run inside {image} "
+    "(NVIDIA's Triton TRT-LLM container) or install tensorrt_llm=={version}"
+)
 
 
 class BuildFailed(RuntimeError):
@@ -90,22 +99,34 @@ def _stream(proc: subprocess.Popen, log, say: Callable[[str], None]) -> deque[st
     return tail
 
 
-def build_engine(cmd: BuildCommand, out: Path, say: Callable[[str], None] = lambda _m: None,
-                 timeout: float | None = None) -> Path:  # fmt: skip
+def build_engine(
+    cmd: BuildCommand, out: Path, say: Callable[[str], None] = lambda _m: None, timeout: float | None = None
+) -> Path:
     """Run `cmd` writing into `out` (a temp folder the caller renames on success); its log is `out/trtllm-build.log`.
 
     BuildFailed (with the log's last lines) on a non-zero exit, a timeout, or missing rank engines."""
     argv = cmd.with_dirs(output_dir=str(out)).argv
     if shutil.which(argv[0]) is None:
-        raise BuildFailed(f"{argv[0]} is not on PATH (" + INSTALL_HINT.format(version=cmd.trtllm_version,
-                          image="the recipe's container") + ")")  # fmt: skip
+        raise BuildFailed(
+            f"{argv[0]} is not on PATH ("
+            + INSTALL_HINT.format(version=cmd.trtllm_version, image="the recipe's container")
+            + ")"
+        )
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / LOG_NAME
     say(f"trtllm-build (TensorRT-LLM {cmd.trtllm_version}), {cmd.target['world_size']} rank(s); log {log_path}")
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", bufsize=1, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         expired = threading.Event()
 
         def stop() -> None:  # a silent, hung build never ends the output stream: kill it at the deadline
@@ -154,5 +175,12 @@ def read_engine_manifest(engine_dir: Path, verify: bool = True) -> dict[str, Any
     return manifest
 
 
-__all__ = ["BuildFailed", "build_engine", "engine_manifest", "expected_files", "probe",
-           "read_engine_manifest", "write_engine_manifest"]  # fmt: skip
+__all__ = [
+    "BuildFailed",
+    "build_engine",
+    "engine_manifest",
+    "expected_files",
+    "probe",
+    "read_engine_manifest",
+    "write_engine_manifest",
+]

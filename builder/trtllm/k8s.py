@@ -39,8 +39,13 @@ from builder.trtllm.compat import STATE_MOUNT
 
 # Container paths of the served folders (docker-run.sh mounts, k8s subPaths). The repository's tensorrt_llm
 # config must name the engine as the server sees it: gpt_model_path = /trtspec/engine.
-MOUNTS = {"repository": "/trtspec/repository", "engine": "/trtspec/engine", "bundle": "/trtspec/bundle",
-          "checkpoint": "/trtspec/checkpoint", "state": STATE_MOUNT}  # fmt: skip
+MOUNTS = {
+    "repository": "/trtspec/repository",
+    "engine": "/trtspec/engine",
+    "bundle": "/trtspec/bundle",
+    "checkpoint": "/trtspec/checkpoint",
+    "state": STATE_MOUNT,
+}
 VERIFY_HASHES = "once"  # launch.sh's hash policy in the pod (builder.trtllm.compat: once | always | never)
 SHM_SIZE, SHM_LIMIT = "2g", "2Gi"  # the python backend's shared memory (docker --shm-size; pod emptyDir limit)
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -58,71 +63,109 @@ def k8s_name(recipe: Recipe) -> str:
 
 
 def _labels(name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "trtspec", "app.kubernetes.io/instance": name,
-            "app.kubernetes.io/component": "tritonserver-trtllm"}  # fmt: skip
+    return {
+        "app.kubernetes.io/name": "trtspec",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "tritonserver-trtllm",
+    }
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "timeoutSeconds": 5,
-            "failureThreshold": failures}  # fmt: skip
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
 
 
 def container(recipe: Recipe) -> dict[str, Any]:
     p, gpus = recipe.triton.ports, world_size(recipe)
-    mounts = [{"name": "data", "mountPath": MOUNTS[k], "subPath": k, "readOnly": True}
-              for k in ("repository", "engine", "bundle")]  # fmt: skip
+    mounts = [
+        {"name": "data", "mountPath": MOUNTS[k], "subPath": k, "readOnly": True}
+        for k in ("repository", "engine", "bundle")
+    ]
     return {
         "name": "tritonserver",
         "image": recipe.trtllm.image,
         "command": ["bash", f"{MOUNTS['bundle']}/launch.sh"],
-        "ports": [{"name": "http", "containerPort": p.http, "protocol": "TCP"},
-                  {"name": "grpc", "containerPort": p.grpc, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": p.metrics, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": p.http, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": p.grpc, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": p.metrics, "protocol": "TCP"},
+        ],
         "env": [{"name": "VERIFY_HASHES", "value": VERIFY_HASHES}],
         "resources": {"limits": {GPU_RESOURCE: gpus}},
         "startupProbe": _probe("/v2/health/live", 10, STARTUP_S // 10),
         "livenessProbe": _probe("/v2/health/live", 15, 4),
         "readinessProbe": _probe("/v2/health/ready", 10, 3),
-        "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"},
-                         {"name": "state", "mountPath": MOUNTS["state"]}],
-    }  # fmt: skip
+        "volumeMounts": [
+            *mounts,
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "state", "mountPath": MOUNTS["state"]},
+        ],
+    }
 
 
 def k8s_objects(recipe: Recipe, name: str | None = None, claim: str | None = None) -> list[dict[str, Any]]:
     """[Deployment, Service] for the recipe (name: DNS-1123 label, default from triton.model_name)."""
     name = name or k8s_name(recipe)
     labels, p = _labels(name), recipe.triton.ports
-    pod_annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(p.metrics),
-                       "prometheus.io/path": "/metrics"}  # fmt: skip
+    pod_annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(p.metrics),
+        "prometheus.io/path": "/metrics",
+    }
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels,
-                     "annotations": {"trtspec/tensorrt-llm": recipe.trtllm.version, "trtspec/world-size": str(world_size(recipe))}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {
+                "trtspec/tensorrt-llm": recipe.trtllm.version,
+                "trtspec/world-size": str(world_size(recipe)),
+            },
+        },
         "spec": {
-            "replicas": 1, "strategy": {"type": "Recreate"},
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             "template": {
                 "metadata": {"labels": _labels(name), "annotations": pod_annotations},
                 "spec": {
                     "containers": [container(recipe)],
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim or f"{name}-data", "readOnly": True}},
-                                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}},
-                                {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}}],
+                    "volumes": [
+                        {
+                            "name": "data",
+                            "persistentVolumeClaim": {"claimName": claim or f"{name}-data", "readOnly": True},
+                        },
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}},
+                        {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}},
+                    ],
                 },
             },
         },
-    }  # fmt: skip
+    }
     service = {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": name, "labels": _labels(name)},
-        "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/instance": name},
-                 "ports": [{"name": n, "port": port, "targetPort": n, "protocol": "TCP"}
-                           for n, port in (("http", p.http), ("grpc", p.grpc), ("metrics", p.metrics))]},
-    }  # fmt: skip
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"app.kubernetes.io/instance": name},
+            "ports": [
+                {"name": n, "port": port, "targetPort": n, "protocol": "TCP"}
+                for n, port in (("http", p.http), ("grpc", p.grpc), ("metrics", p.metrics))
+            ],
+        },
+    }
     return [deployment, service]
 
 
 def render_k8s(recipe: Recipe, name: str | None = None, claim: str | None = None) -> str:
-    head = (f"# {recipe.triton.model_name} on TensorRT-LLM {recipe.trtllm.version}: Deployment + Service, written by trtspec.\n"
-            f"# Fill the PersistentVolumeClaim with repository/, engine/ and bundle/ before applying.\n")  # fmt: skip
+    head = (
+        f"# {recipe.triton.model_name} on TensorRT-LLM {recipe.trtllm.version}: Deployment + Service, written by trtspec.\n"
+        f"# Fill the PersistentVolumeClaim with repository/, engine/ and bundle/ before applying.\n"
+    )
     return head + yaml.safe_dump_all(k8s_objects(recipe, name, claim), sort_keys=False)

@@ -14,18 +14,24 @@ from triton_repo.trtllm.settings import TrtllmRepoSettings
 
 # recipe field (dotted) → settings field, for the manifest and the README's table
 FIELDS = {
-    "triton.model_name": "model_name", "build.max_batch_size": "max_batch_size", "triton.decoupled": "decoupled",
-    "triton.max_queue_delay_us": "max_queue_delay_us", "triton.max_queue_size": "max_queue_size",
+    "triton.model_name": "model_name",
+    "build.max_batch_size": "max_batch_size",
+    "triton.decoupled": "decoupled",
+    "triton.max_queue_delay_us": "max_queue_delay_us",
+    "triton.max_queue_size": "max_queue_size",
     "triton.instances.preprocessing": "preprocessing_instances",
     "triton.instances.postprocessing": "postprocessing_instances",
     "trtllm.batch_scheduler_policy": "batch_scheduler_policy",
     "triton.kv_cache_free_gpu_mem_fraction": "kv_cache_free_gpu_mem_fraction",
     "trtllm.max_tokens_in_paged_kv_cache": "max_tokens_in_paged_kv_cache",
-    "trtllm.enable_chunked_context": "enable_chunked_context", "trtllm.enable_kv_cache_reuse": "enable_kv_cache_reuse",
-    "triton.exclude_input_in_output": "exclude_input_in_output", "speculative.method": "decoding_mode",
-    "speculative.tree": "medusa_choices / eagle_choices", "speculative.window/ngram/verification_set": "lookahead",
+    "trtllm.enable_chunked_context": "enable_chunked_context",
+    "trtllm.enable_kv_cache_reuse": "enable_kv_cache_reuse",
+    "triton.exclude_input_in_output": "exclude_input_in_output",
+    "speculative.method": "decoding_mode",
+    "speculative.tree": "medusa_choices / eagle_choices",
+    "speculative.window/ngram/verification_set": "lookahead",
     "parallelism.tp × parallelism.pp": "world_size",
-}  # fmt: skip
+}
 
 
 def repo_settings(loaded: LoadedRecipe, engine_dir: str) -> TrtllmRepoSettings:

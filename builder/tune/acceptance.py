@@ -97,8 +97,14 @@ def _requests(prompts: Sequence[Sequence[int]], max_new: int, stop_ids: Sequence
     return [Request(tuple(p), max_new, stop_ids=tuple(stop_ids)) for p in prompts]
 
 
-def node_stats(engine: Any, make_drafter: Callable[[], Any], choices: Sequence[Choice],
-               prompts: Sequence[Sequence[int]], max_new: int, stop_ids: Sequence[int]) -> NodeStats:  # fmt: skip
+def node_stats(
+    engine: Any,
+    make_drafter: Callable[[], Any],
+    choices: Sequence[Choice],
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    stop_ids: Sequence[int],
+) -> NodeStats:
     """Decode with the calibration tree `choices` (the drafter's tree) and count accepted nodes."""
     ordered = tuple(sort_choices(choices))
     tap = _Tap(engine)
@@ -109,8 +115,13 @@ def node_stats(engine: Any, make_drafter: Callable[[], Any], choices: Sequence[C
     return stats
 
 
-def tau_stats(engine: Any, make_drafter: Callable[[], Any], prompts: Sequence[Sequence[int]], max_new: int,
-              stop_ids: Sequence[int]) -> TauStats:  # fmt: skip
+def tau_stats(
+    engine: Any,
+    make_drafter: Callable[[], Any],
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    stop_ids: Sequence[int],
+) -> TauStats:
     """Decode every prompt with a fresh drafter; steps, tokens emitted by them, accepted depths."""
     gens = Loop(engine, make_drafter()).run(_requests(prompts, max_new, stop_ids))
     steps = sum(g.steps for g in gens)

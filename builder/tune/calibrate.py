@@ -47,8 +47,11 @@ class Calibration:
             if len(self.prompts) == self.num_prompts:
                 break
         if len(self.prompts) < self.num_prompts:
-            raise UserError(f"{src} gives {len(self.prompts)} documents of >= {MIN_PROMPT} tokens, --prompts asks for "
-                            f"{self.num_prompts}", field=FIELD)  # fmt: skip
+            raise UserError(
+                f"{src} gives {len(self.prompts)} documents of >= {MIN_PROMPT} tokens, --prompts asks for "
+                f"{self.num_prompts}",
+                field=FIELD,
+            )
         self.stop_ids = stop_ids(self.parts.base_dir())
         self._model = self.parts.model()
         self._engines: dict[int, Any] = {}

@@ -59,8 +59,12 @@ def best(candidates: Iterable[Scored]) -> Scored:
     return top
 
 
-def choose_static(probability: Mapping[Choice, float], cost: Callable[[Sequence[Choice], float], float],
-                  max_nodes: int, max_depth: int) -> tuple[Scored, list[Scored]]:  # fmt: skip
+def choose_static(
+    probability: Mapping[Choice, float],
+    cost: Callable[[Sequence[Choice], float], float],
+    max_nodes: int,
+    max_depth: int,
+) -> tuple[Scored, list[Scored]]:
     """The best static tree of at most `max_nodes` nodes (root included) and depth <= max_depth, and the best
     tree per size (`cost(choices, tau)` -> ms per step). The root-only tree (n = 1) is a candidate."""
     per_size: dict[int, Scored] = {}

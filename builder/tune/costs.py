@@ -1,15 +1,15 @@
 """c: ms per decoding step of a setting at batch size b — the step curve plus the host's own work.
 
-    target      curve.target(b, T), T = tree nodes per step (root included); Medusa heads are in it
-    EAGLE       + extend(b, M): the step's accepted chain committed to the draft's cache, M ≈ E[τ] pairs
-                + one expand(b, F_d) per tree level with children below the root (F_d = that level's
-                  frontier: EAGLE-1 the nodes with children, EAGLE-2 top_k for depth - 1 levels)
-    off         a 1-node budget turns the drafter off (`set_budget(1)`): the target step alone
-    host        + `Host.ms(b, units)`: what the decoding loop and the drafter do on the host per step, which
-                no graph timing sees — base_ms per step, plus, when drafting, b · (draft_ms + per_unit_ms ·
-                units) with units = EAGLE tree levels (draft calls) or Medusa / Lookahead draft nodes;
-                measured on this host's engine (`builder.tune.host`); zero for a GPU roofline (not
-                measurable here)
+target      curve.target(b, T), T = tree nodes per step (root included); Medusa heads are in it
+EAGLE       + extend(b, M): the step's accepted chain committed to the draft's cache, M ≈ E[τ] pairs
+            + one expand(b, F_d) per tree level with children below the root (F_d = that level's
+              frontier: EAGLE-1 the nodes with children, EAGLE-2 top_k for depth - 1 levels)
+off         a 1-node budget turns the drafter off (`set_budget(1)`): the target step alone
+host        + `Host.ms(b, units)`: what the decoding loop and the drafter do on the host per step, which
+            no graph timing sees — base_ms per step, plus, when drafting, b · (draft_ms + per_unit_ms ·
+            units) with units = EAGLE tree levels (draft calls) or Medusa / Lookahead draft nodes;
+            measured on this host's engine (`builder.tune.host`); zero for a GPU roofline (not
+            measurable here)
 """
 
 from __future__ import annotations
@@ -64,8 +64,11 @@ def graph_ms(key: str, setting: Mapping[str, Any], curve: StepCurve, batch: int,
         return ms
     if key == "eagle2":
         n, levels = setting["total_nodes"], min(setting["depth"], setting["total_nodes"])
-        return curve.target_ms(batch, n + 1) + _extend_ms(curve, batch, tau) + (levels - 1) * curve.expand_ms(
-            batch, setting["top_k"])
+        return (
+            curve.target_ms(batch, n + 1)
+            + _extend_ms(curve, batch, tau)
+            + (levels - 1) * curve.expand_ms(batch, setting["top_k"])
+        )
     if key == "lookahead":
         return curve.target_ms(batch, 1 + units(key, setting))
     return curve.target_ms(batch, 1)
@@ -78,7 +81,8 @@ def step_ms(key: str, setting: Mapping[str, Any], curve: StepCurve, batch: int, 
     return graph_ms(key, setting, curve, batch, tau) + host.ms(batch, units(key, setting))
 
 
-def static_cost(curve: StepCurve, batch: int, key: str,
-                host: Host = Host()) -> Callable[[Sequence[Choice], float], float]:  # fmt: skip
+def static_cost(
+    curve: StepCurve, batch: int, key: str, host: Host = Host()
+) -> Callable[[Sequence[Choice], float], float]:
     """cost(choices, tau) -> ms of one step with this static tree (Medusa: fused heads; EAGLE-1: draft calls)."""
     return lambda choices, tau: step_ms(key, {"choices": list(choices)}, curve, batch, tau, host)

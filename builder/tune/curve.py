@@ -53,8 +53,14 @@ class StepCurve:
         def tab(t: Table) -> dict[str, dict[str, float]]:
             return {str(b): {str(n): round(ms, 5) for n, ms in sorted(row.items())} for b, row in sorted(t.items())}
 
-        return {"source": self.source, "unit": "ms", "target": tab(self.target), "expand": tab(self.expand),
-                "extend": tab(self.extend), "about": self.about}  # fmt: skip
+        return {
+            "source": self.source,
+            "unit": "ms",
+            "target": tab(self.target),
+            "expand": tab(self.expand),
+            "extend": tab(self.extend),
+            "about": self.about,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], smooth: bool = True) -> "StepCurve":
@@ -64,8 +70,13 @@ class StepCurve:
             rows = {int(b): {int(n): float(ms) for n, ms in row.items()} for b, row in (t or {}).items()}
             return {b: isotonic(row) for b, row in rows.items()} if smooth else rows
 
-        curve = cls(str(data["source"]), tab(data["target"]), tab(data.get("expand")), tab(data.get("extend")),
-                    dict(data.get("about") or {}))  # fmt: skip
+        curve = cls(
+            str(data["source"]),
+            tab(data["target"]),
+            tab(data.get("expand")),
+            tab(data.get("extend")),
+            dict(data.get("about") or {}),
+        )
         if not curve.target or any(not row for row in curve.target.values()):
             raise ValueError("a step curve needs at least one target point per batch size")
         return curve

@@ -51,8 +51,15 @@ def small_setting(key: str, current: Mapping[str, Any]) -> dict[str, Any]:
     return {"window": 1, "ngram": 2, "verification_set": 1}
 
 
-def measure_host(folder: Path, key: str, current: Mapping[str, Any], curve: StepCurve,
-                 prompts: Sequence[Sequence[int]], max_new: int, threads: int = 1) -> Host:  # fmt: skip
+def measure_host(
+    folder: Path,
+    key: str,
+    current: Mapping[str, Any],
+    curve: StepCurve,
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    threads: int = 1,
+) -> Host:
     """The `Host` of the engine folder `folder` (the recipe's own) on this host; `prompts`: at least two."""
     from builder.engines.ort.load import open_engine
     from builder.speculative.decoding import DraftSchedule

@@ -77,14 +77,19 @@ def tune_static(cal: Calibration, curve: StepCurve, room: int, host: Host, say: 
     config = {"method": "eagle", "version": 1, "choices": calib} if eagle else {"method": "medusa", "choices": calib}
     say(f"calibration: {len(cal.prompts)} prompts × {cal.max_new} tokens with a {len(calib)}-node tree")
     engine = cal.engine(0 if eagle else ranks)
-    stats = node_stats(engine, cal.drafters(config, ranks, len(calib) + 1), calib, cal.prompts, cal.max_new,
-                       cal.stop_ids)  # fmt: skip
+    stats = node_stats(
+        engine, cal.drafters(config, ranks, len(calib) + 1), calib, cal.prompts, cal.max_new, cal.stop_ids
+    )
     prob = stats.probability()
     _, table = choose_static(prob, static_cost(curve, 1, key, host), room, depth)
     pick = best(r for r in table if r.nodes > 1)  # a tree to write; the schedule turns it off where off is best
     cur_tau = expected_tau(current, prob)
-    cur = Scored(len(current) + 1, cur_tau, static_cost(curve, 1, key, host)(current, cur_tau),
-                 {"choices": [list(c) for c in current]})  # fmt: skip
+    cur = Scored(
+        len(current) + 1,
+        cur_tau,
+        static_cost(curve, 1, key, host)(current, cur_tau),
+        {"choices": [list(c) for c in current]},
+    )
     chosen = [tuple(c) for c in pick.setting["choices"]]
 
     def options(b: int) -> list[Scored]:

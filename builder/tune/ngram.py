@@ -63,14 +63,19 @@ class Replayed:
         return self.tokens / max(self.steps, 1)
 
 
-def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[str, Any], max_new: int,
-           budget: int | None = None, pool: SharedPool | None = None) -> Replayed:  # fmt: skip
+def replay(
+    texts: Sequence[tuple[Sequence[int], Sequence[int]]],
+    setting: dict[str, Any],
+    max_new: int,
+    budget: int | None = None,
+    pool: SharedPool | None = None,
+) -> Replayed:
     """Each (prompt, greedy output) decoded to `max_new` tokens as the decoding loop would with this n-gram
     setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end.
     `pool`: a `SharedPool` the texts start from instead of an empty one (a setting with shared_pool only; e.g. a
     datastore of other text, `scripts/bench_tiny_limits.py`)."""
-    from builder.speculative.ngram.drafter import NgramFactory
     from builder.speculative.engine import PrefillResult
+    from builder.speculative.ngram.drafter import NgramFactory
 
     steps = tokens = 0
     nodes: list[int] = []
@@ -93,8 +98,12 @@ def replay(texts: Sequence[tuple[Sequence[int], Sequence[int]]], setting: dict[s
             toks, best_n = draft.tokens.tolist(), 0
             for path in draft.paths.tolist():  # the longest accepted prefix of any path (greedy verification)
                 n = 0
-                while n + 1 < len(path) and path[n + 1] >= 0 and root + 1 + n < len(out) and \
-                        toks[path[n + 1]] == out[root + 1 + n]:  # fmt: skip
+                while (
+                    n + 1 < len(path)
+                    and path[n + 1] >= 0
+                    and root + 1 + n < len(out)
+                    and toks[path[n + 1]] == out[root + 1 + n]
+                ):
                     n += 1
                 best_n = max(best_n, n)
             if root + 1 + best_n >= len(out):
@@ -137,8 +146,14 @@ def grid(current: dict[str, Any], room: int) -> list[dict[str, Any]]:
     for pool in (True, False) if shared else (False,):
         for k in drafts:
             for big, small in MATCHES:
-                s = {"max_draft": k, "max_match": big, "min_match": small, "candidates": c, "adaptive": adaptive,
-                     "shared_pool": pool}  # fmt: skip
+                s = {
+                    "max_draft": k,
+                    "max_match": big,
+                    "min_match": small,
+                    "candidates": c,
+                    "adaptive": adaptive,
+                    "shared_pool": pool,
+                }
                 if s not in out:
                     out.append(s)
     return out
@@ -169,13 +184,17 @@ def tune_ngram(cal: Calibration, curve: StepCurve, room: int, host: Host, say: A
     full = next(r for s, r in runs if s == pick.setting)
 
     def options(b: int) -> list[Scored]:
-        capped_rows = [Scored(n, r.tau, score(r, curve, b, host, pick.setting).cost_ms, pick.setting)
-                       for n, r in capped.items()]  # fmt: skip
+        capped_rows = [
+            Scored(n, r.tau, score(r, curve, b, host, pick.setting).cost_ms, pick.setting) for n, r in capped.items()
+        ]
         return [_off(curve, b, host), *capped_rows, score(full, curve, b, host, pick.setting)]
 
     hist: dict[int, int] = {}
     for t in full.nodes:
         hist[t] = hist.get(t, 0) + 1
-    stats = {"settings_measured": len(settings), "replayed_steps": full.steps,
-             "nodes_per_step": {str(t): round(n / full.steps, 4) for t, n in sorted(hist.items())}}  # fmt: skip
+    stats = {
+        "settings_measured": len(settings),
+        "replayed_steps": full.steps,
+        "nodes_per_step": {str(t): round(n / full.steps, 4) for t, n in sorted(hist.items())},
+    }
     return Tuned(pick, cur, table, options, stats)

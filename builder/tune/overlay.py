@@ -27,8 +27,9 @@ from builder.recipe.loader import LoadedRecipe, RecipeErrors, load_recipe
 from builder.speculative.drafters import NGRAM_KEYS
 
 
-def overlay_fields(loaded: LoadedRecipe, setting: dict[str, Any], schedule: list[list[int]],
-                   draft_len: int) -> dict[str, Any]:  # fmt: skip
+def overlay_fields(
+    loaded: LoadedRecipe, setting: dict[str, Any], schedule: list[list[int]], draft_len: int
+) -> dict[str, Any]:
     """The fields the overlay sets (see the module docstring); `draft_len` = draft nodes (root excluded)."""
     spec = loaded.recipe.speculative
     if spec.method == "medusa":
@@ -36,8 +37,16 @@ def overlay_fields(loaded: LoadedRecipe, setting: dict[str, Any], schedule: list
     elif spec.method == "eagle" and spec.tree.type == "static":
         fields = {"speculative": {"tree": {"type": "static", "choices": setting["choices"]}}}
     elif spec.method == "eagle":
-        fields = {"speculative": {"tree": {"type": "dynamic", "depth": setting["depth"], "top_k": setting["top_k"],
-                                           "total_nodes": setting["total_nodes"]}}}  # fmt: skip
+        fields = {
+            "speculative": {
+                "tree": {
+                    "type": "dynamic",
+                    "depth": setting["depth"],
+                    "top_k": setting["top_k"],
+                    "total_nodes": setting["total_nodes"],
+                }
+            }
+        }
     elif spec.method == "lookahead":
         fields = {"speculative": {k: setting[k] for k in ("window", "ngram", "verification_set")}}
     elif spec.method == "ngram":

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-_SETTING_KEYS = ("depth", "top_k", "total_nodes", "window", "ngram", "verification_set", "max_draft", "max_match",
-                 "min_match", "candidates", "shared_pool")
+_SETTING_KEYS = (
+    "depth",
+    "top_k",
+    "total_nodes",
+    "window",
+    "ngram",
+    "verification_set",
+    "max_draft",
+    "max_match",
+    "min_match",
+    "candidates",
+    "shared_pool",
+)
 
 
 def describe(row: dict[str, Any]) -> str:
@@ -23,11 +34,14 @@ def markdown(report: dict[str, Any]) -> str:
     cost, cal = report["cost"], report["calibration"]
     gpu = cost["about"].get("gpu")
     what = "measured on this host" if cost["source"] == "measured" else f"PREDICTED: roofline of {gpu}"
-    lines = [f"{report['recipe']} ({report['method']}): cost {what}, plain step {cost['plain_ms']:.4g} ms, trees up to "
-             f"{cost['max_nodes']} nodes; acceptance from {cal['prompts']} calibration prompts ({cal['source']}) × "
-             f"{cal['max_new_tokens']} tokens", "",
-             "| setting | nodes | E[τ] | c ms/step | predicted × plain | measured × plain | measured τ |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"{report['recipe']} ({report['method']}): cost {what}, plain step {cost['plain_ms']:.4g} ms, trees up to "
+        f"{cost['max_nodes']} nodes; acceptance from {cal['prompts']} calibration prompts ({cal['source']}) × "
+        f"{cal['max_new_tokens']} tokens",
+        "",
+        "| setting | nodes | E[τ] | c ms/step | predicted × plain | measured × plain | measured τ |",
+        "|---|---|---|---|---|---|---|",
+    ]
     measured = {r["row"]: r for r in report.get("measured", {}).get("rows", [])}
     for name, key in (("current", "current"), ("tuned (pick)", "pick")):
         r, m = report[key], measured.get("current" if key == "current" else "tuned")
@@ -37,18 +51,23 @@ def markdown(report: dict[str, Any]) -> str:
         if b1["nodes"] != r["nodes"]:  # the pick's own draft schedule cuts it at batch 1
             what += f"; its schedule at batch 1: {'off' if b1['nodes'] == 1 else str(b1['nodes']) + ' nodes'}"
             r = b1
-        lines.append(f"| {name}: {what} | {r['nodes']} | {r['tau']:.2f} | {r['cost_ms']:.4g} | "
-                     f"{r['speedup']:.2f}× | {got} |")
+        lines.append(
+            f"| {name}: {what} | {r['nodes']} | {r['tau']:.2f} | {r['cost_ms']:.4g} | {r['speedup']:.2f}× | {got} |"
+        )
     if "plain" in measured:
-        lines.append(f"| plain | 1 | 1.00 | {cost['plain_ms']:.4g} | 1.00× | 1.00× "
-                     f"({measured['plain']['tokens_per_s']:.0f} tok/s) | 1.00 |")
+        lines.append(
+            f"| plain | 1 | 1.00 | {cost['plain_ms']:.4g} | 1.00× | 1.00× "
+            f"({measured['plain']['tokens_per_s']:.0f} tok/s) | 1.00 |"
+        )
     sched = report["draft_schedule"] or "[] (the full draft at every batch size)"
     note = f" ({report['draft_schedule_note']})" if "draft_schedule_note" in report else ""
     lines += ["", f"draft schedule [[max_batch, max_nodes], …]: {sched}{note}"]
     m = report.get("measured", {})
     if "rows" in m:
-        lines.append(f"measured: {m['prompts']}, {m['max_new_tokens']} new tokens, {m['threads']} thread(s), one run "
-                     f"(rows alternating); tokens equal across rows: {m['tokens_equal']}")  # fmt: skip
+        lines.append(
+            f"measured: {m['prompts']}, {m['max_new_tokens']} new tokens, {m['threads']} thread(s), one run "
+            f"(rows alternating); tokens equal across rows: {m['tokens_equal']}"
+        )
     elif "note" in m:
         lines.append(f"measured: {m['note']}")
     return "\n".join(lines)

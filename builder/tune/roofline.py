@@ -66,8 +66,10 @@ def target_graph(recipe: Recipe, a: Architecture) -> Graph:
     tp, h, v = recipe.parallelism.tp, a.hidden_size, a.vocab_size
     kv_dtype = "fp8" if recipe.quantization.kv_cache == "fp8" else recipe.model.dtype
     kv_heads = math.ceil(a.num_kv_heads / tp)
-    linears = [Linear("decoder", a.num_layers * _layer_params(a) // tp, _dtype(recipe, "decoder")),
-               Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head"))]  # fmt: skip
+    linears = [
+        Linear("decoder", a.num_layers * _layer_params(a) // tp, _dtype(recipe, "decoder")),
+        Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head")),
+    ]
     spec = recipe.speculative
     if spec.method == "medusa":
         per_head = spec.num_layers * (h * h + h) + h * v
@@ -79,8 +81,10 @@ def target_graph(recipe: Recipe, a: Architecture) -> Graph:
 def eagle_graph(recipe: Recipe, a: Architecture) -> Graph:
     tp, h, v = recipe.parallelism.tp, a.hidden_size, a.vocab_size
     layer = (2 * h * h + h + _layer_params(a)) // tp
-    linears = (Linear("eagle_draft", layer, _dtype(recipe, "eagle_draft")),
-               Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head")))
+    linears = (
+        Linear("eagle_draft", layer, _dtype(recipe, "eagle_draft")),
+        Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head")),
+    )
     kv = 2 * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * BYTES[recipe.model.dtype]
     return Graph(linears, kv, (1, a.num_attention_heads // tp, a.dim_per_head), recipe.model.dtype)
 
@@ -113,7 +117,13 @@ def roofline_curve(recipe: Recipe, a: Architecture, max_nodes: int, ctx: int | N
         widths = size_grid(max(max_nodes - 1, 1))
         expand = {b: {f: 1e3 * call_seconds(eg, gpu, b, f, ctx) for f in widths} for b in batches}
         extend = {b: {m: 1e3 * call_seconds(eg, gpu, b, m, ctx) for m in (1, 2, 4, 8, 16)} for b in batches}
-    about = {"gpu": gpu.name, "bandwidth_GBps": gpu.bandwidth_gbps, "bf16_TFLOPs": gpu.bf16_tflops,
-             "fp8_TFLOPs": gpu.fp8_tflops, "context": ctx, "tp": recipe.parallelism.tp,
-             "note": "prediction: peak datasheet rates, no launch/communication time (a lower bound)"}  # fmt: skip
+    about = {
+        "gpu": gpu.name,
+        "bandwidth_GBps": gpu.bandwidth_gbps,
+        "bf16_TFLOPs": gpu.bf16_tflops,
+        "fp8_TFLOPs": gpu.fp8_tflops,
+        "context": ctx,
+        "tp": recipe.parallelism.tp,
+        "note": "prediction: peak datasheet rates, no launch/communication time (a lower bound)",
+    }
     return StepCurve("roofline", target, expand, extend, about)

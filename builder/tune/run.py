@@ -74,8 +74,10 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
     folder = build(loaded, opts.cache, until="engine").folder("engine")
     meta = read_meta(folder)
     if "step_curve" not in meta:
-        raise UserError(f"{folder}/engine.json has no step_curve (built by an older trtspec): rebuild with "
-                        "`trtspec build --force`", field="engine")  # fmt: skip
+        raise UserError(
+            f"{folder}/engine.json has no step_curve (built by an older trtspec): rebuild with `trtspec build --force`",
+            field="engine",
+        )
     curve = StepCurve.from_json(meta["step_curve"])
     here = host_about(opts.threads)
     if opts.curve == "now":
@@ -86,8 +88,10 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         # describe this host, and the picks depend on it. Measured again here (about a second per graph); the
         # cached engine is left as it is.
         where = lambda about: ", ".join(f"{k} {about.get(k)!r}" for k in SAME_HOST)  # noqa: E731
-        opts.say(f"the step curve in {folder.name}/engine.json was measured at {where(curve.about)}; this host "
-                 f"differs ({where(here)}): measuring it here")  # fmt: skip
+        opts.say(
+            f"the step curve in {folder.name}/engine.json was measured at {where(curve.about)}; this host "
+            f"differs ({where(here)}): measuring it here"
+        )
         curve = StepCurve.from_json(measure_folder(folder, int(meta["max_batch_size"]), threads=opts.threads))
     return curve, folder
 
@@ -111,34 +115,56 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     host = Host()
     if folder is not None:
         opts.say("measuring the host's share of a step (plain and the current setting, this engine)")
-        host = measure_host(folder, key, current_setting(loaded), curve, (cal.prompts * 3)[:3], opts.max_new_tokens,
-                            opts.threads)  # fmt: skip
+        host = measure_host(
+            folder, key, current_setting(loaded), curve, (cal.prompts * 3)[:3], opts.max_new_tokens, opts.threads
+        )
     tuned = (tune_ngram if key == "ngram" else TUNERS[key])(cal, curve, room, host, opts.say)
     plain = curve.target_ms(1, 1) + host.base_ms
     sched = schedule(tuned.options, curve.batches, tuned.pick.nodes)
-    report.update({
-        "cost": {"source": curve.source, "about": curve.about, "max_nodes": room, "plain_ms": round(plain, 5),
-                 "curve_timed": None if folder is None else opts.curve,
-                 "host": {"source": host.source, "base_ms": host.base_ms, "draft_ms": host.draft_ms,
-                          "per_unit_ms": host.per_unit_ms},
-                 "batch1_ms": {str(t): round(ms, 5) for t, ms in sorted(curve.target[1].items())}},
-        "calibration": {"source": loaded.recipe.quantization.calibration.source, "prompts": len(cal.prompts),
-                        "prompt_tokens": opts.prompt_len, "max_new_tokens": opts.max_new_tokens, **tuned.stats},
-        "pick": tuned.pick.to_json(plain), "current": tuned.current.to_json(plain),
-        "tuned_batch1": best(tuned.options(1)).to_json(plain),  # the pick under its own schedule at batch 1
-        "candidates": [c.to_json(plain) for c in sorted(tuned.table, key=lambda c: -c.rate)[:10]],
-        "draft_schedule": sched,
-        "schedule_detail": {str(b): [o.to_json(curve.target_ms(b, 1) + host.base_ms) for o in tuned.options(b)]
-                            for b in curve.batches},
-    })  # fmt: skip
+    report.update(
+        {
+            "cost": {
+                "source": curve.source,
+                "about": curve.about,
+                "max_nodes": room,
+                "plain_ms": round(plain, 5),
+                "curve_timed": None if folder is None else opts.curve,
+                "host": {
+                    "source": host.source,
+                    "base_ms": host.base_ms,
+                    "draft_ms": host.draft_ms,
+                    "per_unit_ms": host.per_unit_ms,
+                },
+                "batch1_ms": {str(t): round(ms, 5) for t, ms in sorted(curve.target[1].items())},
+            },
+            "calibration": {
+                "source": loaded.recipe.quantization.calibration.source,
+                "prompts": len(cal.prompts),
+                "prompt_tokens": opts.prompt_len,
+                "max_new_tokens": opts.max_new_tokens,
+                **tuned.stats,
+            },
+            "pick": tuned.pick.to_json(plain),
+            "current": tuned.current.to_json(plain),
+            "tuned_batch1": best(tuned.options(1)).to_json(plain),  # the pick under its own schedule at batch 1
+            "candidates": [c.to_json(plain) for c in sorted(tuned.table, key=lambda c: -c.rate)[:10]],
+            "draft_schedule": sched,
+            "schedule_detail": {
+                str(b): [o.to_json(curve.target_ms(b, 1) + host.base_ms) for o in tuned.options(b)]
+                for b in curve.batches
+            },
+        }
+    )
     report["overlay"] = overlay_fields(loaded, tuned.pick.setting, sched, tuned.pick.nodes - 1)
     if loaded.recipe.target.engine_backend == "trtllm":
         report["draft_schedule_note"] = "not written: TensorRT-LLM's runtime decides the draft per step"
     if folder is not None and opts.measure_prompts > 0:
         report["measured"] = _measured(loaded, report["overlay"], opts)
     elif folder is None:
-        report["measured"] = {"note": f"target {loaded.recipe.target.device}: no GPU here; the speedups above are "
-                                      "predictions from the roofline"}  # fmt: skip
+        report["measured"] = {
+            "note": f"target {loaded.recipe.target.device}: no GPU here; the speedups above are "
+            "predictions from the roofline"
+        }
     return report
 
 

@@ -41,8 +41,15 @@ def _decode(dec: Any, sched: Any, ids: list[int], max_new: int) -> tuple[list[in
     return g.token_ids, g.steps, time.perf_counter() - t0
 
 
-def measure(loaded: LoadedRecipe, tuned: LoadedRecipe, num_prompts: int, max_new: int, cache: Path, threads: int = 1,
-            say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
+def measure(
+    loaded: LoadedRecipe,
+    tuned: LoadedRecipe,
+    num_prompts: int,
+    max_new: int,
+    cache: Path,
+    threads: int = 1,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
     """tokens/s, τ and the speedup over plain of each row (module docstring)."""
     from builder.data.humaneval import heldout_prompts
 
@@ -51,8 +58,9 @@ def measure(loaded: LoadedRecipe, tuned: LoadedRecipe, num_prompts: int, max_new
     prompts = [tok.encode(p).ids for p in heldout_prompts(num_prompts + 1)]
     room = rows[0][1].engine.max_seq_len
     if any(len(p) + max_new > room for p in prompts):
-        raise UserError(f"a HumanEval prompt + {max_new} new tokens exceeds build.max_seq_len {room}",
-                        field="--max-new-tokens")  # fmt: skip
+        raise UserError(
+            f"a HumanEval prompt + {max_new} new tokens exceeds build.max_seq_len {room}", field="--max-new-tokens"
+        )
     for _, dec, sched in rows:
         _decode(dec, sched, prompts[0], max_new)  # warm-up, untimed
     totals = {label: {"tokens": 0, "steps": 0, "seconds": 0.0} for label, _, _ in rows}
@@ -71,8 +79,19 @@ def measure(loaded: LoadedRecipe, tuned: LoadedRecipe, num_prompts: int, max_new
     for label, dec, _ in rows:
         t = totals[label]
         tps = t["tokens"] / t["seconds"]
-        out_rows.append({"row": label, "label": dec.label, "tokens_per_s": round(tps, 2),
-                         "speedup": round(tps / base, 3),
-                         "tau": round((t["tokens"] - num_prompts) / max(t["steps"], 1), 4)})  # fmt: skip
-    return {"prompts": f"HumanEval, first {num_prompts} after one warm-up", "max_new_tokens": max_new,
-            "threads": threads, "rows": out_rows, "tokens_equal": equal}  # fmt: skip
+        out_rows.append(
+            {
+                "row": label,
+                "label": dec.label,
+                "tokens_per_s": round(tps, 2),
+                "speedup": round(tps / base, 3),
+                "tau": round((t["tokens"] - num_prompts) / max(t["steps"], 1), 4),
+            }
+        )
+    return {
+        "prompts": f"HumanEval, first {num_prompts} after one warm-up",
+        "max_new_tokens": max_new,
+        "threads": threads,
+        "rows": out_rows,
+        "tokens_equal": equal,
+    }

@@ -67,8 +67,10 @@ def inject_step(ctx: Context) -> Verdict:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or "GPU_CHECK_CONTEXT" not in os.environ:
-        print("usage: GPU_CHECK_CONTEXT=... python -m devtools.gpu_check.child RESULT.json (the runner calls this)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "usage: GPU_CHECK_CONTEXT=... python -m devtools.gpu_check.child RESULT.json (the runner calls this)",
+            file=sys.stderr,
+        )
         return 2
     ctx, target = load_context()
     verdict = run(target, ctx)

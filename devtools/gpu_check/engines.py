@@ -35,8 +35,12 @@ from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
 from plugins.tree_verify.reference import VerifyResult
 from plugins.verify_checks.cases import Case, compare
 
-PROMPTS = ("def add(a, b):\n", "import os\n\ndef list_files(path):\n", "class Stack:\n    def __init__(self):\n",
-           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")  # fmt: skip
+PROMPTS = (
+    "def add(a, b):\n",
+    "import os\n\ndef list_files(path):\n",
+    "class Stack:\n    def __init__(self):\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+)
 TIE_FP32 = 1e-5  # STYLE.md rule 5: a near-tie in fp32 is a top-2 gap below ~1e-5 (relative to max|logit| here)
 BF16_U = 2.0**-8  # bf16 unit roundoff (8 significant bits)
 
@@ -63,8 +67,12 @@ def verify_model(case: Case) -> Any:
     from plugins.tree_verify import onnx_op
     from plugins.tree_verify.contract import DOMAIN
 
-    types = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16,
-             torch.bfloat16: TensorProto.BFLOAT16, torch.int32: TensorProto.INT32}  # fmt: skip
+    types = {
+        torch.float32: TensorProto.FLOAT,
+        torch.float16: TensorProto.FLOAT16,
+        torch.bfloat16: TensorProto.BFLOAT16,
+        torch.int32: TensorProto.INT32,
+    }
     named = zip(INPUT_NAMES, case.inputs())
     inputs = [helper.make_tensor_value_info(n, types[t.dtype], list(t.shape)) for n, t in named]
     b, w = case.tokens.shape[0], case.paths.shape[2]
@@ -93,8 +101,11 @@ def check_tensorrt(case: Case, label: str) -> Any:
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     context = engine.create_execution_context()
     b, w = case.tokens.shape[0], case.paths.shape[2]
-    outs = [torch.empty(b, dtype=torch.int32, device="cuda"), torch.empty(b, dtype=torch.int32, device="cuda"),
-            torch.empty(b, w, dtype=torch.int32, device="cuda")]  # fmt: skip
+    outs = [
+        torch.empty(b, dtype=torch.int32, device="cuda"),
+        torch.empty(b, dtype=torch.int32, device="cuda"),
+        torch.empty(b, w, dtype=torch.int32, device="cuda"),
+    ]
     inputs = [x.contiguous() for x in case.inputs()]  # kept alive until the engine has run
     for name, tensor in [*zip(INPUT_NAMES, inputs), *zip(OUTPUT_NAMES, outs)]:
         context.set_tensor_address(name, tensor.data_ptr())
@@ -103,9 +114,18 @@ def check_tensorrt(case: Case, label: str) -> Any:
         raise RuntimeError("execute_async_v3 returned False")
     stream.synchronize()
     result = compare(case, VerifyResult(*outs))
-    return Row("tensorrt", label, str(case.logits.dtype).removeprefix("torch."), b, float("nan"), float("nan"),
-               float("nan"), result.rows - len(result.near_ties) - len(result.wrong), len(result.near_ties),
-               len(result.wrong))  # fmt: skip
+    return Row(
+        "tensorrt",
+        label,
+        str(case.logits.dtype).removeprefix("torch."),
+        b,
+        float("nan"),
+        float("nan"),
+        float("nan"),
+        result.rows - len(result.near_ties) - len(result.wrong),
+        len(result.near_ties),
+        len(result.wrong),
+    )
 
 
 def plugin_engine_step(ctx: Context) -> Verdict:
@@ -117,8 +137,11 @@ def plugin_engine_step(ctx: Context) -> Verdict:
             print(f"{label}: {rows[-1].rows_ok} equal, {rows[-1].near_ties} near-ties, {rows[-1].wrong} wrong")
     wrong = sum(r.wrong for r in rows)
     details = {"rows": [dataclasses.asdict(r) for r in rows]}
-    return Verdict(FAIL if wrong else PASS, f"{len(rows)} engines (both modes, shared / own trees, V={VOCAB}): "
-                   f"{wrong} wrong sequences", details)  # fmt: skip
+    return Verdict(
+        FAIL if wrong else PASS,
+        f"{len(rows)} engines (both modes, shared / own trees, V={VOCAB}): {wrong} wrong sequences",
+        details,
+    )
 
 
 # -- the fixture recipes' TensorRT engines against ONNX Runtime --------------------------------------------------
@@ -126,8 +149,19 @@ def plugin_engine_step(ctx: Context) -> Verdict:
 
 def build(repo: Path, recipe: Path, cache: Path, sets: list[str], timeout: float) -> Path:
     """`trtspec build --until engine` (a subprocess, as a user runs it); the engine folder."""
-    cmd = [sys.executable, "-m", "builder.cli", "build", str(recipe), "--cache-dir", str(cache), "--until", "engine",
-           "--json", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "builder.cli",
+        "build",
+        str(recipe),
+        "--cache-dir",
+        str(cache),
+        "--until",
+        "engine",
+        "--json",
+        "--quiet",
+    ]
     for s in sets:
         cmd += ["--set", s]
     print("$ " + " ".join(cmd), flush=True)
@@ -170,8 +204,13 @@ def recipe_engine_step(ctx: Context) -> Verdict:
     cache = Path(ctx.cache_dir)
     t0 = time.monotonic()
     ort_dir = build(Path(ctx.repo), recipe, cache, [], timeout=300)
-    trt_dir = build(Path(ctx.repo), recipe, cache, [f"target.device={device}", "target.backend=tensorrt",
-                                                    f"model.dtype={dtype}"], timeout=540)  # fmt: skip
+    trt_dir = build(
+        Path(ctx.repo),
+        recipe,
+        cache,
+        [f"target.device={device}", "target.backend=tensorrt", f"model.dtype={dtype}"],
+        timeout=540,
+    )
     build_s = time.monotonic() - t0
     ort, trt = open_engine(ort_dir), open_engine(trt_dir, device=0)
     tok = load_tokenizer(ort.tokenizer_path)
@@ -192,22 +231,35 @@ def recipe_engine_step(ctx: Context) -> Verdict:
             verdicts.append(f"prompt {i}: {len(got.token_ids)} tokens equal")
             continue
         if j is None:  # one stopped earlier (a stop token): the shorter is a prefix of the longer
-            verdicts.append(f"prompt {i}: equal up to {min(len(got.token_ids), len(want.token_ids))} tokens, "
-                            f"lengths {len(got.token_ids)} / {len(want.token_ids)}")  # fmt: skip
+            verdicts.append(
+                f"prompt {i}: equal up to {min(len(got.token_ids), len(want.token_ids))} tokens, "
+                f"lengths {len(got.token_ids)} / {len(want.token_ids)}"
+            )
             bad.append(i)
             continue
         tie, how = near_tie(checkpoint, layers, dtype, ids + want.token_ids[:j], got.token_ids[j], want.token_ids[j])
-        verdicts.append(f"prompt {i}: first difference at token {j}: trt {got.token_ids[j]} vs ort "
-                        f"{want.token_ids[j]} — {'near-tie' if tie else 'NOT a near-tie'}, {how}")  # fmt: skip
+        verdicts.append(
+            f"prompt {i}: first difference at token {j}: trt {got.token_ids[j]} vs ort "
+            f"{want.token_ids[j]} — {'near-tie' if tie else 'NOT a near-tie'}, {how}"
+        )
         if not tie:
             bad.append(i)
     print("\n".join(verdicts))
-    details: dict[str, Any] = {"recipe": recipe.name, "dtype": dtype, "device": device, "drafter": trt.label,
-                               "build_s": round(build_s, 1), "prompts": verdicts,
-                               "tau_trt": sum(tau["trt"]) / len(prompts), "tau_ort": sum(tau["ort"]) / len(prompts),
-                               "engine_dirs": [str(ort_dir), str(trt_dir)]}  # fmt: skip
-    summary = (f"{trt.label}, {len(prompts)} prompts x {ctx.tokens} tokens, τ trt {details['tau_trt']:.2f} / ort "
-               f"{details['tau_ort']:.2f}, builds {build_s:.0f} s")  # fmt: skip
+    details: dict[str, Any] = {
+        "recipe": recipe.name,
+        "dtype": dtype,
+        "device": device,
+        "drafter": trt.label,
+        "build_s": round(build_s, 1),
+        "prompts": verdicts,
+        "tau_trt": sum(tau["trt"]) / len(prompts),
+        "tau_ort": sum(tau["ort"]) / len(prompts),
+        "engine_dirs": [str(ort_dir), str(trt_dir)],
+    }
+    summary = (
+        f"{trt.label}, {len(prompts)} prompts x {ctx.tokens} tokens, τ trt {details['tau_trt']:.2f} / ort "
+        f"{details['tau_ort']:.2f}, builds {build_s:.0f} s"
+    )
     if bad:
         return Verdict(FAIL, f"{summary}: prompts {bad} differ beyond a near-tie", details)
     return Verdict(PASS, f"{summary}: tokens equal (or first differences at near-ties)", details)

@@ -71,8 +71,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return float(2 * nbytes / ms / 1e6)
 
 
-def make_case(mode: Mode, batch: int, vocab: int, dtype: torch.dtype, top_p_one: bool,
-              own_trees: bool = False) -> Case:  # fmt: skip
+def make_case(mode: Mode, batch: int, vocab: int, dtype: torch.dtype, top_p_one: bool, own_trees: bool = False) -> Case:
     """T = 64 nodes: the Medusa tree shared by the batch, or (own_trees) its first n_b nodes per sequence."""
     parents = tree_from_choices(load_choices(TREE)).parents.tolist()
     if own_trees:  # nodes are in (depth, lexicographic) order: any first n nodes form a tree
@@ -94,32 +93,60 @@ def check_kernel(case: Case, label: str, copy_gbps: float) -> Row:
     from plugins.tree_verify.kernel import tree_verify_triton
 
     def run() -> VerifyResult:
-        return tree_verify_triton(case.logits, case.tokens, case.paths, case.mode, case.temperature, case.top_p,
-                                  case.uniforms, case.draft_probs)  # fmt: skip
+        return tree_verify_triton(
+            case.logits,
+            case.tokens,
+            case.paths,
+            case.mode,
+            case.temperature,
+            case.top_p,
+            case.uniforms,
+            case.draft_probs,
+        )
 
     result = compare(case, run())
     ms = triton.testing.do_bench(run, warmup=25, rep=200)
     b, t, v = case.logits.shape
     moved = bytes_moved(b, t, v, case.logits.element_size(), case.paths.shape[2], case.paths.shape[1])
     gbps = moved / ms / 1e6
-    return Row("triton", label, str(case.logits.dtype).removeprefix("torch."), b, ms * 1e3, gbps,
-               gbps / copy_gbps, result.rows - len(result.near_ties) - len(result.wrong),
-               len(result.near_ties), len(result.wrong))  # fmt: skip
+    return Row(
+        "triton",
+        label,
+        str(case.logits.dtype).removeprefix("torch."),
+        b,
+        ms * 1e3,
+        gbps,
+        gbps / copy_gbps,
+        result.rows - len(result.near_ties) - len(result.wrong),
+        len(result.near_ties),
+        len(result.wrong),
+    )
 
 
-CONFIGS = ((Mode.GREEDY, "greedy", True, False), (Mode.REJECTION, "rejection top_p=1", True, False),
-           (Mode.REJECTION, "rejection mixed top_p", False, False), (Mode.GREEDY, "greedy own trees", True, True),
-           (Mode.REJECTION, "rejection own trees", False, True))  # fmt: skip
+CONFIGS = (
+    (Mode.GREEDY, "greedy", True, False),
+    (Mode.REJECTION, "rejection top_p=1", True, False),
+    (Mode.REJECTION, "rejection mixed top_p", False, False),
+    (Mode.GREEDY, "greedy own trees", True, True),
+    (Mode.REJECTION, "rejection own trees", False, True),
+)
 
 
 def table(rows: list[Row], copy_gbps: float) -> str:
-    head = (f"{'face':9} {'mode':22} {'dtype':9} {'B':>3} {'µs':>9} {'GB/s':>8} {'% copy':>7} "
-            f"{'ok':>4} {'near':>5} {'wrong':>5}")  # fmt: skip
-    lines = [f"device copy bandwidth: {copy_gbps:.0f} GB/s (goal at B={GOAL_BATCH}: ≥ {GOAL_OF_COPY:.0%} of it)",
-             head, "-" * len(head)]  # fmt: skip
+    head = (
+        f"{'face':9} {'mode':22} {'dtype':9} {'B':>3} {'µs':>9} {'GB/s':>8} {'% copy':>7} "
+        f"{'ok':>4} {'near':>5} {'wrong':>5}"
+    )
+    lines = [
+        f"device copy bandwidth: {copy_gbps:.0f} GB/s (goal at B={GOAL_BATCH}: ≥ {GOAL_OF_COPY:.0%} of it)",
+        head,
+        "-" * len(head),
+    ]
     for r in rows:
-        lines.append(f"{r.face:9} {r.mode:22} {r.dtype:9} {r.batch:>3} {r.us:>9.1f} {r.gbps:>8.0f} "
-                     f"{100 * r.of_copy:>6.0f}% {r.rows_ok:>4} {r.near_ties:>5} {r.wrong:>5}")  # fmt: skip
+        lines.append(
+            f"{r.face:9} {r.mode:22} {r.dtype:9} {r.batch:>3} {r.us:>9.1f} {r.gbps:>8.0f} "
+            f"{100 * r.of_copy:>6.0f}% {r.rows_ok:>4} {r.near_ties:>5} {r.wrong:>5}"
+        )
     return "\n".join(lines)
 
 
@@ -144,26 +171,35 @@ def kernel_step(ctx: Context) -> Verdict:
     print(table(rows, copy_gbps))
     ok, near, wrong = (sum(getattr(r, k) for r in rows) for k in ("rows_ok", "near_ties", "wrong"))
     details: dict[str, Any] = {"copy_gbps": copy_gbps, "rows": [dataclasses.asdict(r) for r in rows]}
-    reason = (f"{len(rows)} calls, {ok + near + wrong} sequences: {ok} equal, {near} near-ties, {wrong} wrong "
-              f"(T=64, V={vocab}, B={','.join(map(str, batches))})")  # fmt: skip
+    reason = (
+        f"{len(rows)} calls, {ok + near + wrong} sequences: {ok} equal, {near} near-ties, {wrong} wrong "
+        f"(T=64, V={vocab}, B={','.join(map(str, batches))})"
+    )
     return Verdict(FAIL if wrong else PASS, reason, details)
 
 
 def bandwidth_step(ctx: Context) -> Verdict:
     vocab = int(ctx.params.get("vocab", VOCAB))
     copy_gbps = copy_bandwidth()
-    rows = [check_kernel(make_case(mode, GOAL_BATCH, vocab, torch.bfloat16, True), label, copy_gbps)
-            for mode, label in ((Mode.GREEDY, "greedy"), (Mode.REJECTION, "rejection top_p=1"))]  # fmt: skip
+    rows = [
+        check_kernel(make_case(mode, GOAL_BATCH, vocab, torch.bfloat16, True), label, copy_gbps)
+        for mode, label in ((Mode.GREEDY, "greedy"), (Mode.REJECTION, "rejection top_p=1"))
+    ]
     print(table(rows, copy_gbps))
     short = [f"{r.mode} {r.of_copy:.0%}" for r in rows if r.of_copy < GOAL_OF_COPY]
     wrong = [f"{r.mode}: {r.wrong} wrong" for r in rows if r.wrong]
     got = ", ".join(f"{r.mode} {r.gbps:.0f} GB/s = {r.of_copy:.0%}" for r in rows)
     details = {"copy_gbps": copy_gbps, "goal_of_copy": GOAL_OF_COPY, "rows": [dataclasses.asdict(r) for r in rows]}
     if short or wrong:
-        return Verdict(FAIL, f"B={GOAL_BATCH} bf16: {got} of {copy_gbps:.0f} GB/s copy; below the "
-                       f"{GOAL_OF_COPY:.0%} goal: {', '.join(short + wrong)}", details)  # fmt: skip
-    return Verdict(PASS, f"B={GOAL_BATCH} bf16: {got} of {copy_gbps:.0f} GB/s copy (goal ≥ {GOAL_OF_COPY:.0%})",
-                   details)  # fmt: skip
+        return Verdict(
+            FAIL,
+            f"B={GOAL_BATCH} bf16: {got} of {copy_gbps:.0f} GB/s copy; below the "
+            f"{GOAL_OF_COPY:.0%} goal: {', '.join(short + wrong)}",
+            details,
+        )
+    return Verdict(
+        PASS, f"B={GOAL_BATCH} bf16: {got} of {copy_gbps:.0f} GB/s copy (goal ≥ {GOAL_OF_COPY:.0%})", details
+    )
 
 
 def garbage_case(mode: Mode, seed: int, device: str = "cuda") -> Case:
@@ -204,5 +240,9 @@ def garbage_step(ctx: Context) -> Verdict:
     print("\n".join(outcomes))
     if alive != 2.0 * (1 << 20):
         return Verdict(FAIL, f"the CUDA context computes wrong after the garbage calls ({alive})")
-    return Verdict(PASS, f"{len(outcomes)} calls on arbitrary int32 tokens/paths and NaN/inf logits: no CUDA fault, "
-                   "context usable afterwards", {"outcomes": outcomes})  # fmt: skip
+    return Verdict(
+        PASS,
+        f"{len(outcomes)} calls on arbitrary int32 tokens/paths and NaN/inf logits: no CUDA fault, "
+        "context usable afterwards",
+        {"outcomes": outcomes},
+    )

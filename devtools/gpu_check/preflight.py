@@ -32,8 +32,20 @@ from typing import Any
 
 from devtools.gpu_check.steps import PASS, REPO, Context, Verdict
 
-FACTS = ("cuda", "triton", "tensorrt", "tensorrt_llm", "trtspec", "pydantic", "modelopt", "onnx", "onnxruntime",
-         "ml_dtypes", "pytest", "numpy")  # fmt: skip
+FACTS = (
+    "cuda",
+    "triton",
+    "tensorrt",
+    "tensorrt_llm",
+    "trtspec",
+    "pydantic",
+    "modelopt",
+    "onnx",
+    "onnxruntime",
+    "ml_dtypes",
+    "pytest",
+    "numpy",
+)
 MIN_TENSORRT = (10, 15)  # builder.engines.tensorrt.probe.MIN_VERSION: native attention / RoPE / KV-update layers
 NUMPY_INT_OF_ARRAY = (2, 4)  # NumPy >= 2.4 refuses int() of a 1-element array (deprecated since 1.25)
 PLUGIN_SOURCE = REPO / "plugins" / "tree_verify" / "trt_plugin.py"
@@ -76,16 +88,26 @@ def _marker_true(marker: str) -> bool:
     """The few environment markers modelopt-like metadata use: python_version / sys_platform comparisons."""
     if not marker:
         return True
-    m = re.fullmatch(r"(python_version|sys_platform|platform_system)\s*(==|!=|<=|>=|<|>)\s*[\"']([^\"']+)[\"']",
-                     marker)  # fmt: skip
+    m = re.fullmatch(r"(python_version|sys_platform|platform_system)\s*(==|!=|<=|>=|<|>)\s*[\"']([^\"']+)[\"']", marker)
     if m is None:
         return True  # unknown marker: assume it applies (a requirement reported missing is the safe side)
     key, op, value = m.groups()
-    here: Any = {"python_version": version_tuple(platform.python_version())[:2], "sys_platform": sys.platform,
-                 "platform_system": platform.system()}[key]  # fmt: skip
+    here: Any = {
+        "python_version": version_tuple(platform.python_version())[:2],
+        "sys_platform": sys.platform,
+        "platform_system": platform.system(),
+    }[key]
     there: Any = version_tuple(value) if key == "python_version" else value
-    return bool({"==": here == there, "!=": here != there, "<=": here <= there, ">=": here >= there,
-                 "<": here < there, ">": here > there}[op])  # fmt: skip
+    return bool(
+        {
+            "==": here == there,
+            "!=": here != there,
+            "<=": here <= there,
+            ">=": here >= there,
+            "<": here < there,
+            ">": here > there,
+        }[op]
+    )
 
 
 def plugin_mode_annotation(path: Path = PLUGIN_SOURCE) -> str | None:
@@ -141,17 +163,27 @@ def collect(site: str | None = None) -> dict[str, Any]:
             n = torch.cuda.device_count() if torch.cuda.is_available() else 0
             for i in range(n):
                 p = torch.cuda.get_device_properties(i)
-                gpus.append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                             "memory_gib": round(p.total_memory / 2**30, 1),
-                             "sms": p.multi_processor_count})  # fmt: skip
+                gpus.append(
+                    {
+                        "index": i,
+                        "name": p.name,
+                        "capability": f"{p.major}.{p.minor}",
+                        "memory_gib": round(p.total_memory / 2**30, 1),
+                        "sms": p.multi_processor_count,
+                    }
+                )
         except Exception as exc:  # a driver / runtime mismatch shows up here
             f.why["cuda"] = f"torch.cuda failed: {type(exc).__name__}: {exc}"[:300]
     f.have["cuda"] = bool(gpus)
     if not gpus:
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        f.why.setdefault("cuda", "torch is not installed" if torch is None else
-                         f"no CUDA device (torch {torch.__version__}" +
-                         (f", CUDA_VISIBLE_DEVICES={hidden!r})" if hidden is not None else ")"))  # fmt: skip
+        f.why.setdefault(
+            "cuda",
+            "torch is not installed"
+            if torch is None
+            else f"no CUDA device (torch {torch.__version__}"
+            + (f", CUDA_VISIBLE_DEVICES={hidden!r})" if hidden is not None else ")"),
+        )
     f.imp("triton", "triton")
     trt = f.imp("tensorrt", "tensorrt")
     if trt is not None:
@@ -193,12 +225,21 @@ def collect(site: str | None = None) -> dict[str, Any]:
     providers = list(ort.get_available_providers()) if ort is not None else []
     f.imp("ml_dtypes", "ml_dtypes", "ml_dtypes")
     f.imp("pytest", "pytest")
-    facts = {"python": platform.python_version(), "executable": sys.executable, "platform": platform.platform(),
-             "have": {k: bool(f.have.get(k)) for k in FACTS}, "why": f.why, "versions": f.versions,
-             "origin": f.origin, "gpus": gpus, "cuda_build": cuda_build, "onnxruntime_providers": providers,
-             "plugin_mode_annotation": plugin_mode_annotation(),
-             "triton_interpret": os.environ.get("TRITON_INTERPRET"),
-             "nvidia_device_nodes": Path("/dev/nvidiactl").exists()}  # fmt: skip
+    facts = {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "have": {k: bool(f.have.get(k)) for k in FACTS},
+        "why": f.why,
+        "versions": f.versions,
+        "origin": f.origin,
+        "gpus": gpus,
+        "cuda_build": cuda_build,
+        "onnxruntime_providers": providers,
+        "plugin_mode_annotation": plugin_mode_annotation(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET"),
+        "nvidia_device_nodes": Path("/dev/nvidiactl").exists(),
+    }
     facts["hazards"] = hazards(facts)
     facts["device_kind"] = device_kind(gpus[0]["name"] if gpus else "")
     return facts
@@ -212,15 +253,21 @@ def hazards(facts: dict[str, Any]) -> list[str]:
     mode = facts.get("plugin_mode_annotation")
     if numpy and numpy[:2] >= NUMPY_INT_OF_ARRAY and mode == "int":
         where = "here" if have["tensorrt"] else "wherever TensorRT runs it"
-        out.append(f"NumPy {v['numpy']} >= 2.4 with tensorrt.plugin: an int-annotated QDP attribute arrives from the "
-                   f"ONNX parser as a 1-element array and int() of it raises TypeError; plugins/tree_verify/"
-                   f"trt_plugin.py annotates `mode` as int, so TreeVerify fails to parse/build/deserialize {where}")
+        out.append(
+            f"NumPy {v['numpy']} >= 2.4 with tensorrt.plugin: an int-annotated QDP attribute arrives from the "
+            f"ONNX parser as a 1-element array and int() of it raises TypeError; plugins/tree_verify/"
+            f"trt_plugin.py annotates `mode` as int, so TreeVerify fails to parse/build/deserialize {where}"
+        )
     if not have["pydantic"]:
-        out.append("no pydantic: the trtspec CLI does not import, so the quantize, engine and TensorRT-LLM steps SKIP "
-                   "(carry the wheelhouse: scripts/wheelhouse.sh .whl, then run with .whl in place)")  # fmt: skip
+        out.append(
+            "no pydantic: the trtspec CLI does not import, so the quantize, engine and TensorRT-LLM steps SKIP "
+            "(carry the wheelhouse: scripts/wheelhouse.sh .whl, then run with .whl in place)"
+        )
     elif not have["trtspec"]:
-        out.append(f"{facts['why'].get('trtspec', 'the trtspec CLI does not import')}: the quantize, engine and "
-                   "TensorRT-LLM steps SKIP")  # fmt: skip
+        out.append(
+            f"{facts['why'].get('trtspec', 'the trtspec CLI does not import')}: the quantize, engine and "
+            "TensorRT-LLM steps SKIP"
+        )
     if not have["tensorrt"]:
         out.append("no TensorRT >= 10.15: the TensorRT probes and engine steps SKIP (they run on a TensorRT host)")
     if not have["cuda"]:
@@ -228,8 +275,10 @@ def hazards(facts: dict[str, Any]) -> list[str]:
     if have["cuda"] and facts.get("triton_interpret") not in (None, "", "0"):
         out.append("TRITON_INTERPRET is set on a GPU host: the kernel would run in Triton's interpreter (unset it)")
     if facts.get("nvidia_device_nodes") and not have["cuda"]:
-        out.append(f"an NVIDIA device node exists (/dev/nvidiactl) but torch sees no GPU: {facts['why'].get('cuda')} "
-                   "(a CPU build of torch, or a driver older than its CUDA)")  # fmt: skip
+        out.append(
+            f"an NVIDIA device node exists (/dev/nvidiactl) but torch sees no GPU: {facts['why'].get('cuda')} "
+            "(a CPU build of torch, or a driver older than its CUDA)"
+        )
     if v.get("modelopt") and not have["modelopt"]:
         out.append(f"{facts['why']['modelopt']}: the FP8 calibration step SKIPs")
     return out
@@ -238,8 +287,13 @@ def hazards(facts: dict[str, Any]) -> list[str]:
 def device_kind(gpu_name: str) -> str:
     """target.device for a GPU name (recipe schema: h100 | h100-pcie | h200 | a100 | l40s); h100 when unknown."""
     name = gpu_name.upper()
-    for needle, kind in (("H200", "h200"), ("H100 PCIE", "h100-pcie"), ("H100", "h100"), ("A100", "a100"),
-                         ("L40S", "l40s")):  # fmt: skip
+    for needle, kind in (
+        ("H200", "h200"),
+        ("H100 PCIE", "h100-pcie"),
+        ("H100", "h100"),
+        ("A100", "a100"),
+        ("L40S", "l40s"),
+    ):
         if needle in name:
             return kind
     return "h100"
@@ -257,22 +311,42 @@ def line(facts: dict[str, Any]) -> str:
             return f"{label} {v[name]}{tail}{ok}"
         return f"{label} absent"
 
-    gpus = "; ".join(f"GPU{g['index']} {g['name']} sm{g['capability'].replace('.', '')} {g['memory_gib']} GiB"
-                     for g in facts["gpus"]) or f"no GPU ({why.get('cuda', '?')})"  # fmt: skip
+    gpus = (
+        "; ".join(
+            f"GPU{g['index']} {g['name']} sm{g['capability'].replace('.', '')} {g['memory_gib']} GiB"
+            for g in facts["gpus"]
+        )
+        or f"no GPU ({why.get('cuda', '?')})"
+    )
     torch = item("torch") + (f" (CUDA {facts['cuda_build']})" if facts.get("cuda_build") else "")
     ort = item("onnxruntime") + (f" [{','.join(facts['onnxruntime_providers'])}]" if v.get("onnxruntime") else "")
-    parts = [f"python {facts['python']}", item("numpy"), torch, gpus, item("triton"), item("tensorrt"),
-             item("tensorrt_llm"), item("pydantic"), ort, item("onnx"), item("modelopt"), item("ml_dtypes"),
-             f"trtspec CLI {'yes' if have['trtspec'] else 'no'}"]  # fmt: skip
+    parts = [
+        f"python {facts['python']}",
+        item("numpy"),
+        torch,
+        gpus,
+        item("triton"),
+        item("tensorrt"),
+        item("tensorrt_llm"),
+        item("pydantic"),
+        ort,
+        item("onnx"),
+        item("modelopt"),
+        item("ml_dtypes"),
+        f"trtspec CLI {'yes' if have['trtspec'] else 'no'}",
+    ]
     return " · ".join(parts)
 
 
 def preflight_step(ctx: Context) -> Verdict:
     site = str(Path(ctx.work_dir)) if ctx.work_dir else None
     facts = collect(site)
-    return Verdict(PASS, f"{len(facts['gpus'])} GPU(s); facts {sum(facts['have'].values())}/{len(FACTS)} hold; "
-                   f"{len(facts['hazards'])} hazard(s)", {"facts": facts, "line": line(facts),
-                                                          "hazards": facts["hazards"]})  # fmt: skip
+    return Verdict(
+        PASS,
+        f"{len(facts['gpus'])} GPU(s); facts {sum(facts['have'].values())}/{len(FACTS)} hold; "
+        f"{len(facts['hazards'])} hazard(s)",
+        {"facts": facts, "line": line(facts), "hazards": facts["hazards"]},
+    )
 
 
 if __name__ == "__main__":

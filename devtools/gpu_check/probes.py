@@ -159,8 +159,13 @@ def poisoned(shape: Tuple[int, ...], dtype: Any) -> torch.Tensor:
     return torch.full(shape, -7, dtype=dtype, device="cuda")
 
 
-def onnx_model(nodes: List[Any], inputs: dict[str, torch.Tensor], outputs: dict[str, Tuple[Tuple[int, ...], Any]],
-               opsets: dict[str, int], initializers: List[Any] | None = None) -> Any:  # fmt: skip
+def onnx_model(
+    nodes: List[Any],
+    inputs: dict[str, torch.Tensor],
+    outputs: dict[str, Tuple[Tuple[int, ...], Any]],
+    opsets: dict[str, int],
+    initializers: List[Any] | None = None,
+) -> Any:
     """A model of `nodes` with these (static-shaped) inputs and outputs."""
     from onnx import helper
 
@@ -175,9 +180,16 @@ def onnx_model(nodes: List[Any], inputs: dict[str, torch.Tensor], outputs: dict[
 def onnx_type(dtype: Any) -> int:
     from onnx import TensorProto
 
-    return int({torch.float32: TensorProto.FLOAT, torch.bfloat16: TensorProto.BFLOAT16,
-                torch.float16: TensorProto.FLOAT16, torch.float8_e4m3fn: TensorProto.FLOAT8E4M3FN,
-                torch.int32: TensorProto.INT32, torch.int64: TensorProto.INT64}[dtype])  # fmt: skip
+    return int(
+        {
+            torch.float32: TensorProto.FLOAT,
+            torch.bfloat16: TensorProto.BFLOAT16,
+            torch.float16: TensorProto.FLOAT16,
+            torch.float8_e4m3fn: TensorProto.FLOAT8E4M3FN,
+            torch.int32: TensorProto.INT32,
+            torch.int64: TensorProto.INT64,
+        }[dtype]
+    )
 
 
 def verdict(name: str, outcomes: List[Outcome], needed: Callable[[Outcome], bool] | None = None) -> Verdict:
@@ -337,8 +349,9 @@ def attention_combos() -> List[Combo]:
         shapes = ((b, h, t, d), (b, kvh, s, d), (b, kvh, s, d))
         q, k, v = (torch.randn(*shape, generator=gen).to(dtype) for shape in shapes)
         mask = torch.from_numpy(np.where(allowed, 0.0, -np.inf)[None, None]).to(dtype)  # [B, 1, T, S]
-        want = attention_reference(q.double().numpy(), k.double().numpy(), v.double().numpy(), mask.double().numpy(),
-                                   scale)  # fmt: skip
+        want = attention_reference(
+            q.double().numpy(), k.double().numpy(), v.double().numpy(), mask.double().numpy(), scale
+        )
         bound = 4 * u * float(v.double().abs().max())
 
         def check(got: dict[str, torch.Tensor], want: np.ndarray = want, bound: float = bound) -> Tuple[bool, float]:
@@ -409,13 +422,15 @@ def attribute_combos() -> List[Combo]:
     combos = []
     for plugin, annotation in (("attr_int", "int"), ("attr_array", "ndarray")):
         for kind, mode in (("INT", 3), ("INTS", [3])):
-            node = helper.make_node(plugin, ["x"], ["y"], domain=PROBE_NS, mode=mode, plugin_namespace=PROBE_NS,
-                                    plugin_version="1")  # fmt: skip
+            node = helper.make_node(
+                plugin, ["x"], ["y"], domain=PROBE_NS, mode=mode, plugin_namespace=PROBE_NS, plugin_version="1"
+            )
             feeds = {"x": x}
             outputs: dict[str, Tuple[Tuple[int, ...], Any]] = {"y": ((4,), torch.float32)}
             model = onnx_model([node], feeds, outputs, {"": 21, PROBE_NS: 1})
-            combos.append(Combo(f"{plugin} ({annotation}-annotated) / ONNX {kind} attribute", model, feeds, outputs,
-                                check))  # fmt: skip
+            combos.append(
+                Combo(f"{plugin} ({annotation}-annotated) / ONNX {kind} attribute", model, feeds, outputs, check)
+            )
     return combos
 
 
@@ -437,8 +452,15 @@ def treeverify_combos() -> List[Combo]:
             return not result.wrong, float(len(result.wrong))
 
         feeds = dict(zip(INPUT_NAMES, (t.contiguous() for t in case.inputs())))
-        combos.append(Combo(f"TreeVerify mode={mode.name.lower()} (as onnx_op.make_node writes it)", verify_model(case),
-                            feeds, outputs, check))  # fmt: skip
+        combos.append(
+            Combo(
+                f"TreeVerify mode={mode.name.lower()} (as onnx_op.make_node writes it)",
+                verify_model(case),
+                feeds,
+                outputs,
+                check,
+            )
+        )
     return combos
 
 
@@ -470,13 +492,20 @@ def treeverify_attrs_step(ctx: Context) -> Verdict:
     verdicts = verdict("QDP attributes", outcomes, needed=lambda o: o.combo.startswith("TreeVerify"))
     expected = int_attribute_expected(str(tensorrt.__version__), str(np.__version__))
     verdicts.details["int_attribute_expected_ok"] = expected
-    contradicting = [o.combo for o in outcomes if o.combo.startswith("attr_int") and expected is not None
-                     and (o.stage == "ok") != expected]  # fmt: skip
+    contradicting = [
+        o.combo
+        for o in outcomes
+        if o.combo.startswith("attr_int") and expected is not None and (o.stage == "ok") != expected
+    ]
     tree = [o for o in outcomes if o.combo.startswith("TreeVerify")]
     if verdicts.status == PASS and not all(o.stage == "ok" for o in tree):
         return Verdict(FAIL, f"TreeVerify does not build and run in both modes; {verdicts.reason}", verdicts.details)
     if verdicts.status == PASS and contradicting:
-        return Verdict(FAIL, f"{', '.join(contradicting)} contradict plugins.tree_verify.trt_attrs.UNWRAPS_SCALARS "
-                       f"(expected {'ok' if expected else 'refused'} with TensorRT {tensorrt.__version__}, NumPy "
-                       f"{np.__version__}); {verdicts.reason}", verdicts.details)  # fmt: skip
+        return Verdict(
+            FAIL,
+            f"{', '.join(contradicting)} contradict plugins.tree_verify.trt_attrs.UNWRAPS_SCALARS "
+            f"(expected {'ok' if expected else 'refused'} with TensorRT {tensorrt.__version__}, NumPy "
+            f"{np.__version__}); {verdicts.reason}",
+            verdicts.details,
+        )
     return verdicts

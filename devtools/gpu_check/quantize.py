@@ -38,8 +38,20 @@ def device_fields(doc: Any, path: str = "") -> Iterator[tuple[str, str]]:
 
 def quantize_step(ctx: Context) -> Verdict:
     cache = ctx.work / "cache-quantize"
-    cmd = [sys.executable, "-m", "builder.cli", "build", RECIPE, "--cache-dir", str(cache), "--until", "quantize",
-           "--force", "--json", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "builder.cli",
+        "build",
+        RECIPE,
+        "--cache-dir",
+        str(cache),
+        "--until",
+        "quantize",
+        "--force",
+        "--json",
+        "--quiet",
+    ]
     print("$ " + " ".join(cmd), flush=True)
     run = subprocess.run(cmd, cwd=ctx.repo, capture_output=True, text=True, check=False, timeout=280)
     sys.stdout.write(run.stderr[-3000:])
@@ -69,10 +81,18 @@ def quantize_step(ctx: Context) -> Verdict:
         where = ", ".join(f"{k}={placement[k]}" for k in ("device", "gpus", "dtype", "where") if k in placement)
     else:
         where = ", ".join(f"{k}={v}" for k, v in devices) if devices else "no device recorded by the stage"
-    details = {"folder": str(folder), "quantize": info, "manifest_keys": sorted(manifest), "devices": devices,
-               "seconds": seconds, "cuda_visible": cuda_here}  # fmt: skip
-    summary = (f"{info.get('quantized_linears')} FP8 linears, {info.get('kv_layers')} KV layers, stage "
-               f"{seconds if seconds is None else round(seconds, 1)} s, {where}")  # fmt: skip
+    details = {
+        "folder": str(folder),
+        "quantize": info,
+        "manifest_keys": sorted(manifest),
+        "devices": devices,
+        "seconds": seconds,
+        "cuda_visible": cuda_here,
+    }
+    summary = (
+        f"{info.get('quantized_linears')} FP8 linears, {info.get('kv_layers')} KV layers, stage "
+        f"{seconds if seconds is None else round(seconds, 1)} s, {where}"
+    )
     if problems:
         return Verdict(FAIL, f"{summary}: {'; '.join(problems)}", details)
     return Verdict(PASS, summary, details)

@@ -40,8 +40,19 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from devtools.gpu_check.steps import ENGINE_DTYPES, ENGINE_RECIPES, FAIL, INJECT, PASS, REPO, SKIP, Context, Step
-from devtools.gpu_check.steps import Verdict, plan
+from devtools.gpu_check.steps import (
+    ENGINE_DTYPES,
+    ENGINE_RECIPES,
+    FAIL,
+    INJECT,
+    PASS,
+    REPO,
+    SKIP,
+    Context,
+    Step,
+    Verdict,
+    plan,
+)
 
 JSON_NAME, LOG_NAME = "gpu_check.json", "gpu_check.log"
 ALWAYS = ("wheelhouse", "preflight")  # run whatever --steps selects: every other step's needs come from them
@@ -56,31 +67,43 @@ class Interrupted(Exception):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="scripts/gpu_check.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--budget-s", type=float, default=480.0, help="global time budget in seconds (default 480)")
     ap.add_argument("--out", help="where gpu_check.json and gpu_check.log go (default: $OUT, else out/gpu_check)")
     ap.add_argument("--work-dir", help="builds, caches, the wheelhouse's site folder (default out/gpu_check_work)")
-    ap.add_argument("--cache-dir", help="the trtspec build cache of the engine / TensorRT-LLM steps (default "
-                    "<work-dir>/cache; content-addressed, reruns reuse it)")  # fmt: skip
+    ap.add_argument(
+        "--cache-dir",
+        help="the trtspec build cache of the engine / TensorRT-LLM steps (default "
+        "<work-dir>/cache; content-addressed, reruns reuse it)",
+    )
     ap.add_argument("--json", help="also write gpu_check.json here (after every step, like the one in --out)")
-    ap.add_argument("--wheelhouse", help="folder of .whl files installed offline when missing here (default .whl "
-                    "when it holds wheels; 'none' to ignore it)")  # fmt: skip
-    ap.add_argument("--steps", default="", help="comma-separated globs of the steps to run (wheelhouse and "
-                    "preflight always run)")  # fmt: skip
+    ap.add_argument(
+        "--wheelhouse",
+        help="folder of .whl files installed offline when missing here (default .whl "
+        "when it holds wheels; 'none' to ignore it)",
+    )
+    ap.add_argument(
+        "--steps", default="", help="comma-separated globs of the steps to run (wheelhouse and preflight always run)"
+    )
     ap.add_argument("--skip", default="", help="comma-separated globs of steps not to run")
     ap.add_argument("--list", action="store_true", help="print the steps with their estimates and exit")
     ap.add_argument("--preflight-only", action="store_true", help="run the wheelhouse and preflight steps only")
     ap.add_argument("--device", default="auto", help="target.device of the TensorRT builds (default: from the GPU)")
-    ap.add_argument("--engine-recipes", default=",".join(ENGINE_RECIPES), help="recipes/<name>.yaml of the "
-                    "engine steps")  # fmt: skip
+    ap.add_argument(
+        "--engine-recipes", default=",".join(ENGINE_RECIPES), help="recipes/<name>.yaml of the engine steps"
+    )
     ap.add_argument("--engine-dtypes", default=",".join(ENGINE_DTYPES), help="model.dtype of the engine steps")
     ap.add_argument("--prompts", type=int, default=3, help="prompts decoded per engine step (at most 4)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens generated per prompt")
     ap.add_argument("--python", default=sys.executable, help="the interpreter the steps run in")
     ap.add_argument("--quiet", action="store_true", help="print verdicts only (the log still has everything)")
-    ap.add_argument("--inject", default="", help=f"testing only: add steps that {'/'.join(INJECT)} "
-                    "(comma-separated) right after the preflight")  # fmt: skip
+    ap.add_argument(
+        "--inject",
+        default="",
+        help=f"testing only: add steps that {'/'.join(INJECT)} (comma-separated) right after the preflight",
+    )
     ap.add_argument("--inject-timeout-s", type=float, default=None, help="testing only: the injected steps' limit")
     args = ap.parse_args(argv)
     bad = [k for k in _split(args.inject) if k not in INJECT]
@@ -95,6 +118,7 @@ def _split(value: str) -> tuple[str, ...]:
 
 def select(steps: list[Step], only: tuple[str, ...], skip: tuple[str, ...]) -> list[Step]:
     """The steps --steps / --skip leave (wheelhouse and preflight are always kept)."""
+
     def wanted(s: Step) -> bool:
         if s.name in ALWAYS:
             return True
@@ -139,15 +163,24 @@ class Run:
     def write_json(self, finished: bool = False) -> None:
         done = {r["name"] for r in self.results}
         counts = collections.Counter(r["status"] for r in self.results)
-        doc = {"format": 1, "started": self.started, "host": platform.node(), "python": sys.version.split()[0],
-               "budget_s": self.args.budget_s, "elapsed_s": round(self.elapsed(), 2), "finished": finished,
-               "interrupted": self.interrupted, "running": self.running,
-               "running_pid": self.child.pid if self.child is not None else None,
-               "counts": {k: counts.get(k, 0) for k in (PASS, FAIL, SKIP)},
-               "exit_code": self.exit_code() if finished else None,
-               "preflight": self.facts, "steps": self.results,
-               "pending": [s.name for s in self.steps if s.name not in done and s.name != self.running],
-               "log": LOG_NAME}  # fmt: skip
+        doc = {
+            "format": 1,
+            "started": self.started,
+            "host": platform.node(),
+            "python": sys.version.split()[0],
+            "budget_s": self.args.budget_s,
+            "elapsed_s": round(self.elapsed(), 2),
+            "finished": finished,
+            "interrupted": self.interrupted,
+            "running": self.running,
+            "running_pid": self.child.pid if self.child is not None else None,
+            "counts": {k: counts.get(k, 0) for k in (PASS, FAIL, SKIP)},
+            "exit_code": self.exit_code() if finished else None,
+            "preflight": self.facts,
+            "steps": self.results,
+            "pending": [s.name for s in self.steps if s.name not in done and s.name != self.running],
+            "log": LOG_NAME,
+        }
         text = json.dumps(doc, indent=1, default=str) + "\n"
         for path in [self.out / JSON_NAME] + ([Path(self.args.json)] if self.args.json else []):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,9 +196,18 @@ class Run:
     # -- steps -------------------------------------------------------------------------------------------------
 
     def record(self, step: Step, verdict: Verdict, seconds: float, tail: list[str]) -> None:
-        self.results.append({"name": step.name, "status": verdict.status, "seconds": round(seconds, 2),
-                             "reason": verdict.reason, "details": verdict.details, "needs": list(step.needs),
-                             "est_s": step.est_s, "output_tail": tail})  # fmt: skip
+        self.results.append(
+            {
+                "name": step.name,
+                "status": verdict.status,
+                "seconds": round(seconds, 2),
+                "reason": verdict.reason,
+                "details": verdict.details,
+                "needs": list(step.needs),
+                "est_s": step.est_s,
+                "output_tail": tail,
+            }
+        )
         self.say(f"{verdict.status} {step.name} ({seconds:.1f} s): {verdict.reason}")
         self.running = None
         self.write_json()
@@ -188,10 +230,18 @@ class Run:
 
     def context(self, step: Step) -> dict[str, Any]:
         cache = Path(self.args.cache_dir).resolve() if self.args.cache_dir else self.work / "cache"
-        ctx = Context(repo=str(REPO), out_dir=str(self.out), work_dir=str(self.work), cache_dir=str(cache),
-                      device=self.args.device,
-                      prompts=self.args.prompts, tokens=self.args.tokens, facts=self.facts, params=dict(step.params),
-                      step=step.name)  # fmt: skip
+        ctx = Context(
+            repo=str(REPO),
+            out_dir=str(self.out),
+            work_dir=str(self.work),
+            cache_dir=str(cache),
+            device=self.args.device,
+            prompts=self.args.prompts,
+            tokens=self.args.tokens,
+            facts=self.facts,
+            params=dict(step.params),
+            step=step.name,
+        )
         doc = dataclasses.asdict(ctx)
         doc["target"] = step.target
         if step.name == "wheelhouse":
@@ -235,9 +285,16 @@ class Run:
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         cmd = [self.args.python, "-m", "devtools.gpu_check.child", str(result)]
         try:
-            self.child = subprocess.Popen(cmd, cwd=REPO, env=self.env(step), stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True, errors="replace",
-                                          start_new_session=True)  # fmt: skip
+            self.child = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=self.env(step),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+            )
         except OSError as exc:  # e.g. --python names no interpreter: this step fails, the next one is tried
             self.record(step, Verdict(FAIL, f"could not start {cmd[0]}: {exc}"), time.monotonic() - t0, [])
             return
@@ -321,8 +378,10 @@ class Run:
         self.write_json(finished=True)
         where = self.out / JSON_NAME
         state = f"interrupted by {self.interrupted}, " if self.interrupted else ""
-        self.say(f"SUMMARY {counts.get(PASS, 0)} PASS, {counts.get(FAIL, 0)} FAIL, {counts.get(SKIP, 0)} SKIP in "
-                 f"{self.elapsed():.1f} s ({state}budget {self.args.budget_s:.0f} s) -> {where}")  # fmt: skip
+        self.say(
+            f"SUMMARY {counts.get(PASS, 0)} PASS, {counts.get(FAIL, 0)} FAIL, {counts.get(SKIP, 0)} SKIP in "
+            f"{self.elapsed():.1f} s ({state}budget {self.args.budget_s:.0f} s) -> {where}"
+        )
         failed = [r["name"] for r in self.results if r["status"] == FAIL]
         if failed:
             self.say(f"FAILED: {', '.join(failed)}")

@@ -32,13 +32,27 @@ def run_pytest(ctx: Context, files: list[str]) -> Verdict:
     import pytest
 
     outcomes = _Outcomes()
-    args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "gpu", "--rootdir", ctx.repo,
-            *(f"{ctx.repo}/{f}" for f in files)]  # fmt: skip
+    args = [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "-m",
+        "gpu",
+        "--rootdir",
+        ctx.repo,
+        *(f"{ctx.repo}/{f}" for f in files),
+    ]
     rc = pytest.main(args, plugins=[outcomes])
     details = {"passed": outcomes.passed, "failed": outcomes.failed, "skipped": outcomes.skipped, "pytest_rc": int(rc)}
     if outcomes.failed or int(rc) not in (0, 5):  # 5: nothing collected
-        return Verdict(FAIL, f"{len(outcomes.failed)} failed, {len(outcomes.passed)} passed (pytest exit {int(rc)}): "
-                       f"{'; '.join(outcomes.failed)[:600]}", details)  # fmt: skip
+        return Verdict(
+            FAIL,
+            f"{len(outcomes.failed)} failed, {len(outcomes.passed)} passed (pytest exit {int(rc)}): "
+            f"{'; '.join(outcomes.failed)[:600]}",
+            details,
+        )
     if not outcomes.passed:
         first = outcomes.skipped[0] if outcomes.skipped else "no test collected"
         return Verdict(SKIP, f"nothing ran: {first}", details)

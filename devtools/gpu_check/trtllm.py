@@ -58,16 +58,27 @@ def trtllm_step(ctx: Context) -> Verdict:
     cache = Path(ctx.cache_dir)
     t0 = time.monotonic()
     cli(ctx.repo, ["build", recipe, "--cache-dir", str(cache), "-q"], timeout=600, log=work / "build.log")
-    cli(ctx.repo, ["deploy", recipe, "--cache-dir", str(cache), "--out", str(work), "--engine-path",
-                   str(work / "engine"), "-q"], timeout=120, log=work / "deploy.log")  # fmt: skip
+    cli(
+        ctx.repo,
+        ["deploy", recipe, "--cache-dir", str(cache), "--out", str(work), "--engine-path", str(work / "engine"), "-q"],
+        timeout=120,
+        log=work / "deploy.log",
+    )
     build_s = time.monotonic() - t0
     http = int(ctx.params.get("http_port", HTTP_PORT))
-    env = dict(os.environ, MODEL_REPO=str(work / "repository"), ENGINE_DIR=str(work / "engine"), HTTP_PORT=str(http),
-               GRPC_PORT=str(http + 1), METRICS_PORT=str(http + 2))  # fmt: skip
+    env = dict(
+        os.environ,
+        MODEL_REPO=str(work / "repository"),
+        ENGINE_DIR=str(work / "engine"),
+        HTTP_PORT=str(http),
+        GRPC_PORT=str(http + 1),
+        METRICS_PORT=str(http + 2),
+    )
     server_log = work / "server.log"
     with open(server_log, "w", encoding="utf-8") as log:
-        server = subprocess.Popen(["bash", str(work / "bundle" / "launch.sh")], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
+        server = subprocess.Popen(
+            ["bash", str(work / "bundle" / "launch.sh")], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + READY_S
         while not ready(f"127.0.0.1:{http}"):
@@ -76,8 +87,21 @@ def trtllm_step(ctx: Context) -> Verdict:
                 print("\n".join(tail))
                 raise Fail(f"the server did not become ready (exit {server.poll()}); see {server_log}")
             time.sleep(5)
-        ort = json.loads(cli(ctx.repo, ["generate", f"recipes/tiny-llama3-{method}.yaml", "--prompt", PROMPT,
-                                        "--max-new-tokens", str(TOKENS), "--json"], timeout=300))  # fmt: skip
+        ort = json.loads(
+            cli(
+                ctx.repo,
+                [
+                    "generate",
+                    f"recipes/tiny-llama3-{method}.yaml",
+                    "--prompt",
+                    PROMPT,
+                    "--max-new-tokens",
+                    str(TOKENS),
+                    "--json",
+                ],
+                timeout=300,
+            )
+        )
         served = served_tokens(f"127.0.0.1:{http}", ort["prompt_ids"], TOKENS)
     finally:
         if server.poll() is None:
@@ -90,7 +114,10 @@ def trtllm_step(ctx: Context) -> Verdict:
     at = first_difference(ort["token_ids"], served)
     details = {"build_deploy_s": round(build_s, 1), "ort": ort["token_ids"], "served": served, "work": str(work)}
     if at is not None:
-        raise Fail(f"served tokens differ from ONNX Runtime at {at}: ort {ort['token_ids'][at:at + 4]} served "
-                   f"{served[at:at + 4]}")  # fmt: skip
-    return Verdict(PASS, f"{len(ort['token_ids'])} greedy tokens equal to ONNX Runtime's (build + deploy "
-                   f"{build_s:.0f} s)", details)  # fmt: skip
+        raise Fail(
+            f"served tokens differ from ONNX Runtime at {at}: ort {ort['token_ids'][at : at + 4]} served "
+            f"{served[at : at + 4]}"
+        )
+    return Verdict(
+        PASS, f"{len(ort['token_ids'])} greedy tokens equal to ONNX Runtime's (build + deploy {build_s:.0f} s)", details
+    )

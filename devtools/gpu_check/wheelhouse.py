@@ -49,8 +49,13 @@ from devtools.gpu_check.steps import PASS, REPO, SKIP, Context, Fail, Verdict
 
 PYTHON_VERSION = "3.12"  # the borrowed machines' Python (and NVIDIA's TensorRT-LLM 1.2 containers')
 # the device tool's README: pip matches manylinux_2_N exactly, so name every tag the image's glibc accepts
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")  # fmt: skip
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 REQUIREMENTS = (
     "pydantic==2.14.4",
     "pydantic-core==2.50.5",  # pydantic 2.14.4 pins it
@@ -87,8 +92,20 @@ def pinned() -> dict[str, str]:
 
 
 def download_command(out: Path, python: str = sys.executable) -> list[str]:
-    cmd = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", PYTHON_VERSION,
-           "--implementation", "cp", "-d", str(out)]  # fmt: skip
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "-d",
+        str(out),
+    ]
     for tag in PLATFORMS:
         cmd += ["--platform", tag]
     return cmd + list(REQUIREMENTS)
@@ -98,8 +115,12 @@ def tracked_bytes(repo: Path = REPO) -> int | None:
     """Bytes of what travels to a device machine besides carried paths — the files git tracks and the untracked
     ones it does not ignore; None without git."""
     try:
-        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
-                               capture_output=True, check=True).stdout  # fmt: skip
+        names = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=repo,
+            capture_output=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     total = 0
@@ -135,8 +156,10 @@ def check(folder: Path, tree_bytes: int | None = None) -> list[str]:
     problems += [f"{name}: not in REQUIREMENTS" for name in seen if name not in want]
     size = sum(w.stat().st_size for w in wheels)
     if tree_bytes is not None and size + tree_bytes > LIMIT_BYTES:
-        problems.append(f"wheelhouse {size / 2**20:.1f} MiB + tracked tree {tree_bytes / 2**20:.1f} MiB > "
-                        f"{LIMIT_BYTES / 2**20:.0f} MiB (one device call's limit)")  # fmt: skip
+        problems.append(
+            f"wheelhouse {size / 2**20:.1f} MiB + tracked tree {tree_bytes / 2**20:.1f} MiB > "
+            f"{LIMIT_BYTES / 2**20:.0f} MiB (one device call's limit)"
+        )
     return problems
 
 
@@ -195,8 +218,21 @@ def install(wheelhouse: Path, site: Path, python: str = sys.executable) -> tuple
     site.mkdir(parents=True, exist_ok=True)
     names = [" ".join(wheel_name_version(w)) for w in todo]
     if have_pip(python):
-        cmd = [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
-               "--disable-pip-version-check", "--target", str(site), *map(str, todo)]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--upgrade",
+            "--disable-pip-version-check",
+            "--target",
+            str(site),
+            *map(str, todo),
+        ]
         print("$ " + " ".join(cmd))
         subprocess.run(cmd, check=True)
         return names, kept, "pip install --no-index --no-deps --target"
@@ -214,14 +250,18 @@ def install_step(ctx: Context) -> Verdict:
         raise Fail(f"{wheelhouse}: no .whl files")
     t0 = time.monotonic()
     installed, kept, how = install(wheelhouse, site)
-    reason = (f"{how}: {', '.join(installed) or 'nothing'} into {site}" + (f"; kept the host's {', '.join(kept)}"
-              if kept else "") + f" ({time.monotonic() - t0:.1f} s)")  # fmt: skip
+    reason = (
+        f"{how}: {', '.join(installed) or 'nothing'} into {site}"
+        + (f"; kept the host's {', '.join(kept)}" if kept else "")
+        + f" ({time.monotonic() - t0:.1f} s)"
+    )
     return Verdict(PASS, reason, {"installed": installed, "kept": kept, "site": str(site), "how": how})
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/wheelhouse.sh", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="scripts/wheelhouse.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("action", choices=["download", "check", "list"])
     ap.add_argument("folder", nargs="?", default=str(REPO / ".whl"))
     args = ap.parse_args(argv)
@@ -245,13 +285,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{w.stat().st_size / 1e6:8.2f} MB  {w.name}")
     size = sum(w.stat().st_size for w in wheels)
     tree_text = "unknown" if tree is None else f"{tree / 2**20:.1f} MiB"
-    print(f"wheelhouse {size / 2**20:.1f} MiB ({len(wheels)} wheels) + tracked tree {tree_text} "
-          f"(limit {LIMIT_BYTES / 2**20:.0f} MiB per device call)")  # fmt: skip
+    print(
+        f"wheelhouse {size / 2**20:.1f} MiB ({len(wheels)} wheels) + tracked tree {tree_text} "
+        f"(limit {LIMIT_BYTES / 2**20:.0f} MiB per device call)"
+    )
     problems = check(folder, tree)
     for p in problems:
         print(f"problem: {p}")
-    print(f"offline install: {sys.executable} -m pip install --no-index --no-deps --no-compile --target SITE "
-          f"{folder}/*.whl   (scripts/gpu_check.sh does it when {folder} holds wheels)")  # fmt: skip
+    print(
+        f"offline install: {sys.executable} -m pip install --no-index --no-deps --no-compile --target SITE "
+        f"{folder}/*.whl   (scripts/gpu_check.sh does it when {folder} holds wheels)"
+    )
     return 1 if problems else 0
 
 

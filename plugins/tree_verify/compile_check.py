@@ -19,20 +19,59 @@ LOGITS = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16"}
 def _signatures(logits: str) -> dict[str, dict[str, str]]:
     f32, i32 = "*fp32", "*i32"
     return {
-        "_partials_kernel": dict(logits_ptr=logits, temperature_ptr=f32, pmax_ptr=f32, parg_ptr=i32, psum_ptr=f32,
-                                 T="i32", V="i32", chunk="i32"),
-        "_node_stats_kernel": dict(logits_ptr=logits, temperature_ptr=f32, top_p_ptr=f32, pmax_ptr=f32, parg_ptr=i32,
-                                   psum_ptr=f32, node_max_ptr=f32, node_arg_ptr=i32, node_tau_ptr=f32,
-                                   node_mass_ptr=f32, T="i32", V="i32", split="i32"),
-        "_verify_kernel": dict(logits_ptr=logits, tokens_ptr=i32, paths_ptr=i32, temperature_ptr=f32,
-                               uniforms_ptr=f32, q_ptr=f32, node_max_ptr=f32, node_arg_ptr=i32, node_tau_ptr=f32,
-                               node_mass_ptr=f32, len_ptr=i32, best_ptr=i32, out_ptr=i32, T="i32", V="i32",
-                               P="i32", W="i32", paths_stride="i32"),
-    }  # fmt: skip
+        "_partials_kernel": dict(
+            logits_ptr=logits,
+            temperature_ptr=f32,
+            pmax_ptr=f32,
+            parg_ptr=i32,
+            psum_ptr=f32,
+            T="i32",
+            V="i32",
+            chunk="i32",
+        ),
+        "_node_stats_kernel": dict(
+            logits_ptr=logits,
+            temperature_ptr=f32,
+            top_p_ptr=f32,
+            pmax_ptr=f32,
+            parg_ptr=i32,
+            psum_ptr=f32,
+            node_max_ptr=f32,
+            node_arg_ptr=i32,
+            node_tau_ptr=f32,
+            node_mass_ptr=f32,
+            T="i32",
+            V="i32",
+            split="i32",
+        ),
+        "_verify_kernel": dict(
+            logits_ptr=logits,
+            tokens_ptr=i32,
+            paths_ptr=i32,
+            temperature_ptr=f32,
+            uniforms_ptr=f32,
+            q_ptr=f32,
+            node_max_ptr=f32,
+            node_arg_ptr=i32,
+            node_tau_ptr=f32,
+            node_mass_ptr=f32,
+            len_ptr=i32,
+            best_ptr=i32,
+            out_ptr=i32,
+            T="i32",
+            V="i32",
+            P="i32",
+            W="i32",
+            paths_stride="i32",
+        ),
+    }
 
 
-_BLOCKS = {"_partials_kernel": dict(BLOCK_V=2048), "_node_stats_kernel": dict(BLOCK_V=256, BLOCK_S=4),
-           "_verify_kernel": dict(BLOCK_P=64, BLOCK_W=8, BLOCK_V=1024)}  # fmt: skip
+_BLOCKS = {
+    "_partials_kernel": dict(BLOCK_V=2048),
+    "_node_stats_kernel": dict(BLOCK_V=256, BLOCK_S=4),
+    "_verify_kernel": dict(BLOCK_P=64, BLOCK_W=8, BLOCK_V=1024),
+}
 
 
 def compile_all(arch: int = 90) -> list[tuple[str, str, bool, float, int]]:
@@ -50,8 +89,9 @@ def compile_all(arch: int = 90) -> list[tuple[str, str, bool, float, int]]:
         for name, sig in _signatures(logits).items():
             for sample in (False, True):
                 consts = dict(_BLOCKS[name], SAMPLE=sample)
-                src = ASTSource(fn=getattr(kernel, name), signature={**sig, **{k: "constexpr" for k in consts}},
-                                constexprs=consts)  # fmt: skip
+                src = ASTSource(
+                    fn=getattr(kernel, name), signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts
+                )
                 start = time.time()
                 compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32))
                 done.append((name, dtype, sample, time.time() - start, len(compiled.asm["cubin"])))

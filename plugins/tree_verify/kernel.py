@@ -45,8 +45,9 @@ _SEARCH_PASSES = tl.constexpr(8)  # 16**8 > 2**30 > _TAU_HI: the search ends on 
 
 
 @triton.jit
-def _partials_kernel(logits_ptr, temperature_ptr, pmax_ptr, parg_ptr, psum_ptr, T, V, chunk,
-                     SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+def _partials_kernel(
+    logits_ptr, temperature_ptr, pmax_ptr, parg_ptr, psum_ptr, T, V, chunk, SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr
+):
     row = tl.program_id(0)  # b * T + node
     part = tl.program_id(1)
     split = tl.num_programs(1)
@@ -87,9 +88,24 @@ def _masses_at_least(base, V, m, scale, taus, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _node_stats_kernel(logits_ptr, temperature_ptr, top_p_ptr, pmax_ptr, parg_ptr, psum_ptr,
-                       node_max_ptr, node_arg_ptr, node_tau_ptr, node_mass_ptr, T, V, split,
-                       SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr):  # fmt: skip
+def _node_stats_kernel(
+    logits_ptr,
+    temperature_ptr,
+    top_p_ptr,
+    pmax_ptr,
+    parg_ptr,
+    psum_ptr,
+    node_max_ptr,
+    node_arg_ptr,
+    node_tau_ptr,
+    node_mass_ptr,
+    T,
+    V,
+    split,
+    SAMPLE: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
     row = tl.program_id(0)
     s = tl.arange(0, BLOCK_S)
     pm = tl.load(pmax_ptr + row * split + s, mask=s < split, other=float("-inf"))  # [BLOCK_S]
@@ -113,8 +129,9 @@ def _node_stats_kernel(logits_ptr, temperature_ptr, top_p_ptr, pmax_ptr, parg_pt
         for _ in range(rounds):
             step = (hi - lo + _ARITY - 1) // _ARITY
             taus = tl.minimum(lo + (j + 1) * step, hi)  # [K]; the last one (= hi) is never ok
-            f = _masses_at_least(logits_ptr + row.to(tl.int64) * V, V, m, scale, taus.to(tl.float32, bitcast=True),
-                                 BLOCK_V)  # fmt: skip
+            f = _masses_at_least(
+                logits_ptr + row.to(tl.int64) * V, V, m, scale, taus.to(tl.float32, bitcast=True), BLOCK_V
+            )
             ok = (f >= top_p * z) & (taus < hi)  # a prefix of j: mass falls as τ rises
             n_ok = tl.sum(ok.to(tl.int32), 0)
             hi = tl.sum(tl.where(j == n_ok, taus, 0), 0)
@@ -134,8 +151,26 @@ def _children(paths_ptr, holds, depth, T, W, BLOCK_P: tl.constexpr):
 
 
 @triton.jit
-def _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr, holds,
-                 b, node, depth, t, scale, T, V, P, W, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+def _bonus_token(
+    logits_ptr,
+    tokens_ptr,
+    paths_ptr,
+    node_max_ptr,
+    node_tau_ptr,
+    node_arg_ptr,
+    holds,
+    b,
+    node,
+    depth,
+    t,
+    scale,
+    T,
+    V,
+    P,
+    W,
+    BLOCK_P: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     # inverse CDF over the node's residual: nucleus minus its children's (rejected) tokens
     row = b * T + node
     m = tl.load(node_max_ptr + row)
@@ -182,9 +217,26 @@ def _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand
 
 
 @triton.jit
-def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, node_tau_ptr,
-          node_mass_ptr, node_arg_ptr, b, scale, T, V, P, W,
-          BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_V: tl.constexpr):  # fmt: skip
+def _walk(
+    logits_ptr,
+    tokens_ptr,
+    paths_ptr,
+    uniforms_ptr,
+    q_ptr,
+    node_max_ptr,
+    node_tau_ptr,
+    node_mass_ptr,
+    node_arg_ptr,
+    b,
+    scale,
+    T,
+    V,
+    P,
+    W,
+    BLOCK_P: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     # rejection mode: the reference's walk in mass units; returns (accepted_len, best_path, bonus)
     p = tl.arange(0, BLOCK_P)
     holds = p < P  # [BLOCK_P] paths whose prefix is the accepted chain (column 0 is the root); never empty
@@ -204,8 +256,9 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
             for _ in range(tl.sum(cand.to(tl.int32), 0)):  # children in node order (≤ this many)
                 c = tl.min(tl.where(cand & (kid > last), kid, _BIG), 0)
                 if (c < _BIG) & (accepted < 0):
-                    a = _candidate_test(logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau,
-                                        scale, T, V)  # fmt: skip
+                    a = _candidate_test(
+                        logits_ptr, tokens_ptr, q_ptr, b, row, c, kid, kid_tok, cand, m, tau, scale, T, V
+                    )
                     take = (a > 0) & (t < a)  # (a > 0: with t ≥ 0 the same test; keeps garbage uniforms out)
                     accepted = tl.where(take, c, accepted)
                     t = tl.where(take, t, t - a)
@@ -216,16 +269,54 @@ def _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr, 
             else:
                 stop = k
                 t_stop = t
-    bonus = _bonus_token(logits_ptr, tokens_ptr, paths_ptr, node_max_ptr, node_tau_ptr, node_arg_ptr, holds,
-                         b, node, stop, t_stop, scale, T, V, P, W, BLOCK_P, BLOCK_V)  # fmt: skip
+    bonus = _bonus_token(
+        logits_ptr,
+        tokens_ptr,
+        paths_ptr,
+        node_max_ptr,
+        node_tau_ptr,
+        node_arg_ptr,
+        holds,
+        b,
+        node,
+        stop,
+        t_stop,
+        scale,
+        T,
+        V,
+        P,
+        W,
+        BLOCK_P,
+        BLOCK_V,
+    )
     return stop + 1, tl.min(tl.where(holds, p, _BIG), 0), bonus
 
 
 @triton.jit
-def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_ptr, q_ptr,
-                   node_max_ptr, node_arg_ptr, node_tau_ptr, node_mass_ptr, len_ptr, best_ptr, out_ptr,
-                   T, V, P, W, paths_stride, SAMPLE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_W: tl.constexpr,
-                   BLOCK_V: tl.constexpr):  # fmt: skip
+def _verify_kernel(
+    logits_ptr,
+    tokens_ptr,
+    paths_ptr,
+    temperature_ptr,
+    uniforms_ptr,
+    q_ptr,
+    node_max_ptr,
+    node_arg_ptr,
+    node_tau_ptr,
+    node_mass_ptr,
+    len_ptr,
+    best_ptr,
+    out_ptr,
+    T,
+    V,
+    P,
+    W,
+    paths_stride,
+    SAMPLE: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     b = tl.program_id(0)
     paths_ptr += b.to(tl.int64) * paths_stride  # this sequence's tree [P, W]; stride 0: shared by the batch
     p = tl.arange(0, BLOCK_P)
@@ -246,9 +337,26 @@ def _verify_kernel(logits_ptr, tokens_ptr, paths_ptr, temperature_ptr, uniforms_
     if SAMPLE:
         temperature = tl.load(temperature_ptr + b)
         if temperature > _EPS:
-            n_acc, best, bonus = _walk(logits_ptr, tokens_ptr, paths_ptr, uniforms_ptr, q_ptr, node_max_ptr,
-                                       node_tau_ptr, node_mass_ptr, node_arg_ptr, b, _LOG2E / temperature,
-                                       T, V, P, W, BLOCK_P, BLOCK_W, BLOCK_V)  # fmt: skip
+            n_acc, best, bonus = _walk(
+                logits_ptr,
+                tokens_ptr,
+                paths_ptr,
+                uniforms_ptr,
+                q_ptr,
+                node_max_ptr,
+                node_tau_ptr,
+                node_mass_ptr,
+                node_arg_ptr,
+                b,
+                _LOG2E / temperature,
+                T,
+                V,
+                P,
+                W,
+                BLOCK_P,
+                BLOCK_W,
+                BLOCK_V,
+            )
     d = tl.arange(0, BLOCK_W)
     draft = d < n_acc - 1  # output slot d holds the token of chain node d + 1 = paths[best, d + 1]
     nxt = tl.load(paths_ptr + best * W + d + 1, mask=draft, other=0)  # accepted nodes: in [1, T)
@@ -283,8 +391,15 @@ def tree_verify_triton(
     top_p = torch.ones(b, device=dev) if top_p is None else top_p
     uniforms = torch.zeros(b, w, device=dev) if uniforms is None else uniforms
     draft_probs = torch.ones(b, t, device=dev) if draft_probs is None else draft_probs
-    named = dict(logits=logits, tokens=tokens, paths=paths, temperature=temperature, top_p=top_p,
-                 uniforms=uniforms, draft_probs=draft_probs)  # fmt: skip
+    named = dict(
+        logits=logits,
+        tokens=tokens,
+        paths=paths,
+        temperature=temperature,
+        top_p=top_p,
+        uniforms=uniforms,
+        draft_probs=draft_probs,
+    )
     bind_dims({k: x.shape for k, x in named.items()})
     check_dtypes({k: str(x.dtype).removeprefix("torch.") for k, x in named.items()})
     p = paths.shape[1]
@@ -293,8 +408,11 @@ def tree_verify_triton(
     del named["paths"]
     logits, tokens, temperature, top_p, uniforms, draft_probs = (x.contiguous() for x in named.values())
     if out is None:
-        out = VerifyResult(torch.empty(b, dtype=torch.int32, device=dev), torch.empty(b, dtype=torch.int32, device=dev),
-                           torch.empty(b, w, dtype=torch.int32, device=dev))  # fmt: skip
+        out = VerifyResult(
+            torch.empty(b, dtype=torch.int32, device=dev),
+            torch.empty(b, dtype=torch.int32, device=dev),
+            torch.empty(b, w, dtype=torch.int32, device=dev),
+        )
     block_v = block_v or min(2048 if dev.type == "cuda" else 256, triton.next_power_of_2(v))
     blocks = triton.cdiv(v, block_v)
     if split is None:
@@ -308,13 +426,47 @@ def tree_verify_triton(
     parg = torch.empty(b * t, split, dtype=torch.int32, device=dev)
     node_max, node_tau, node_mass = (torch.zeros(b * t, dtype=torch.float32, device=dev) for _ in range(3))
     node_arg = torch.empty(b * t, dtype=torch.int32, device=dev)
-    _partials_kernel[(b * t, split)](logits, temperature, pmax, parg, psum, t, v, chunk,
-                                     SAMPLE=sample, BLOCK_V=block_v)  # fmt: skip
-    _node_stats_kernel[(b * t,)](logits, temperature, top_p, pmax, parg, psum, node_max, node_arg, node_tau,
-                                 node_mass, t, v, split, SAMPLE=sample, BLOCK_V=min(block_v, 256),
-                                 BLOCK_S=triton.next_power_of_2(split))  # fmt: skip
-    _verify_kernel[(b,)](logits, tokens, paths, temperature, uniforms, draft_probs, node_max, node_arg, node_tau,
-                         node_mass, out.accepted_len, out.best_path, out.output_tokens, t, v, p, w, paths.stride(0),
-                         SAMPLE=sample, BLOCK_P=triton.next_power_of_2(p), BLOCK_W=triton.next_power_of_2(w),
-                         BLOCK_V=min(block_v, 1024))  # fmt: skip
+    _partials_kernel[(b * t, split)](logits, temperature, pmax, parg, psum, t, v, chunk, SAMPLE=sample, BLOCK_V=block_v)
+    _node_stats_kernel[(b * t,)](
+        logits,
+        temperature,
+        top_p,
+        pmax,
+        parg,
+        psum,
+        node_max,
+        node_arg,
+        node_tau,
+        node_mass,
+        t,
+        v,
+        split,
+        SAMPLE=sample,
+        BLOCK_V=min(block_v, 256),
+        BLOCK_S=triton.next_power_of_2(split),
+    )
+    _verify_kernel[(b,)](
+        logits,
+        tokens,
+        paths,
+        temperature,
+        uniforms,
+        draft_probs,
+        node_max,
+        node_arg,
+        node_tau,
+        node_mass,
+        out.accepted_len,
+        out.best_path,
+        out.output_tokens,
+        t,
+        v,
+        p,
+        w,
+        paths.stride(0),
+        SAMPLE=sample,
+        BLOCK_P=triton.next_power_of_2(p),
+        BLOCK_W=triton.next_power_of_2(w),
+        BLOCK_V=min(block_v, 1024),
+    )
     return out

@@ -33,8 +33,12 @@ from onnx import TensorProto, helper, numpy_helper
 from plugins.tree_verify.contract import DOMAIN, INPUTS, OP_TYPE, OP_VERSION, OUTPUTS, TEMPERATURE_EPS, Mode
 
 MIN_OPSET = 18  # ReduceMax with axes as an input; ScatterElements with reduction max / min
-_ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
-               "int32": "tensor(int32)"}  # fmt: skip
+_ONNX_TYPES = {
+    "float32": "tensor(float)",
+    "float16": "tensor(float16)",
+    "bfloat16": "tensor(bfloat16)",
+    "int32": "tensor(int32)",
+}
 F, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 
 
@@ -48,16 +52,19 @@ def register_schema() -> None:
     outputs = [io(s.name, _ONNX_TYPES[s.dtypes[0]], doc(s)) for s in OUTPUTS]
     attr = onnx.defs.OpSchema.Attribute
     schema = onnx.defs.OpSchema(
-        OP_TYPE, DOMAIN, OP_VERSION,
+        OP_TYPE,
+        DOMAIN,
+        OP_VERSION,
         "Tree verification for speculative decoding; see plugins/tree_verify/contract.py.",
-        inputs=inputs, outputs=outputs,
+        inputs=inputs,
+        outputs=outputs,
         type_constraints=[("L", [_ONNX_TYPES[d] for d in ("float32", "float16", "bfloat16")], "logits type")],
         attributes=[
             attr("mode", onnx.defs.OpSchema.AttrType.INT, "0 = greedy, 1 = rejection", required=True),
             attr("plugin_namespace", onnx.defs.OpSchema.AttrType.STRING, "TensorRT plugin namespace", required=False),
             attr("plugin_version", onnx.defs.OpSchema.AttrType.STRING, "TensorRT plugin version", required=False),
         ],
-    )  # fmt: skip
+    )
     onnx.defs.register_schema(schema)
 
 
@@ -68,9 +75,15 @@ def make_node(
     if len(inputs) != len(INPUTS) or len(outputs) != len(OUTPUTS):
         raise ValueError(f"TreeVerify takes {len(INPUTS)} inputs and {len(OUTPUTS)} outputs")
     return helper.make_node(
-        OP_TYPE, list(inputs), list(outputs), name=name, domain=DOMAIN, mode=int(Mode.parse(mode)),
-        plugin_namespace=DOMAIN, plugin_version=str(OP_VERSION),  # read by TensorRT's ONNX parser
-    )  # fmt: skip
+        OP_TYPE,
+        list(inputs),
+        list(outputs),
+        name=name,
+        domain=DOMAIN,
+        mode=int(Mode.parse(mode)),
+        plugin_namespace=DOMAIN,
+        plugin_version=str(OP_VERSION),  # read by TensorRT's ONNX parser
+    )
 
 
 def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -164,8 +177,12 @@ def _expand(node: onnx.NodeProto) -> list[onnx.NodeProto]:
     if mode is Mode.REJECTION:
         sampled = _residual_sample(g, p, a, uniforms, tree, n_acc, last, g.cast(bonus, I64))
         bonus = g.op("Where", greedy_row, bonus, g.cast(sampled, I32))
-    chain = g.op("Where", g.op("GatherND", alive, best, batch_dims=1), g.op("GatherND", kid_tok, best, batch_dims=1),
-                 g.const(-1, np.int32))  # [B, D] the accepted draft tokens, then -1  # fmt: skip
+    chain = g.op(
+        "Where",
+        g.op("GatherND", alive, best, batch_dims=1),
+        g.op("GatherND", kid_tok, best, batch_dims=1),
+        g.const(-1, np.int32),
+    )  # [B, D] the accepted draft tokens, then -1
     _outputs(g, node.output, chain, n_acc, best, bonus)
     return g.nodes
 
@@ -203,8 +220,9 @@ def _nucleus(g: _Graph, x: str, temperature: str, top_p: str) -> str:
 def _draft_ratio(g: _Graph, p: str, q: str, tree: dict[str, str]) -> str:
     """a [B, T] = p_parent(tok c) / q(c), 0 where an earlier sibling drafted the same token."""
     tok = g.unsq(tree["tok"], 2)  # [B, T, 1]
-    w = g.op("GatherND", p, g.op("Concat", g.unsq(g.op("Max", tree["parent"], g.const(0)), 2), tok, axis=2),
-             batch_dims=1)  # [B, T] p at (parent, token)  # fmt: skip
+    w = g.op(
+        "GatherND", p, g.op("Concat", g.unsq(g.op("Max", tree["parent"], g.const(0)), 2), tok, axis=2), batch_dims=1
+    )  # [B, T] p at (parent, token)
     same_tok = g.cast(g.op("Equal", tok, g.unsq(tree["tok"], 1)), F)  # [B, T(c'), T(c)]
     repeat = g.reduce("ReduceMax", g.op("Mul", same_tok, tree["sib_lt"]), [1])  # [B, T] 1: a repeated token
     w = g.op("Where", g.op("Greater", repeat, g.f32(0)), g.f32(0), w)
@@ -222,8 +240,9 @@ def _score_paths(g: _Graph, accepted: str) -> tuple[str, str, str]:
     return g.op("GatherElements", per_path, best, axis=1), best, alive
 
 
-def _residual_sample(g: _Graph, p: str, a: str, uniforms: str, tree: dict[str, str],
-                     n_acc: str, last: str, fallback: str) -> str:  # fmt: skip
+def _residual_sample(
+    g: _Graph, p: str, a: str, uniforms: str, tree: dict[str, str], n_acc: str, last: str, fallback: str
+) -> str:
     """Rejection bonus [B, 1] int64: inverse CDF of the last node's residual at t = u − Σ a(children)."""
     kids_of_last = g.op("Equal", tree["parent"], last)  # [B, T]
     spent = g.reduce("ReduceSum", g.op("Where", kids_of_last, a, g.f32(0)), [1], keepdims=1)  # [B, 1]

@@ -87,8 +87,15 @@ def tree_verify(
     top_p = torch.ones(b) if top_p is None else top_p
     uniforms = torch.zeros(b, width) if uniforms is None else uniforms
     draft_probs = torch.ones(b, t) if draft_probs is None else draft_probs
-    named = dict(logits=logits, tokens=tokens, paths=paths, temperature=temperature, top_p=top_p,
-                 uniforms=uniforms, draft_probs=draft_probs)  # fmt: skip
+    named = dict(
+        logits=logits,
+        tokens=tokens,
+        paths=paths,
+        temperature=temperature,
+        top_p=top_p,
+        uniforms=uniforms,
+        draft_probs=draft_probs,
+    )
     bind_dims({k: x.shape for k, x in named.items()})
     trees = paths.tolist()  # [B][P][D+1]
     if untrusted:
@@ -97,8 +104,11 @@ def tree_verify(
         check_paths(trees, t)
     if not bool(((uniforms >= 0) & (uniforms < 1)).all()) or not bool((draft_probs > 0).all()):
         raise ValueError("uniforms must lie in [0, 1) and draft_probs in (0, 1]")
-    out = VerifyResult(torch.ones(b, dtype=torch.int32), torch.zeros(b, dtype=torch.int32),
-                       torch.full((b, width), -1, dtype=torch.int32))  # fmt: skip
+    out = VerifyResult(
+        torch.ones(b, dtype=torch.int32),
+        torch.zeros(b, dtype=torch.int32),
+        torch.full((b, width), -1, dtype=torch.int32),
+    )
     for i, rows in enumerate(trees):
         tok = tokens[i].tolist()
         drafted = sorted({n for row in rows for n in row[1:] if n >= 0})
@@ -150,8 +160,13 @@ def _children(rows: list[list[int]], chain: list[int]) -> list[int]:
     return sorted({row[k] for row in rows if row[:k] == chain and len(row) > k and row[k] >= 0})
 
 
-def _rejection(logits: torch.Tensor, tok: list[int], q: list[float], rows: list[list[int]],
-               sampling: tuple[float, float, list[float]]) -> tuple[list[int], int]:  # fmt: skip
+def _rejection(
+    logits: torch.Tensor,
+    tok: list[int],
+    q: list[float],
+    rows: list[list[int]],
+    sampling: tuple[float, float, list[float]],
+) -> tuple[list[int], int]:
     # logits [T, V]; sampling = (temperature, top_p, uniforms [D+1]); returns chain and bonus token
     temperature, top_p, u = sampling
     probs = _target_probs(logits, temperature, top_p)  # [T, V]

@@ -112,8 +112,9 @@ def _register_impl() -> None:
         from plugins.tree_verify.kernel import tree_verify_triton
         from plugins.tree_verify.reference import VerifyResult
 
-        x, tok, pa, temp, tp, u, q = (_as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms,
-                                                               draft_probs))  # fmt: skip
+        x, tok, pa, temp, tp, u, q = (
+            _as_torch(t) for t in (logits, tokens, paths, temperature, top_p, uniforms, draft_probs)
+        )
         out = VerifyResult(*(_as_torch(t) for t in outputs))
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
             tree_verify_triton(x, tok, pa, mode_from_attr(mode), temp, tp, u, q, out=out)
@@ -124,8 +125,12 @@ class _CudaArray:
 
     def __init__(self, ptr: int, shape: Tuple[int, ...], strides: Tuple[int, ...], typestr: str) -> None:
         self.__cuda_array_interface__: dict[str, Any] = {
-            "data": (ptr, False), "shape": shape, "strides": strides, "typestr": typestr, "version": 3,
-        }  # fmt: skip
+            "data": (ptr, False),
+            "shape": shape,
+            "strides": strides,
+            "typestr": typestr,
+            "version": 3,
+        }
 
 
 def _as_torch(t: "trtp.Tensor") -> "torch.Tensor":
@@ -137,4 +142,3 @@ def _as_torch(t: "trtp.Tensor") -> "torch.Tensor":
         raw = _CudaArray(t.data_ptr, tuple(t.shape), tuple(2 * s for s in t.strides), "<i2")
         return torch.as_tensor(raw, device="cuda").view(torch.bfloat16)
     return torch.as_tensor(t, device="cuda")
-

@@ -76,8 +76,16 @@ def stub_root(dest: Path, extra_config: str = "") -> Path:
 def run_mypy(files: Sequence[str | Path], work: Path, extra_config: str = "") -> subprocess.CompletedProcess[str]:
     """Run mypy (this interpreter's) on `files` against the stub root built under `work`."""
     root = stub_root(work / "stubs", extra_config)
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(root / "mypy.ini"), "--cache-dir", str(work / "cache"),
-           *map(str, files)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(root / "mypy.ini"),
+        "--cache-dir",
+        str(work / "cache"),
+        *map(str, files),
+    ]
     env = {"MYPYPATH": str(root), "PATH": "/usr/bin:/bin"}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE.parent.parent, check=False)
 
@@ -138,8 +146,10 @@ def _api(modules: Sequence[ast.Module], exported: Any) -> Api:
         return out | _members(node)
 
     nodes = [n for m in modules for n in _defs(m.body) if exported(n)]
-    return {"functions": {n.name: _params(n.args) for n in nodes if isinstance(n, ast.FunctionDef)},
-            "classes": {n.name: flat(n.name) for n in nodes if isinstance(n, ast.ClassDef)}}  # fmt: skip
+    return {
+        "functions": {n.name: _params(n.args) for n in nodes if isinstance(n, ast.FunctionDef)},
+        "classes": {n.name: flat(n.name) for n in nodes if isinstance(n, ast.ClassDef)},
+    }
 
 
 def _is_public_api(node: ast.stmt) -> bool:
@@ -194,8 +204,13 @@ def wheel_record(wheel: Path) -> dict[str, Any]:
     if not sources:
         raise ValueError(f"{wheel}: no {WHEEL_PLUGIN_DIR}*.py (not a tensorrt-cuXX-bindings wheel?)")
     version = wheel.name.split("-")[1]
-    return {"version": version, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
-            "files": sorted(sources), "api": plugin_api(sources)}  # fmt: skip
+    return {
+        "version": version,
+        "wheel": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "files": sorted(sources),
+        "api": plugin_api(sources),
+    }
 
 
 def recorded_api() -> dict[str, Any]:
@@ -205,9 +220,11 @@ def recorded_api() -> dict[str, Any]:
 
 def record_plugin_api(wheels: Sequence[Path]) -> None:
     data = recorded_api() if PLUGIN_API.is_file() else {"versions": {}}
-    data["about"] = (f"public API of tensorrt.plugin read (not imported) from {WHEEL_PLUGIN_DIR}*.py in "
-                     "tensorrt-cu13-bindings wheels (pip download --no-deps), by plugins.tree_verify.typecheck."
-                     "wheel_record; params: names in order, '=' marks a default")  # fmt: skip
+    data["about"] = (
+        f"public API of tensorrt.plugin read (not imported) from {WHEEL_PLUGIN_DIR}*.py in "
+        "tensorrt-cu13-bindings wheels (pip download --no-deps), by plugins.tree_verify.typecheck."
+        "wheel_record; params: names in order, '=' marks a default"
+    )
     for wheel in wheels:
         rec = wheel_record(Path(wheel))
         data["versions"][rec["version"]] = rec

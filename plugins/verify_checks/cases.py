@@ -44,8 +44,16 @@ class Case:
         return (self.logits, self.tokens, self.paths, self.temperature, self.top_p, self.uniforms, self.draft_probs)
 
     def reference(self) -> VerifyResult:
-        return tree_verify(self.logits, self.tokens, self.paths, self.mode, self.temperature, self.top_p,
-                           self.uniforms, self.draft_probs)  # fmt: skip
+        return tree_verify(
+            self.logits,
+            self.tokens,
+            self.paths,
+            self.mode,
+            self.temperature,
+            self.top_p,
+            self.uniforms,
+            self.draft_probs,
+        )
 
     def rows(self, start: int, stop: int) -> "Case":
         """The case restricted to batch rows start..stop-1 (their trees)."""
@@ -164,8 +172,9 @@ def random_case(
     return Case(logits, tokens.to(torch.int32), paths, mode, temperature, top_p, uniforms, draft_probs)
 
 
-def _draft_tokens(target: torch.Tensor, parents: list[int], mode: Mode, hit_rate: float,
-                  gen: torch.Generator) -> torch.Tensor:  # fmt: skip
+def _draft_tokens(
+    target: torch.Tensor, parents: list[int], mode: Mode, hit_rate: float, gen: torch.Generator
+) -> torch.Tensor:
     # target [T, V] -> tokens [T] int64 for one sequence's tree (-1 on nodes on no path)
     tokens = torch.randint(0, target.shape[1], (len(parents),), generator=gen)  # [T]
     for n, parent in enumerate(parents):
@@ -198,36 +207,57 @@ def edge_case(mode: Mode, dtype: torch.dtype = torch.float32) -> Case:
     The tuples are the greedy outcomes (accepted_len, best_path, output_tokens). In rejection mode
     row 2 is verified greedily (temperature 0), the others sample with fixed uniforms.
     """
-    paths = torch.tensor([
-        [[0, 1, 3], [0, 1, 4], [0, 2, 5]],
-        [[0, -1, -1], [0, -1, -1], [0, -1, -1]],
-        [[0, -1, -1], [0, 4, 2], [0, 3, -1]],
-        [[0, 1, 3], [0, 2, 4], [0, -1, -1]],
-        [[0, 1, 3], [0, 1, 4], [0, 2, 5]],
-    ], dtype=torch.int32)  # fmt: skip
-    tokens = torch.tensor([
-        [9, 4, 3, 2, 2, 6],
-        [9, -1, -1, -1, -1, -1],
-        [9, -1, 0, 5, 5, -1],
-        [9, 2, 2, 4, 1, -1],
-        [9, 0, 1, 5, 5, 5],
-    ], dtype=torch.int32)  # fmt: skip
+    paths = torch.tensor(
+        [
+            [[0, 1, 3], [0, 1, 4], [0, 2, 5]],
+            [[0, -1, -1], [0, -1, -1], [0, -1, -1]],
+            [[0, -1, -1], [0, 4, 2], [0, 3, -1]],
+            [[0, 1, 3], [0, 2, 4], [0, -1, -1]],
+            [[0, 1, 3], [0, 1, 4], [0, 2, 5]],
+        ],
+        dtype=torch.int32,
+    )
+    tokens = torch.tensor(
+        [
+            [9, 4, 3, 2, 2, 6],
+            [9, -1, -1, -1, -1, -1],
+            [9, -1, 0, 5, 5, -1],
+            [9, 2, 2, 4, 1, -1],
+            [9, 0, 1, 5, 5, 5],
+        ],
+        dtype=torch.int32,
+    )
     logits = torch.zeros(5, 6, 8)  # [B, T, V]
     top = {  # (row, node): the maximal token ids (several: a tie)
-        (0, 0): [3], (0, 2): [6], (0, 5): [1], (1, 0): [7], (2, 0): [5], (2, 4): [0], (2, 2): [2],
-        (3, 0): [2, 5], (3, 1): [4, 6], (3, 2): [1, 3], (3, 3): [0, 7], (3, 4): [2, 3], (4, 0): [3],
-    }  # fmt: skip
+        (0, 0): [3],
+        (0, 2): [6],
+        (0, 5): [1],
+        (1, 0): [7],
+        (2, 0): [5],
+        (2, 4): [0],
+        (2, 2): [2],
+        (3, 0): [2, 5],
+        (3, 1): [4, 6],
+        (3, 2): [1, 3],
+        (3, 3): [0, 7],
+        (3, 4): [2, 3],
+        (4, 0): [3],
+    }
     for (b, n), ids in top.items():
         logits[b, n, ids] = 2.0
     logits[4, 0, [0, 1]] = -30.0
     return Case(
-        logits.to(dtype), tokens, paths, mode,
+        logits.to(dtype),
+        tokens,
+        paths,
+        mode,
         temperature=torch.tensor([1.0, 0.7, 0.0, 1.3, 0.9]),
         top_p=torch.tensor([1.0, 0.9, 1.0, 0.8, 1.0]),
-        uniforms=torch.tensor([[0.2, 0.5, 0.9], [0.3, 0.1, 0.6], [0.7, 0.7, 0.7], [0.05, 0.95, 0.5],
-                               [0.99, 0.01, 0.4]]),
+        uniforms=torch.tensor(
+            [[0.2, 0.5, 0.9], [0.3, 0.1, 0.6], [0.7, 0.7, 0.7], [0.05, 0.95, 0.5], [0.99, 0.01, 0.4]]
+        ),
         draft_probs=torch.tensor([[1.0] * 6, [1.0] * 6, [1.0] * 6, [1.0, 0.7, 0.9, 1.0, 1.0, 1.0], [1.0] * 6]),
-    )  # fmt: skip
+    )
 
 
 @dataclass

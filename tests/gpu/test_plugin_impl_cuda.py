@@ -60,9 +60,14 @@ class StandInTensor:
         if self.dtype == "BF16":
             raise ValueError("Handling DataType.BF16 via '__cuda_array_interface__' is not supported")
         size = self._x.element_size()
-        return {"shape": self.shape, "typestr": np.dtype(str(self._x.dtype).removeprefix("torch.")).str,
-                "stream": self._stream, "version": 3, "data": (self.data_ptr, False),
-                "strides": tuple(s * size for s in self.strides)}  # fmt: skip
+        return {
+            "shape": self.shape,
+            "typestr": np.dtype(str(self._x.dtype).removeprefix("torch.")).str,
+            "stream": self._stream,
+            "version": 3,
+            "data": (self.data_ptr, False),
+            "strides": tuple(s * size for s in self.strides),
+        }
 
 
 @pytest.fixture
@@ -92,8 +97,12 @@ def poisoned(case) -> list[torch.Tensor]:
 def enqueue(fn, case, mode_value, outs: list[torch.Tensor], stream: torch.cuda.Stream) -> None:
     """impl(*inputs, *attributes, [outputs], stream=...) as TensorRT's enqueue calls it."""
     handle = int(stream.cuda_stream)
-    fn(*[StandInTensor(x, handle) for x in case.inputs()], mode_value, [StandInTensor(o, handle) for o in outs],
-       stream=handle)  # fmt: skip
+    fn(
+        *[StandInTensor(x, handle) for x in case.inputs()],
+        mode_value,
+        [StandInTensor(o, handle) for o in outs],
+        stream=handle,
+    )
 
 
 @pytest.mark.parametrize("own_trees", [False, True])

@@ -76,8 +76,13 @@ class CountingCuda(TorchCuda):
 
 class _CudaBytes:
     def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3,
-                                         "strides": None}  # fmt: skip
+        self.__cuda_array_interface__ = {
+            "data": (ptr, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+            "strides": None,
+        }
 
 
 @dataclass
@@ -240,8 +245,19 @@ def test_stand_in_eagle_extend_and_expand_on_device(host, tmp_path):
     from builder.engines.tensorrt.eagle import TrtEagleNet
 
     path = host.trt.add(tmp_path, "eagle", eagle_graph())
-    net = TrtEagleNet(path, eagle_graph().profiles, layers=1, kv_heads=KV, head_dim=D, hidden_size=C, top_k=3,
-                      capacity=CAP, max_batch_size=2, precision=BF16, lane=Lane(host.cuda))  # fmt: skip
+    net = TrtEagleNet(
+        path,
+        eagle_graph().profiles,
+        layers=1,
+        kv_heads=KV,
+        head_dim=D,
+        hidden_size=C,
+        top_k=3,
+        capacity=CAP,
+        max_batch_size=2,
+        precision=BF16,
+        lane=Lane(host.cuda),
+    )
     assert net.kv.buf.dtype == torch.bfloat16
     net.start([40, 41])
     hidden = np.arange(2 * 3 * C, dtype=np.float32).reshape(2, 3, C) / 4  # exact in bfloat16

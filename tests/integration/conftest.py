@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder.serve.server import find_tritonserver, free_ports, TritonServer
+from builder.serve.server import TritonServer, find_tritonserver, free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,8 +39,19 @@ def oracle(recipe: str, prompt: str, max_tokens: int, *extra: str) -> dict[str, 
 
     from builder.cli import cli
 
-    res = CliRunner().invoke(cli, ["generate", str(REPO_ROOT / recipe), "--prompt", prompt, "--max-new-tokens",
-                                   str(max_tokens), "--json", *extra])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "generate",
+            str(REPO_ROOT / recipe),
+            "--prompt",
+            prompt,
+            "--max-new-tokens",
+            str(max_tokens),
+            "--json",
+            *extra,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -73,7 +84,9 @@ def grpc_inputs(values: dict[str, Any]):
     for name, v in values.items():
         a = np.asarray(v)
         if a.dtype.kind in "US":
-            a = np.array([s.encode() if isinstance(s, str) else s for s in a.reshape(-1)], dtype=object).reshape(a.shape)
+            a = np.array([s.encode() if isinstance(s, str) else s for s in a.reshape(-1)], dtype=object).reshape(
+                a.shape
+            )
         dtype = {"O": "BYTES", "i": {4: "INT32", 8: "INT64"}, "f": "FP32", "b": "BOOL"}[a.dtype.kind]
         if isinstance(dtype, dict):
             dtype = dtype[a.dtype.itemsize]

@@ -23,8 +23,20 @@ from tests.integration.conftest import REPO_ROOT, build_repo
 
 RECIPE = "recipes/tiny-llama3.yaml"
 OUTPUT_LEN = 12
-SHORT = ["--concurrency", "1,2", "--input-len", "24", "--output-len", str(OUTPUT_LEN), "--window-ms", "700",
-         "--num-prompts", "8", "--probes", "2"]  # fmt: skip
+SHORT = [
+    "--concurrency",
+    "1,2",
+    "--input-len",
+    "24",
+    "--output-len",
+    str(OUTPUT_LEN),
+    "--window-ms",
+    "700",
+    "--num-prompts",
+    "8",
+    "--probes",
+    "2",
+]
 
 if find_perf_analyzer() is None:
     pytest.skip("no perf_analyzer binary (install the serve extra: bash scripts/setup.sh)", allow_module_level=True)
@@ -33,9 +45,27 @@ if find_perf_analyzer() is None:
 def _bench(out: Path, *extra: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "TRTSPEC_CACHE_DIR": os.environ.get("TRTSPEC_CACHE_DIR", ".trtspec-cache")}
     cache = env["TRTSPEC_CACHE_DIR"]
-    return subprocess.Popen([sys.executable, "-m", "builder.cli", "bench", str(REPO_ROOT / RECIPE), "--out", str(out),
-                             "--cache-dir", cache, *SHORT, *extra], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)  # fmt: skip
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "builder.cli",
+            "bench",
+            str(REPO_ROOT / RECIPE),
+            "--out",
+            str(out),
+            "--cache-dir",
+            cache,
+            *SHORT,
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _alive_with(needle: str) -> list[int]:
@@ -66,10 +96,20 @@ def test_short_bench_run_writes_a_consistent_report(built, tmp_path):
     assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
     assert "errors: 0" in stdout and f"report: {out / 'report.md'}" in stdout
     res = json.loads((out / "bench.json").read_text())
-    for name in ("bench.csv", "report.md", "throughput.png", "latency.png", "ttft.png", "itl.png", "tau.png",
-                 "raw/tritonserver.log"):  # fmt: skip
+    for name in (
+        "bench.csv",
+        "report.md",
+        "throughput.png",
+        "latency.png",
+        "ttft.png",
+        "itl.png",
+        "tau.png",
+        "raw/tritonserver.log",
+    ):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    assert {(r["concurrency"], r["mode"]) for r in res["levels"]} == {(c, m) for c in (1, 2) for m in ("speculative", "baseline")}
+    assert {(r["concurrency"], r["mode"]) for r in res["levels"]} == {
+        (c, m) for c in (1, 2) for m in ("speculative", "baseline")
+    }
     for r in res["levels"]:
         assert r["errors"] == 0 and r["failed_requests"] == 0, r
         assert r["token_counts_ok"] and r["measured_requests"] > 0, r

@@ -14,7 +14,6 @@ Outputs after each fault equal `trtspec generate`'s.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -59,8 +58,17 @@ def patched_repo(src: Path, dst: Path, **params: str) -> Path:
 class LiveStream:
     """One streamed request whose responses are collected in the background (arrival times kept)."""
 
-    def __init__(self, server: TritonServer, model: str, prompt: str, max_tokens: int, *, request_id: str = "",
-                 params: dict[str, Any] | None = None, stream: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: TritonServer,
+        model: str,
+        prompt: str,
+        max_tokens: int,
+        *,
+        request_id: str = "",
+        params: dict[str, Any] | None = None,
+        stream: bool = True,
+    ) -> None:
         import tritonclient.grpc as grpcclient
 
         self.q: queue.Queue = queue.Queue()
@@ -72,9 +80,15 @@ class LiveStream:
         self.sent_at = time.monotonic()
         self.client = grpcclient.InferenceServerClient(server.endpoints["grpc"])
         self.client.start_stream(callback=lambda result, error: self.q.put((time.monotonic(), result, error)))
-        self.client.async_stream_infer(model, grpc_inputs({"text_input": [prompt], "max_tokens": np.array([max_tokens], np.int32),
-                                                           "stream": np.array([stream])}),
-                                       request_id=request_id, parameters=params or {}, enable_empty_final_response=True)  # fmt: skip
+        self.client.async_stream_infer(
+            model,
+            grpc_inputs(
+                {"text_input": [prompt], "max_tokens": np.array([max_tokens], np.int32), "stream": np.array([stream])}
+            ),
+            request_id=request_id,
+            parameters=params or {},
+            enable_empty_final_response=True,
+        )
 
     @property
     def text(self) -> str:
@@ -171,7 +185,9 @@ def settled(server: TritonServer, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while True:
         m = metrics(server)
-        busy = {n: total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")}
+        busy = {
+            n: total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")
+        }
         if not any(busy.values()) or time.monotonic() > deadline:
             assert not any(busy.values()), busy
             return m
@@ -186,7 +202,9 @@ def log_times(server: TritonServer, pattern: str) -> list[tuple[float, re.Match]
         m = re.search(pattern, line)
         stamp = re.match(r"^[IWE](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d{6})", line)
         if m and stamp:
-            when = datetime.strptime(f"{year}-{stamp.group(1)}-{stamp.group(2)} {stamp.group(3)}", "%Y-%m-%d %H:%M:%S.%f")
+            when = datetime.strptime(
+                f"{year}-{stamp.group(1)}-{stamp.group(2)} {stamp.group(3)}", "%Y-%m-%d %H:%M:%S.%f"
+            )
             out.append((when.timestamp(), m))
     return out
 
@@ -199,8 +217,14 @@ def expected():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, expected):
     work = tmp_path_factory.mktemp("faults")
-    repo = patched_repo(build_repo(RECIPE), work / "repo", fault_injection="true", max_queue_size="3",
-                        request_timeout_s="30.0", fault_step_delay_ms=str(STEP_DELAY_MS))  # fmt: skip
+    repo = patched_repo(
+        build_repo(RECIPE),
+        work / "repo",
+        fault_injection="true",
+        max_queue_size="3",
+        request_timeout_s="30.0",
+        fault_step_delay_ms=str(STEP_DELAY_MS),
+    )
     s = TritonServer(repo, ports=free_ports(), workdir=work / "server")
     s.start()
     try:
@@ -242,7 +266,9 @@ def test_overload_is_refused_at_once_and_everything_is_released(server, expected
 
 
 def test_deadlines_pending_and_active_and_the_parameter_is_checked(server, expected):
-    active = LiveStream(server, MODEL, "def slow(x):", LONG, params={"timeout_s": 0.5, "ignore_eos": True}).finish(30)  # float, front
+    active = LiveStream(server, MODEL, "def slow(x):", LONG, params={"timeout_s": 0.5, "ignore_eos": True}).finish(
+        30
+    )  # float, front
     assert active.error is not None and "deadline exceeded" in active.error, active.error
     assert active.texts  # it streamed until the deadline
     blockers = [s.wait_first() for s in _long(server, 4)]
@@ -277,8 +303,10 @@ def test_cancel_through_the_front_model_frees_the_slots(server, expected):
     lag = [f - c for f, c in zip(sorted(freed)[-4:], sorted(sent))]
     steps = total(m, "trtspec_steps_total") - total(before, "trtspec_steps_total")
     step_ms = 1e3 * (total(m, "trtspec_step_seconds_sum") - total(before, "trtspec_step_seconds_sum")) / max(steps, 1)
-    print(f"\ncancel (client) -> slot freed: {', '.join(f'{1e3 * x:.0f}' for x in lag)} ms; mean step {step_ms:.1f} ms; "
-          f"short request after the cancels: {1e3 * (short.end_at - short.sent_at):.0f} ms")  # fmt: skip
+    print(
+        f"\ncancel (client) -> slot freed: {', '.join(f'{1e3 * x:.0f}' for x in lag)} ms; mean step {step_ms:.1f} ms; "
+        f"short request after the cancels: {1e3 * (short.end_at - short.sent_at):.0f} ms"
+    )
     wait_total(server, "trtspec_front_cancels_total", 4)
 
 
@@ -322,11 +350,14 @@ def test_dead_loop_or_engine_turns_the_model_unready_and_it_comes_back(server, e
 
 
 def test_unload_ends_every_request_with_an_error(server, expected):
-    streams = [s.wait_first() for s in _long(server, 2)] + [s.wait_first() for s in _long(server, 2, model="spec_decoder")]
+    streams = [s.wait_first() for s in _long(server, 2)] + [
+        s.wait_first() for s in _long(server, 2, model="spec_decoder")
+    ]
     pending = _long(server, 2, model="spec_decoder")
     wait_total(server, "trtspec_requests_queued", 2)  # both wait for a slot
-    req = urllib.request.Request(f"http://{server.endpoints['http']}/v2/repository/models/spec_decoder/unload",
-                                 data=b"{}", method="POST")  # fmt: skip
+    req = urllib.request.Request(
+        f"http://{server.endpoints['http']}/v2/repository/models/spec_decoder/unload", data=b"{}", method="POST"
+    )
     urllib.request.urlopen(req, timeout=30).close()
     for s in streams + pending:
         s.finish(10)  # (the front may see spec_decoder's stub end before its own shutdown answer arrives)

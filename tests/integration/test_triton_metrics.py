@@ -18,9 +18,14 @@ from tests.integration.test_triton_faults import LiveStream
 
 RECIPE = "recipes/tiny-llama3-eagle2.yaml"
 MODEL = "tiny_llama3"
-GOOD = [("tiny_llama3", "def fibonacci(n):", 24, True), ("tiny_llama3", "import os\n", 9, False),
-        ("tiny_llama3", "class Stack:", 31, True), ("spec_decoder", "for i in range(10):", 16, True),
-        ("spec_decoder", "x = [1, 2, 3]\n", 12, False), ("tiny_llama3", "with open(path) as fh:", 20, True)]  # fmt: skip
+GOOD = [
+    ("tiny_llama3", "def fibonacci(n):", 24, True),
+    ("tiny_llama3", "import os\n", 9, False),
+    ("tiny_llama3", "class Stack:", 31, True),
+    ("spec_decoder", "for i in range(10):", 16, True),
+    ("spec_decoder", "x = [1, 2, 3]\n", 12, False),
+    ("tiny_llama3", "with open(path) as fh:", 20, True),
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,26 +45,35 @@ def _settled(server, check, timeout: float = 10.0):
 
 
 def _idle(m) -> bool:
-    return not any(total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use"))
+    return not any(
+        total(m, n) for n in ("trtspec_requests_queued", "trtspec_requests_active", "trtspec_kv_rows_in_use")
+    )
 
 
 def test_counters_equal_what_the_requests_saw(server):
     before = _settled(server, _idle)
-    got = [LiveStream(server, model, prompt, n, request_id=f"m-{i}", stream=stream).finish(60)
-           for i, (model, prompt, n, stream) in enumerate(GOOD)]  # fmt: skip
-    bad = [LiveStream(server, MODEL, "x", 0, request_id="bad-0").finish(30),
-           LiveStream(server, "spec_decoder", "x", 5000, request_id="bad-1").finish(30)]
+    got = [
+        LiveStream(server, model, prompt, n, request_id=f"m-{i}", stream=stream).finish(60)
+        for i, (model, prompt, n, stream) in enumerate(GOOD)
+    ]
+    bad = [
+        LiveStream(server, MODEL, "x", 0, request_id="bad-0").finish(30),
+        LiveStream(server, "spec_decoder", "x", 5000, request_id="bad-1").finish(30),
+    ]
     for g, (_, prompt, n, _) in zip(got, GOOD):
         assert g.error is None and g.text == oracle(RECIPE, prompt, n)["text"]
     assert all(b.error is not None and "max_tokens" in b.error for b in bad)
-    want = {"trtspec_output_tokens_total": sum(g.last["output_tokens"] for g in got),
-            "trtspec_accepted_tokens_total": sum(g.last["accepted_tokens"] for g in got),
-            "trtspec_draft_tokens_total": sum(g.last["drafted_tokens"] for g in got),
-            "trtspec_sequence_steps_total": sum(g.last["steps"] for g in got),
-            "trtspec_requests_received_total": len(GOOD)}  # fmt: skip
+    want = {
+        "trtspec_output_tokens_total": sum(g.last["output_tokens"] for g in got),
+        "trtspec_accepted_tokens_total": sum(g.last["accepted_tokens"] for g in got),
+        "trtspec_draft_tokens_total": sum(g.last["drafted_tokens"] for g in got),
+        "trtspec_sequence_steps_total": sum(g.last["steps"] for g in got),
+        "trtspec_requests_received_total": len(GOOD),
+    }
     after = _settled(server, lambda m: _idle(m) and all(total(m, k) - total(before, k) >= v for k, v in want.items()))
     d = {k: total(after, k) - total(before, k) for k in want}
     assert d == want
+
     def grew(name: str, **match: str) -> float:
         return total(after, name, **match) - total(before, name, **match)
 
@@ -75,8 +89,11 @@ def test_counters_equal_what_the_requests_saw(server):
     assert total(after, "trtspec_loop_up") == 1
     s = server_delta(before, after)
     assert s["requests"] == len(GOOD) and s["output_tokens"] == want["trtspec_output_tokens_total"]
-    assert s["tau"] == pytest.approx((want["trtspec_accepted_tokens_total"] + want["trtspec_sequence_steps_total"])
-                                     / want["trtspec_sequence_steps_total"], rel=1e-12)  # fmt: skip
+    assert s["tau"] == pytest.approx(
+        (want["trtspec_accepted_tokens_total"] + want["trtspec_sequence_steps_total"])
+        / want["trtspec_sequence_steps_total"],
+        rel=1e-12,
+    )
     assert s["errors"]["bad_request"] == len(bad) and s["ended"]["length"] + s["ended"]["stop"] == len(GOOD)
     log = server.log_path.read_text(errors="replace").splitlines()
     for i in range(len(GOOD)):
@@ -93,13 +110,17 @@ def test_a_cancel_is_counted_and_everything_returns_to_zero(server):
     after = _settled(server, lambda m: _idle(m) and total(m, "trtspec_front_cancels_total") > cancels)
     assert _idle(after)
     assert total(after, "trtspec_front_cancels_total") - total(before, "trtspec_front_cancels_total") == 1
-    assert (total(after, "trtspec_requests_ended_total", outcome="cancelled")
-            - total(before, "trtspec_requests_ended_total", outcome="cancelled")) == 1  # fmt: skip
+    assert (
+        total(after, "trtspec_requests_ended_total", outcome="cancelled")
+        - total(before, "trtspec_requests_ended_total", outcome="cancelled")
+    ) == 1
 
 
 def test_the_scrape_parser_reads_labels_and_escapes():
-    text = ('# HELP x_total a counter\n# TYPE x_total counter\nx_total{kind="a",model="m \\"q\\""} 3\n'
-            'x_total{kind="b",model="m"} 4.5\nup 1\nh_bucket{le="+Inf"} 7\n')  # fmt: skip
+    text = (
+        '# HELP x_total a counter\n# TYPE x_total counter\nx_total{kind="a",model="m \\"q\\""} 3\n'
+        'x_total{kind="b",model="m"} 4.5\nup 1\nh_bucket{le="+Inf"} 7\n'
+    )
     m = parse_prometheus(text)
     assert total(m, "x_total") == 7.5 and total(m, "x_total", kind="b") == 4.5 and total(m, "up") == 1
     assert total(m, "x_total", model='m "q"') == 3 and total(m, "h_bucket", le="+Inf") == 7
@@ -150,5 +171,7 @@ def test_soak_32_streams_for_5_minutes(server):
     (grpc::ModelStreamInferHandler::Process, triton-inference-server/server issue 7368, fixed after 2.51);
     the default suite's short soak and the fault tests cover gRPC cancellation."""
     r = _soak(server, streams=32, duration_s=300.0, warmup_s=30.0, p_cancel=0.0, p_disconnect=0.08)
-    print({k: r[k] for k in ("sent", "ok", "unexpected", "requests_per_s", "rss_growth_after_warmup", "left_in_server")})
+    print(
+        {k: r[k] for k in ("sent", "ok", "unexpected", "requests_per_s", "rss_growth_after_warmup", "left_in_server")}
+    )
     assert r["passed"], r["unexpected_samples"]

@@ -55,9 +55,17 @@ def test_lookahead_per_request_controls(la_server, la_expected):
     w, ng, g = _engine_wng()
     full = stream_request(la_server, MODEL, _req(p, n))
     assert full.text == la_expected[p]["text"] and full.last["drafted_tokens"] > 0
-    small = stream_request(la_server, MODEL, _req(p, n, lookahead_window=np.array([1], np.int32),
-                                                  lookahead_ngram=np.array([2], np.int32),
-                                                  lookahead_verification_set=np.array([0], np.int32)))  # fmt: skip
+    small = stream_request(
+        la_server,
+        MODEL,
+        _req(
+            p,
+            n,
+            lookahead_window=np.array([1], np.int32),
+            lookahead_ngram=np.array([2], np.int32),
+            lookahead_verification_set=np.array([0], np.int32),
+        ),
+    )
     assert small.error is None and small.text == la_expected[p]["text"]  # lossless whatever the W, N, G
     assert small.last["drafted_tokens"] != full.last["drafted_tokens"]
     off = stream_request(la_server, MODEL, _req(p, n, speculate=np.array([False])))
@@ -94,10 +102,16 @@ def test_stop_words(la_server, la_expected):
 
 
 def test_non_decoupled_repository_serves_http_infer(serve):
-    server = serve(build_repo("recipes/tiny-llama3-eagle2.yaml", "triton.decoupled=false", "triton.model_name=tiny_sync"))
+    server = serve(
+        build_repo("recipes/tiny-llama3-eagle2.yaml", "triton.decoupled=false", "triton.model_name=tiny_sync")
+    )
     want = oracle("recipes/tiny-llama3-eagle2.yaml", "def add(a, b):", 12)
-    body = {"inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["def add(a, b):"]},
-                       {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [12]}]}  # fmt: skip
+    body = {
+        "inputs": [
+            {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["def add(a, b):"]},
+            {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [12]},
+        ]
+    }
     url = f"http://{server.endpoints['http']}/v2/models/tiny_sync/infer"
     with urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode()), timeout=60) as r:
         out = {o["name"]: o["data"][0] for o in json.loads(r.read())["outputs"]}
@@ -134,16 +148,33 @@ def test_engine_of_another_onnxruntime_is_refused(tmp_path):
 def test_trtspec_serve_command_starts_answers_and_stops_on_sigterm(tmp_path):
     ports = free_ports()
     env = {**os.environ, "TRTSPEC_CACHE_DIR": os.environ["TRTSPEC_CACHE_DIR"]}
-    cmd = [sys.executable, "-m", "builder.cli", "serve", str(REPO_ROOT / "recipes/tiny-llama3-eagle2.yaml"), "--cache-dir",
-           env["TRTSPEC_CACHE_DIR"], "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port",
-           str(ports.metrics), "--workdir", str(tmp_path / "work"), "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "builder.cli",
+        "serve",
+        str(REPO_ROOT / "recipes/tiny-llama3-eagle2.yaml"),
+        "--cache-dir",
+        env["TRTSPEC_CACHE_DIR"],
+        "--http-port",
+        str(ports.http),
+        "--grpc-port",
+        str(ports.grpc),
+        "--metrics-port",
+        str(ports.metrics),
+        "--workdir",
+        str(tmp_path / "work"),
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # "ready: …" once every model is loaded
         assert line.startswith("ready:"), line + proc.stderr.read()
         assert f"127.0.0.1:{ports.http}" in line
         url = f"http://127.0.0.1:{ports.http}/v2/models/{MODEL}/generate"
-        with urllib.request.urlopen(url, json.dumps({"text_input": "import os", "max_tokens": 3}).encode(), timeout=60) as r:
+        with urllib.request.urlopen(
+            url, json.dumps({"text_input": "import os", "max_tokens": 3}).encode(), timeout=60
+        ) as r:
             assert json.loads(r.read())["output_tokens"] == 3
         server_pids = _children(proc.pid)
         assert server_pids

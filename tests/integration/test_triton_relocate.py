@@ -62,8 +62,9 @@ def test_the_moved_repository_answers_like_trtspec_generate(server):
         assert body["text_output"] == want["text"] and body["output_tokens"] == len(want["token_ids"])
         assert body["steps"] == want["steps"] and body["finish_reason"] == want["finish_reason"]
     prompt, n = next(iter(PROMPTS.items()))
-    got = stream_request(server, MODEL, {"text_input": [prompt], "max_tokens": np.array([n], np.int32),
-                                         "stream": np.array([True])})  # fmt: skip
+    got = stream_request(
+        server, MODEL, {"text_input": [prompt], "max_tokens": np.array([n], np.int32), "stream": np.array([True])}
+    )
     assert got.error is None and got.text == oracle(RECIPE, prompt, n)["text"] and len(got.texts) > 1
 
 

@@ -21,9 +21,18 @@ from tests.integration.conftest import build_repo, http_generate, oracle, stream
 
 RECIPE = "recipes/tiny-llama3-eagle2.yaml"  # the EAGLE path served (Lookahead: test_triton_modes)
 MODEL = "tiny_llama3"  # the recipe's triton.model_name
-PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:\n    def push(self, x):", "for i in range(10):",
-           "# parse the arguments\n", "def add(a, b):\n    return", "with open(path) as fh:", "x = [1, 2, 3]\n",
-           "try:\n    import numpy", "raise ValueError("]  # fmt: skip
+PROMPTS = [
+    "def fibonacci(n):",
+    "import os\n",
+    "class Stack:\n    def push(self, x):",
+    "for i in range(10):",
+    "# parse the arguments\n",
+    "def add(a, b):\n    return",
+    "with open(path) as fh:",
+    "x = [1, 2, 3]\n",
+    "try:\n    import numpy",
+    "raise ValueError(",
+]
 LENGTHS = [24, 9, 31, 16, 40, 5, 27, 12, 20, 33]
 
 
@@ -67,15 +76,19 @@ def test_http_generate_matches_trtspec_generate(server, expected):
 def test_grpc_stream_matches_trtspec_generate(server, expected):
     prompt, n = PROMPTS[0], LENGTHS[0]
     want = expected[(prompt, n)]
-    got = stream_request(server, MODEL, {"text_input": [prompt], "max_tokens": np.array([n], np.int32),
-                                         "stream": np.array([True])})  # fmt: skip
+    got = stream_request(
+        server, MODEL, {"text_input": [prompt], "max_tokens": np.array([n], np.int32), "stream": np.array([True])}
+    )
     assert got.error is None
     assert got.text == want["text"]
     assert len(got.texts) > 1  # one response per step that emitted text
     assert got.last["output_tokens"] == len(want["token_ids"]) and got.last["finish_reason"] == want["finish_reason"]
     # spec_decoder called directly with text answers the same, text included
-    direct = stream_request(server, "spec_decoder", {"text_input": [prompt], "max_tokens": np.array([n], np.int32),
-                                                     "stream": np.array([True])})  # fmt: skip
+    direct = stream_request(
+        server,
+        "spec_decoder",
+        {"text_input": [prompt], "max_tokens": np.array([n], np.int32), "stream": np.array([True])},
+    )
     assert direct.error is None and direct.text == want["text"]
 
 
@@ -83,9 +96,12 @@ def test_concurrent_streams_are_batched_and_exact(server, expected):
     results: dict[int, object] = {}
 
     def one(i: int) -> None:
-        results[i] = stream_request(server, MODEL, {"text_input": [PROMPTS[i]],
-                                                    "max_tokens": np.array([LENGTHS[i]], np.int32),
-                                                    "stream": np.array([True])}, timeout=120)  # fmt: skip
+        results[i] = stream_request(
+            server,
+            MODEL,
+            {"text_input": [PROMPTS[i]], "max_tokens": np.array([LENGTHS[i]], np.int32), "stream": np.array([True])},
+            timeout=120,
+        )
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
     for t in threads:
@@ -113,16 +129,33 @@ BAD = {
     "max_tokens over limit": {"text_input": ["x = 1"], "max_tokens": np.array([5000], np.int32)},
     "empty prompt": {"text_input": [""], "max_tokens": np.array([4], np.int32)},
     "prompt too long": {"text_input": ["x = 1\n" * 400], "max_tokens": np.array([4], np.int32)},
-    "temperature negative": {"text_input": ["x"], "max_tokens": np.array([4], np.int32),
-                             "temperature": np.array([-1.0], np.float32)},
-    "temperature nan": {"text_input": ["x"], "max_tokens": np.array([4], np.int32),
-                        "temperature": np.array([np.nan], np.float32)},
+    "temperature negative": {
+        "text_input": ["x"],
+        "max_tokens": np.array([4], np.int32),
+        "temperature": np.array([-1.0], np.float32),
+    },
+    "temperature nan": {
+        "text_input": ["x"],
+        "max_tokens": np.array([4], np.int32),
+        "temperature": np.array([np.nan], np.float32),
+    },
     "top_p zero": {"text_input": ["x"], "max_tokens": np.array([4], np.int32), "top_p": np.array([0.0], np.float32)},
-    "top_p over one": {"text_input": ["x"], "max_tokens": np.array([4], np.int32), "top_p": np.array([1.5], np.float32)},
+    "top_p over one": {
+        "text_input": ["x"],
+        "max_tokens": np.array([4], np.int32),
+        "top_p": np.array([1.5], np.float32),
+    },
     "seed negative": {"text_input": ["x"], "max_tokens": np.array([4], np.int32), "seed": np.array([-1], np.int64)},
-    "lookahead on eagle": {"text_input": ["x"], "max_tokens": np.array([4], np.int32),
-                           "lookahead_window": np.array([2], np.int32)},
-    "speculate dtype": {"text_input": ["x"], "max_tokens": np.array([4], np.int32), "speculate": np.array([1], np.int32)},
+    "lookahead on eagle": {
+        "text_input": ["x"],
+        "max_tokens": np.array([4], np.int32),
+        "lookahead_window": np.array([2], np.int32),
+    },
+    "speculate dtype": {
+        "text_input": ["x"],
+        "max_tokens": np.array([4], np.int32),
+        "speculate": np.array([1], np.int32),
+    },
     "unknown input": {"text_input": ["x"], "max_tokens": np.array([4], np.int32), "bogus": np.array([1], np.int32)},
 }
 
@@ -142,7 +175,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(server):
         from tests.integration.conftest import grpc_inputs
         import tritonclient.grpc as g
         q = queue.Queue()
-        c = g.InferenceServerClient({server.endpoints['grpc']!r})
+        c = g.InferenceServerClient({server.endpoints["grpc"]!r})
         c.start_stream(callback=lambda result, error: q.put((result, error)))
         c.async_stream_infer("spec_decoder", grpc_inputs({{"text_input": ["def long_function():"],
             "max_tokens": np.array([900], np.int32), "stream": np.array([True])}}))
@@ -170,8 +203,12 @@ def test_cancel_through_the_ensemble_is_clean(server):
     q: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.endpoints["grpc"])
     client.start_stream(callback=lambda result, error: q.put((result, error)))
-    client.async_stream_infer(MODEL, grpc_inputs({"text_input": ["import sys\n"], "max_tokens": np.array([60], np.int32),
-                                                  "stream": np.array([True])}))  # fmt: skip
+    client.async_stream_infer(
+        MODEL,
+        grpc_inputs(
+            {"text_input": ["import sys\n"], "max_tokens": np.array([60], np.int32), "stream": np.array([True])}
+        ),
+    )
     q.get(timeout=60)
     client.stop_stream(cancel_requests=True)
     client.close()
@@ -184,8 +221,16 @@ def test_perf_analyzer_streams_through_the_ensemble_with_no_errors(server, tmp_p
     if find_perf_analyzer() is None:
         pytest.fail("perf_analyzer missing: the serve extra installs it (tritonclient wheel)")
     data = write_input_data(tmp_path / "data.json", PROMPTS[:4], 12)
-    cmd = perf_command(MODEL, server.endpoints["grpc"], data, concurrency=2, requests=8,
-                       stability_percentage=1000, max_trials=4, csv=tmp_path / "pa.csv")
+    cmd = perf_command(
+        MODEL,
+        server.endpoints["grpc"],
+        data,
+        concurrency=2,
+        requests=8,
+        stability_percentage=1000,
+        max_trials=4,
+        csv=tmp_path / "pa.csv",
+    )
     before = _server_stats(server, MODEL)  # earlier tests' bad requests count as failures: compare the run alone
     run = subprocess.run(cmd, env=perf_env(), capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

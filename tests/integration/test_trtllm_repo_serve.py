@@ -86,8 +86,14 @@ def greedy():
     for p in PROMPTS:
         ids = tok(p, return_tensors="pt").input_ids
         with torch.inference_mode():
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False,
-                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)  # fmt: skip
+            gen = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=MAX_TOKENS,
+                do_sample=False,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.eos_token_id,
+            )
         out[p] = (ids[0].tolist(), gen[0, ids.shape[1] :].tolist())
     return out
 
@@ -113,8 +119,11 @@ def word_ids_oracle(rows: list[list[str]], tokenizer) -> np.ndarray:
 
 
 def _request(prompt: str, stream: bool, **extra) -> dict:
-    values = {"text_input": np.array([[prompt]], dtype=object), "max_tokens": np.array([[MAX_TOKENS]], np.int32),
-              "stream": np.array([[stream]])}  # fmt: skip
+    values = {
+        "text_input": np.array([[prompt]], dtype=object),
+        "max_tokens": np.array([[MAX_TOKENS]], np.int32),
+        "stream": np.array([[stream]]),
+    }
     values.update({k: np.array([[v]]) for k, v in extra.items()})
     return values
 
@@ -125,11 +134,20 @@ class TestDecoupled:
     def test_preprocessing_ids_equal_the_tokenizer(self, server, tokenizer):
         queries = ["def add(a, b):\n    return a + b", "x"]
         stops = [["\n\n", "return"], ["def", ""]]
-        values = {"QUERY": np.array([[q] for q in queries], dtype=object),
-                  "REQUEST_OUTPUT_LEN": np.array([[5], [7]], np.int32),
-                  "STOP_WORDS_DICT": np.array(stops, dtype=object)}
-        names = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS", "OUT_END_ID",
-                 "OUT_PAD_ID"]  # fmt: skip
+        values = {
+            "QUERY": np.array([[q] for q in queries], dtype=object),
+            "REQUEST_OUTPUT_LEN": np.array([[5], [7]], np.int32),
+            "STOP_WORDS_DICT": np.array(stops, dtype=object),
+        }
+        names = [
+            "INPUT_ID",
+            "REQUEST_INPUT_LEN",
+            "REQUEST_OUTPUT_LEN",
+            "STOP_WORDS_IDS",
+            "BAD_WORDS_IDS",
+            "OUT_END_ID",
+            "OUT_PAD_ID",
+        ]
         got = infer(server, "preprocessing", values, names)
         want = [tokenizer.encode(q).ids for q in queries]  # with the post-processor's BOS, as add_special_tokens
         assert want[0][0] == tokenizer.token_to_id("<|begin_of_text|>")

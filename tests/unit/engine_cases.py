@@ -32,8 +32,9 @@ def draft_from(parents: list[int], tokens: list[int]) -> Draft:
     return Draft(np.asarray(tokens, dtype=np.int64), tree.mask, tree.depth, tree.paths)
 
 
-def greedy_tree_draft(rng: np.random.Generator, n: int, vocab: int, root: int,
-                      greedy_after: Callable[[list[int]], int] | None) -> Draft:  # fmt: skip
+def greedy_tree_draft(
+    rng: np.random.Generator, n: int, vocab: int, root: int, greedy_after: Callable[[list[int]], int] | None
+) -> Draft:
     """A random n-node tree with random tokens, where (when an oracle is given) one random root-to-leaf
     path carries the oracle's greedy continuation, so the step accepts part of the tree."""
     parents = random_parents(rng, n)

@@ -27,10 +27,16 @@ LLAMA3_SCALING = {  # small original context so positions up to ~64 cross all th
 # Named tiny shapes. initializer_range 0.2 (not 0.02) spreads the logits: greedy output varies (no
 # one-token loops) and near-ties are rare.
 TINY = {
-    "gqa_llama3_untied_headdim": dict(num_attention_heads=8, num_key_value_heads=2, head_dim=16,
-                                      rope_scaling=LLAMA3_SCALING, tie_word_embeddings=False),
-    "gqa_llama3_tied": dict(num_attention_heads=8, num_key_value_heads=2, rope_scaling=LLAMA3_SCALING,
-                            tie_word_embeddings=True),
+    "gqa_llama3_untied_headdim": dict(
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=16,
+        rope_scaling=LLAMA3_SCALING,
+        tie_word_embeddings=False,
+    ),
+    "gqa_llama3_tied": dict(
+        num_attention_heads=8, num_key_value_heads=2, rope_scaling=LLAMA3_SCALING, tie_word_embeddings=True
+    ),
     "mha_default_rope_tied": dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True),
 }
 
@@ -38,10 +44,20 @@ TINY = {
 def hf_config(**overrides: Any) -> transformers.LlamaConfig:
     """A tiny HF LlamaConfig (2 layers, hidden 64, vocab 96); `overrides` replace any field."""
     kwargs: dict[str, Any] = dict(
-        vocab_size=96, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500.0,
-        max_position_embeddings=128, initializer_range=0.2, tie_word_embeddings=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=500.0,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     kwargs.update(overrides)
     if isinstance(kwargs.get("rope_scaling"), dict):  # transformers writes into it (rope_theta): never a shared dict

@@ -56,8 +56,10 @@ class Errors:
     bound: float  # K * max(theirs, u * scale)
 
     def __str__(self) -> str:
-        return (f"ours {self.ours:.2e}, theirs {self.theirs:.2e}, bound {self.bound:.2e} "
-                f"(scale {self.scale:.3g}, ours/theirs {self.ours / max(self.theirs, 1e-300):.2f})")
+        return (
+            f"ours {self.ours:.2e}, theirs {self.theirs:.2e}, bound {self.bound:.2e} "
+            f"(scale {self.scale:.3g}, ours/theirs {self.ours / max(self.theirs, 1e-300):.2f})"
+        )
 
 
 def error_bound(
@@ -75,8 +77,10 @@ def error_bound(
     u, scale = unit_roundoff(dtype), float(ref64.abs().max())
     err_theirs = float((theirs.double() - ref64).abs().max())
     if err_theirs > TRUSTED_ULPS * u * scale:
-        raise AssertionError(f"{what}: theirs is {err_theirs:.2e} from the float64 reference, over "
-                             f"{TRUSTED_ULPS:.0f} units of roundoff of the scale {scale:.3g}: not the same computation")
+        raise AssertionError(
+            f"{what}: theirs is {err_theirs:.2e} from the float64 reference, over "
+            f"{TRUSTED_ULPS:.0f} units of roundoff of the scale {scale:.3g}: not the same computation"
+        )
     return err_theirs, scale, K * max(err_theirs, u * scale)
 
 
@@ -122,10 +126,15 @@ def assert_near_tie(
     top = float(ref64.max())
     gap = max(top - float(ref64[ours_token]), top - float(ref64[theirs_token]))
     if gap > 2 * bound:
-        raise AssertionError(f"{what}: ours chose {ours_token}, theirs {theirs_token}, but in float64 they trail "
-                             f"the top logit by {gap:.2e} > 2 * bound {bound:.2e}: not a near-tie")
-    warnings.warn(f"{what}: diverged at a near-tie (tokens {ours_token} vs {theirs_token}, float64 gap {gap:.1e} "
-                  f"<= 2 * fp32 bound {bound:.1e})", stacklevel=2)
+        raise AssertionError(
+            f"{what}: ours chose {ours_token}, theirs {theirs_token}, but in float64 they trail "
+            f"the top logit by {gap:.2e} > 2 * bound {bound:.2e}: not a near-tie"
+        )
+    warnings.warn(
+        f"{what}: diverged at a near-tie (tokens {ours_token} vs {theirs_token}, float64 gap {gap:.1e} "
+        f"<= 2 * fp32 bound {bound:.1e})",
+        stacklevel=2,
+    )
     return gap
 
 
@@ -157,6 +166,8 @@ def assert_rounds_like(
     if errors.ours > errors.bound:
         raise AssertionError(f"{what}: ours is too far from the float64 reference: {errors}")
     if errors.ours < min(err_theirs, floor) / k:
-        raise AssertionError(f"{what}: ours is closer to the float64 reference than {dtype} rounding allows "
-                             f"(computed in a wider type?): {errors}")
+        raise AssertionError(
+            f"{what}: ours is closer to the float64 reference than {dtype} rounding allows "
+            f"(computed in a wider type?): {errors}"
+        )
     return errors

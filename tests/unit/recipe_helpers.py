@@ -12,8 +12,14 @@ from click.testing import CliRunner
 from builder.cli import cli
 
 ARCH_8B = {
-    "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
-    "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000, "max_position_embeddings": 8192,
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "rope_theta": 500000,
+    "max_position_embeddings": 8192,
 }
 
 GOOD: dict[str, Any] = {

@@ -9,15 +9,35 @@ import torch
 from builder.model.llama import Llama
 
 
-def make_hf_llama(path: Path, *, vocab: int = 512, hidden: int = 64, layers: int = 2, heads: int = 4,
-                  kv_heads: int = 2, seed: int = 0, std: float = 0.2, max_pos: int = 1024) -> Path:
+def make_hf_llama(
+    path: Path,
+    *,
+    vocab: int = 512,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    seed: int = 0,
+    std: float = 0.2,
+    max_pos: int = 1024,
+) -> Path:
     """A random LlamaForCausalLM saved with save_pretrained (safetensors)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, rope_theta=500000.0,
-                      max_position_embeddings=max_pos, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        rope_theta=500000.0,
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():

@@ -23,8 +23,18 @@ def _greedy_spec(seed: int, tmp_path: Path):  # noqa: ANN202
     model = tiny_target(seed, scaling=True, tied=False, head_dim=16)
     res = export_target(model, tmp_path / "g", variant="ort", mode="greedy", max_seq_len=96)
     cfg = model.cfg
-    return TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
-                      cfg.vocab_size, 96, None, res.plain), cfg  # fmt: skip
+    return TargetSpec(
+        res.ort,
+        None,
+        cfg.num_hidden_layers,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.hidden_size,
+        cfg.vocab_size,
+        96,
+        None,
+        res.plain,
+    ), cfg
 
 
 def _counting(shortcut: str) -> type:
@@ -79,10 +89,15 @@ def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
             assert a.token_ids == b.token_ids and a.token_ids[-1] == stop and a.finish_reason == "stop"
         assert fast.taken > 100 and Chains.calls > 30, (fast.taken, Chains.calls)
         Chains.calls = 0
-        runs = {e: Decoder(e, NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 20 + 5 * i) for i, p in
-                                                             enumerate(prompts[-2:])]) for e in (fast, slow)}  # fmt: skip
+        runs = {
+            e: Decoder(e, NgramDrafter(6, 3, 1, 1)).run(
+                [Request(tuple(p), 20 + 5 * i) for i, p in enumerate(prompts[-2:])]
+            )
+            for e in (fast, slow)
+        }
         assert [(g.token_ids, g.accepted_per_step) for g in runs[fast]] == [
-            (g.token_ids, g.accepted_per_step) for g in runs[slow]]
+            (g.token_ids, g.accepted_per_step) for g in runs[slow]
+        ]
         ids, pre = fast.start(prompts[:2], SamplingBatch.all_greedy(2, 1))
         assert fast.step_chain(ids[0], [int(pre.tokens[0])]) is None  # two sequences held: `step` it is
         for i in ids:
@@ -135,8 +150,9 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
                         assert [t for _, c in ca for t in c] == a[0][0] == [t for _, c in cb for t in c]
                         assert max(len(c) for _, c in ca) <= STREAM_BURST
             assert a[0][3] == "length" and b[0][0] == ref[:1]
-        (a, _), (b, _) = (decode(e, [Request(tuple(prompts[0]), 12), Request(tuple(prompts[1]), 45)], False)
-                          for e in (fast, slow))  # fmt: skip
+        (a, _), (b, _) = (
+            decode(e, [Request(tuple(prompts[0]), 12), Request(tuple(prompts[1]), 45)], False) for e in (fast, slow)
+        )
         assert a == b  # two in flight (no burst), then the survivor alone (burst)
         assert fast.burst_tokens > 0.8 * 40 * len(prompts), fast.burst_tokens
         long = [int(t) for t in gen.integers(0, cfg.vocab_size, 80)]  # 80 + 30 > the 96 slots of KV

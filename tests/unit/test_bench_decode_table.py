@@ -69,8 +69,12 @@ def test_two_fixtures_one_table_and_the_seed_comparison(run):
     from builder.bench.decode_table import SEEDS, combine, markdown, table
 
     report, _ = run
-    first = {"fixture": "tiny-llama3", "recipe": "r", "checkpoint": report["fixtures"][0]["checkpoint"],
-             **{k: report[k] for k in ("prompts", "max_new_tokens", "threads")}}  # fmt: skip
+    first = {
+        "fixture": "tiny-llama3",
+        "recipe": "r",
+        "checkpoint": report["fixtures"][0]["checkpoint"],
+        **{k: report[k] for k in ("prompts", "max_new_tokens", "threads")},
+    }
     raw = [{k: v for k, v in r.items() if k != "fixture"} for r in report["rows"]]
     slow = copy.deepcopy(raw)
     for r in slow:
@@ -86,7 +90,7 @@ def test_two_fixtures_one_table_and_the_seed_comparison(run):
             assert b[key] == pytest.approx(a[key], abs=2 * HALF_DIGIT), (a["key"], key)
     text = table(both).splitlines()
     head = next(i for i, line in enumerate(text) if line.startswith("| fixture |"))
-    body = text[head + 2:]
+    body = text[head + 2 :]
     assert len(body) == len(both["rows"])
     assert [line.split(" | ")[0].lstrip("| ") for line in body] == [r["fixture"] for r in both["rows"]]
     assert all(line.count(" | ") == text[head].count(" | ") for line in body)
@@ -94,7 +98,8 @@ def test_two_fixtures_one_table_and_the_seed_comparison(run):
     assert list(seeds) == ["slow"]  # only the memory-bound fixture
     look = [r for r in slow_rows if r.get("spec_method") == "lookahead"]
     assert [(s["method"], s["speedup_cpu"], s["speedup_wall"]) for s in seeds["slow"]] == [
-        (r["method"], r["cpu_vs_ours_plain"], r["vs_ours_plain"]) for r in look]
+        (r["method"], r["cpu_vs_ours_plain"], r["vs_ours_plain"]) for r in look
+    ]
     assert {s["seed"] for s in seeds["slow"]} == {f"Lookahead {SEEDS['lookahead']:.2f}×"}
     md = markdown(both)
     assert "memory-bound fixture slow" in md and "seed articles" in md and "(tuned)" in md
@@ -134,8 +139,19 @@ def test_rows_are_interleaved_prompt_by_prompt_in_rotating_order():
     _interleave(runs, [[0], [1], [2], [3]], 4)
     warm = [("a", 0), ("a", -1), ("b", 0), ("b", -1), ("c", 0), ("c", -1)]
     assert log[:6] == warm
-    assert log[6:] == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2),
-                       ("a", 3), ("b", 3)]  # fmt: skip
+    assert log[6:] == [
+        ("a", 0),
+        ("b", 0),
+        ("c", 0),
+        ("b", 1),
+        ("c", 1),
+        ("a", 1),
+        ("c", 2),
+        ("a", 2),
+        ("b", 2),
+        ("a", 3),
+        ("b", 3),
+    ]
     assert runs[2].failed == "RuntimeError: boom" and runs[0].failed is None
     assert runs[2].skipped()["skipped"].endswith("RuntimeError: boom")
     assert runs[0].seconds > 0 and runs[0].cpu >= 0

@@ -34,14 +34,16 @@ def cases() -> list[tuple[list[int], list[int]]]:
         ids = tok.encode(text).ids
         x = torch.tensor([ids])
         with torch.no_grad():
-            y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_NEW, do_sample=False,
-                               eos_token_id=None)  # fmt: skip
-        out.append((ids, y[0, len(ids):].tolist()))
+            y = model.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=None
+            )
+        out.append((ids, y[0, len(ids) :].tolist()))
     return out
 
 
-@pytest.mark.parametrize("ngram, reuse", [(None, False), ((3, 10), False), (None, True)],
-                         ids=["greedy", "ngram", "greedy-reused-generator"])  # fmt: skip
+@pytest.mark.parametrize(
+    "ngram, reuse", [(None, False), ((3, 10), False), (None, True)], ids=["greedy", "ngram", "greedy-reused-generator"]
+)
 def test_ortgenai_matches_hf_greedy(cases, ngram, reuse) -> None:
     """Each prompt decoded twice (a reused generator must forget the previous prompt), first token timed."""
     pytest.importorskip("onnxruntime_genai")

@@ -40,8 +40,15 @@ def test_read_perf_csv_stops_at_the_first_blank_line_and_keeps_empty_cells(tmp_p
     assert r["Avg GPU Utilization"] is None and r["Concurrency"] == 1
 
 
-@pytest.mark.parametrize("text,why", [("", "empty"), ("Foo,Bar\n1,2\n", "not a perf_analyzer CSV"),
-                                      ("Concurrency,x\n1\n", "cells"), ("Concurrency,x\nabc,1\n", "not a number")])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("", "empty"),
+        ("Foo,Bar\n1,2\n", "not a perf_analyzer CSV"),
+        ("Concurrency,x\n1\n", "cells"),
+        ("Concurrency,x\nabc,1\n", "not a number"),
+    ],
+)
 def test_read_perf_csv_refuses_other_files(tmp_path, text, why):
     p = tmp_path / "bad.csv"
     p.write_text(text)
@@ -60,7 +67,11 @@ def test_profile_export_records_and_metrics_by_hand(tmp_path):
     assert r0.itl_ms == pytest.approx(10.983672 / 15)
     assert tau(recs) == pytest.approx((14 + 12 + 11 + 14) / 14)
     s = summarize(recs, 16, exp["window_boundaries"])
-    lat = [14.958401, (1796123868883413514 - 1796123868865389759) / 1e6, (1796123868902312541 - 1796123868883506502) / 1e6]
+    lat = [
+        14.958401,
+        (1796123868883413514 - 1796123868865389759) / 1e6,
+        (1796123868902312541 - 1796123868883506502) / 1e6,
+    ]
     assert s["latency_p50_ms"] == pytest.approx(float(np.median(lat)))
     assert s["latency_p99_ms"] == pytest.approx(float(np.percentile(lat, 99)))
     assert s["token_counts_ok"] and s["wrong_token_counts"] == [] and s["measured_requests"] == 3
@@ -72,9 +83,16 @@ def test_profile_export_records_and_metrics_by_hand(tmp_path):
 
 
 def test_plain_decoding_has_tau_one_and_requests_without_counters_are_skipped():
-    exp = {"requests": [{"timestamp": 0, "response_timestamps": [1_000_000 * (i + 1) for i in range(4)],
-                         "response_outputs": [{"output_tokens": i + 1, "steps": i, "accepted_tokens": 0} for i in range(4)]},
-                        {"timestamp": 5, "response_timestamps": [], "response_outputs": []}]}  # fmt: skip
+    exp = {
+        "requests": [
+            {
+                "timestamp": 0,
+                "response_timestamps": [1_000_000 * (i + 1) for i in range(4)],
+                "response_outputs": [{"output_tokens": i + 1, "steps": i, "accepted_tokens": 0} for i in range(4)],
+            },
+            {"timestamp": 5, "response_timestamps": [], "response_outputs": []},
+        ]
+    }
     (r,) = records(exp)
     assert tau([r]) == 1.0 and r.itl_ms == pytest.approx(1.0) and r.ttft_ms == pytest.approx(1.0)
     assert tau([]) is None
@@ -91,11 +109,23 @@ def test_profile_export_shape_is_checked(tmp_path):
 
 
 def test_perf_command_streams_with_parameters_and_exports(tmp_path):
-    cmd = perf_command("m", "127.0.0.1:1", tmp_path / "d.json", 4, measurement_ms=1500, stability_percentage=1000,
-                       max_trials=3, csv=tmp_path / "a.csv", binary=Path("/bin/pa"), profile_export=tmp_path / "e.json",
-                       request_parameters={"ignore_eos": True, "n": 3})  # fmt: skip
+    cmd = perf_command(
+        "m",
+        "127.0.0.1:1",
+        tmp_path / "d.json",
+        4,
+        measurement_ms=1500,
+        stability_percentage=1000,
+        max_trials=3,
+        csv=tmp_path / "a.csv",
+        binary=Path("/bin/pa"),
+        profile_export=tmp_path / "e.json",
+        request_parameters={"ignore_eos": True, "n": 3},
+    )
     assert cmd[:2] == ["/bin/pa", "-m"] and {"--streaming", "--async", "--verbose-csv"} <= set(cmd)
-    assert cmd[cmd.index("-i") + 1] == "grpc" and "--concurrency-range=4" in cmd and "--measurement-interval=1500" in cmd
+    assert (
+        cmd[cmd.index("-i") + 1] == "grpc" and "--concurrency-range=4" in cmd and "--measurement-interval=1500" in cmd
+    )
     assert cmd[cmd.index("--profile-export-file") + 1] == str(tmp_path / "e.json")
     params = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--request-parameter"]
     assert params == ["ignore_eos:true:bool", "n:3:int"]
@@ -103,8 +133,10 @@ def test_perf_command_streams_with_parameters_and_exports(tmp_path):
 
 def test_input_data_sets_speculate_only_when_asked():
     on = input_data(["a", "b"], 8, speculate=False)["data"]
-    assert on == [{"text_input": ["a"], "max_tokens": [8], "stream": [True], "speculate": [False]},
-                  {"text_input": ["b"], "max_tokens": [8], "stream": [True], "speculate": [False]}]  # fmt: skip
+    assert on == [
+        {"text_input": ["a"], "max_tokens": [8], "stream": [True], "speculate": [False]},
+        {"text_input": ["b"], "max_tokens": [8], "stream": [True], "speculate": [False]},
+    ]
     assert "speculate" not in input_data(["a"], 8)["data"][0]
 
 
@@ -152,30 +184,69 @@ def test_jsonl_prompt_source(tmp_path):
 
 
 def _level(c, mode, tps, p50=10.0):
-    return {"concurrency": c, "mode": mode, "output_tokens_per_s": tps, "requests_per_s": tps / 16,
-            "latency_p50_ms": p50, "latency_p99_ms": 2 * p50, "ttft_p50_ms": 1.0, "ttft_mean_ms": 1.0,
-            "itl_mean_ms": 0.5, "tau": 3.0 if mode == "speculative" else 1.0, "measured_requests": 10,
-            "token_counts_ok": True, "wrong_token_counts": [], "failed_requests": 0, "errors": 0,
-            "pa_latency_p50_ms": p50, "export_requests_per_s": tps / 16, "responses_per_request": 4.0,
-            "csv": f"raw/{mode}_c{c}.csv"}  # fmt: skip
+    return {
+        "concurrency": c,
+        "mode": mode,
+        "output_tokens_per_s": tps,
+        "requests_per_s": tps / 16,
+        "latency_p50_ms": p50,
+        "latency_p99_ms": 2 * p50,
+        "ttft_p50_ms": 1.0,
+        "ttft_mean_ms": 1.0,
+        "itl_mean_ms": 0.5,
+        "tau": 3.0 if mode == "speculative" else 1.0,
+        "measured_requests": 10,
+        "token_counts_ok": True,
+        "wrong_token_counts": [],
+        "failed_requests": 0,
+        "errors": 0,
+        "pa_latency_p50_ms": p50,
+        "export_requests_per_s": tps / 16,
+        "responses_per_request": 4.0,
+        "csv": f"raw/{mode}_c{c}.csv",
+    }
 
 
 def test_comparison_and_report_ratios(tmp_path):
     from builder.bench.serve_report import comparison, table_lines, write_outputs
 
-    results = {"model": "m", "settings": {"concurrency": [1, 4], "window_ms": 1000, "stability_percentage": 1000.0,
-                                          "max_trials": 3, "output_len": 16, "input_len": 32,
-                                          "prompt_source": "builtin:humaneval"},
-               "prompts": {"count": 2, "tokens_min": 31, "tokens_max": 32}, "machine": {"loadavg": [0.1, 0.2, 0.3]},
-               "versions": {"tritonserver": "2.51.0"}, "probes": {"speculative": {"tau": 3.0, "token_counts_ok": True}},
-               "levels": [_level(1, "speculative", 300.0, 5.0), _level(1, "baseline", 100.0),
-                          _level(4, "baseline", 400.0), _level(4, "speculative", 200.0)]}  # fmt: skip
+    results = {
+        "model": "m",
+        "settings": {
+            "concurrency": [1, 4],
+            "window_ms": 1000,
+            "stability_percentage": 1000.0,
+            "max_trials": 3,
+            "output_len": 16,
+            "input_len": 32,
+            "prompt_source": "builtin:humaneval",
+        },
+        "prompts": {"count": 2, "tokens_min": 31, "tokens_max": 32},
+        "machine": {"loadavg": [0.1, 0.2, 0.3]},
+        "versions": {"tritonserver": "2.51.0"},
+        "probes": {"speculative": {"tau": 3.0, "token_counts_ok": True}},
+        "levels": [
+            _level(1, "speculative", 300.0, 5.0),
+            _level(1, "baseline", 100.0),
+            _level(4, "baseline", 400.0),
+            _level(4, "speculative", 200.0),
+        ],
+    }
     rows = comparison(results)
     assert [r["throughput_ratio"] for r in rows] == [3.0, 0.5]
     assert rows[0]["latency_p50_ratio"] == 0.5
     assert "**3.00×**" in table_lines(results)[2] and "**0.50×**" in table_lines(results)[3]
     write_outputs(tmp_path, results, "t")
-    for f in ("bench.json", "bench.csv", "report.md", "throughput.png", "latency.png", "ttft.png", "itl.png", "tau.png"):
+    for f in (
+        "bench.json",
+        "bench.csv",
+        "report.md",
+        "throughput.png",
+        "latency.png",
+        "ttft.png",
+        "itl.png",
+        "tau.png",
+    ):
         assert (tmp_path / f).stat().st_size > 0, f
     assert (tmp_path / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "bench.json").read_text())["comparison"][1]["throughput_ratio"] == 0.5
@@ -204,8 +275,9 @@ def test_genai_perf_json_and_command():
     assert g["request_throughput"] == pytest.approx(57.34020190160368)
     assert (g["request_latency_p50_ms"], g["ttft_p50_ms"]) == pytest.approx((16.6747875, 3.245874))
     assert g["itl_mean_ms"] == pytest.approx(0.9375336310679612) and g["request_count"] == 206
-    cmd = genai_command(Path("/bin/genai-perf"), "m", "127.0.0.1:9", Path("p.jsonl"), Path("tok"), 2, 16, False, 900,
-                        Path("art"))  # fmt: skip
+    cmd = genai_command(
+        Path("/bin/genai-perf"), "m", "127.0.0.1:9", Path("p.jsonl"), Path("tok"), 2, 16, False, 900, Path("art")
+    )
     assert cmd[1] == "profile" and cmd[cmd.index("--endpoint-type") + 1] == "generate"
     assert cmd[cmd.index("--endpoint") + 1] == "v2/models/m/generate_stream" and "--streaming" in cmd
     extra = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--extra-inputs"]
@@ -218,8 +290,13 @@ def test_repeated_runs_combine_over_all_requests():
     exp = read_profile_export(EXPORT)["experiments"][0]
     recs = records(exp)
     a = {**_level(1, "speculative", 300.0), "responses_per_s": 10.0, "pa_latency_p99_ms": 1.0, "export": "a.gz"}
-    b = {**_level(1, "speculative", 100.0), "responses_per_s": 20.0, "pa_latency_p99_ms": 3.0, "export": "b.gz",
-         "failed_requests": 2}  # fmt: skip
+    b = {
+        **_level(1, "speculative", 100.0),
+        "responses_per_s": 20.0,
+        "pa_latency_p99_ms": 3.0,
+        "export": "b.gz",
+        "failed_requests": 2,
+    }
     assert combine([(a, recs)], 16) is a
     got = combine([(a, recs[:1]), (b, recs[1:])], 16)
     assert got["output_tokens_per_s"] == 200.0 and got["responses_per_s"] == 15.0 and got["failed_requests"] == 2
@@ -239,14 +316,22 @@ def test_server_delta_and_its_report_lines_by_hand():
         lines = []
         for inst, share in (("a", 0.5), ("b", 0.5)):
             lab = f'instance="{inst}",model="spec_decoder",pid="1"'
-            lines += [f"trtspec_requests_received_total{{{lab}}} {received * share}",
-                      f"trtspec_sequence_steps_total{{{lab}}} {seq_steps * share}", f"trtspec_steps_total{{{lab}}} {steps * share}",
-                      f"trtspec_accepted_tokens_total{{{lab}}} {accepted * share}", f"trtspec_draft_tokens_total{{{lab}}} 0",
-                      f"trtspec_output_tokens_total{{{lab}}} {out * share}", f"trtspec_step_seconds_sum{{{lab}}} {step_sum * share}",
-                      f"trtspec_step_seconds_count{{{lab}}} {step_count * share}", f"trtspec_tau_sum{{{lab}}} 0",
-                      f"trtspec_tau_count{{{lab}}} 0", f'trtspec_request_errors_total{{{lab},kind="deadline"}} {deadline * share}',
-                      f'trtspec_requests_ended_total{{{lab},outcome="length"}} {received * share}',
-                      f"trtspec_requests_queued{{{lab}}} 0", f"trtspec_requests_active{{{lab}}} 0"]  # fmt: skip
+            lines += [
+                f"trtspec_requests_received_total{{{lab}}} {received * share}",
+                f"trtspec_sequence_steps_total{{{lab}}} {seq_steps * share}",
+                f"trtspec_steps_total{{{lab}}} {steps * share}",
+                f"trtspec_accepted_tokens_total{{{lab}}} {accepted * share}",
+                f"trtspec_draft_tokens_total{{{lab}}} 0",
+                f"trtspec_output_tokens_total{{{lab}}} {out * share}",
+                f"trtspec_step_seconds_sum{{{lab}}} {step_sum * share}",
+                f"trtspec_step_seconds_count{{{lab}}} {step_count * share}",
+                f"trtspec_tau_sum{{{lab}}} 0",
+                f"trtspec_tau_count{{{lab}}} 0",
+                f'trtspec_request_errors_total{{{lab},kind="deadline"}} {deadline * share}',
+                f'trtspec_requests_ended_total{{{lab},outcome="length"}} {received * share}',
+                f"trtspec_requests_queued{{{lab}}} 0",
+                f"trtspec_requests_active{{{lab}}} 0",
+            ]
         return "\n".join(lines) + "\n"
 
     before = parse_prometheus(text(10, 100, 40, 150, 260, 0.2, 40, 1))
@@ -254,6 +339,8 @@ def test_server_delta_and_its_report_lines_by_hand():
     d = server_delta(before, after)
     assert d["requests"] == 20 and d["steps"] == 100 and d["sequence_steps"] == 300 and d["output_tokens"] == 920
     assert d["tau"] == pytest.approx((600 + 300) / 300) and d["mean_batch"] == pytest.approx(3.0)
-    assert d["step_ms_mean"] == pytest.approx(5.0) and d["errors"] == {"deadline": 2.0} and d["ended"] == {"length": 20.0}
+    assert (
+        d["step_ms_mean"] == pytest.approx(5.0) and d["errors"] == {"deadline": 2.0} and d["ended"] == {"length": 20.0}
+    )
     row = server_lines({"levels": [{"concurrency": 2, "mode": "speculative", "tau": 2.9, "server": d}]})[-1]
     assert row == "| 2 | speculative | 20 | 920 | 100 | 3.00 | 5.00 | 3.00 | 2.90 | deadline 2 |"

@@ -26,8 +26,14 @@ STAGES = ["load", "export", "engine", "repo"]
 
 
 def trtspec(*args: str, cache: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "builder.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)},
+    )
 
 
 def build_json(cache: Path, *extra: str) -> dict:
@@ -91,8 +97,13 @@ def test_the_engine_folder_decodes_like_the_reference(tmp_path):
 @pytest.mark.parametrize("delay", [0.5, 1.5, 2.5])
 def test_kill_9_at_any_moment_then_build_completes(tmp_path, delay):
     env = {**os.environ, "TRTSPEC_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "builder.cli", "build", RECIPE, "--cache-dir", str(tmp_path),
-                             "--quiet"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "builder.cli", "build", RECIPE, "--cache-dir", str(tmp_path), "--quiet"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -107,8 +118,10 @@ def test_kill_9_at_any_moment_then_build_completes(tmp_path, delay):
 def test_two_concurrent_builds_both_succeed(tmp_path):
     env = {**os.environ, "TRTSPEC_CACHE_DIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "builder.cli", "build", RECIPE, "--cache-dir", str(tmp_path), "--json"]
-    procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=240) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     built = [[s["status"] for s in json.loads(o[0])["stages"]] for o in outs]
@@ -118,12 +131,26 @@ def test_two_concurrent_builds_both_succeed(tmp_path):
 
 
 def test_user_errors_exit_2_naming_the_field(tmp_path):
-    missing = trtspec("build", RECIPE, "--cache-dir", str(tmp_path), "--set",
-                      f"speculative.checkpoint={tmp_path / 'nope'}", cache=tmp_path)  # fmt: skip
+    missing = trtspec(
+        "build",
+        RECIPE,
+        "--cache-dir",
+        str(tmp_path),
+        "--set",
+        f"speculative.checkpoint={tmp_path / 'nope'}",
+        cache=tmp_path,
+    )
     assert missing.returncode == 2 and "speculative.checkpoint" in missing.stderr and "Traceback" not in missing.stderr
     gpu_recipe = str(REPO / "recipes" / "llama3-8b-1xh100-fp8-none.yaml")  # hf:// checkpoint, not on this machine
-    hub = trtspec("build", gpu_recipe, "--cache-dir", str(tmp_path), "--set", "model.checkpoint=hf://nobody/nothing",
-                  cache=tmp_path)  # fmt: skip
+    hub = trtspec(
+        "build",
+        gpu_recipe,
+        "--cache-dir",
+        str(tmp_path),
+        "--set",
+        "model.checkpoint=hf://nobody/nothing",
+        cache=tmp_path,
+    )
     assert hub.returncode == 2 and "hf download nobody/nothing" in hub.stderr and "Traceback" not in hub.stderr
     until = trtspec("build", RECIPE, "--cache-dir", str(tmp_path), "--until", "bake", cache=tmp_path)
     assert until.returncode == 2 and "--until" in until.stderr and "engine" in until.stderr

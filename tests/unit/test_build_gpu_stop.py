@@ -52,9 +52,14 @@ def recipe(tmp_path_factory) -> Path:
 
 
 def trtspec_build(recipe: Path, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", "build", str(recipe), "--cache-dir", str(cache),
-                           "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "builder.cli", "build", str(recipe), "--cache-dir", str(cache), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +82,19 @@ def test_gpu_recipe_exits_3_after_caching_load_and_export(recipe, stopped):
         assert "target h100" in summary["stopped"] and missing() in summary["stopped"]
         assert f"Resume on a GPU host: trtspec build {recipe} --cache-dir {cache}" in run.stderr
         assert "Built and cached: load, export." in run.stderr and "Traceback" not in run.stderr
-    assert not (cache / "engine").exists() or not [p for p in (cache / "engine").iterdir() if not p.name.startswith(".")]
+    assert not (cache / "engine").exists() or not [
+        p for p in (cache / "engine").iterdir() if not p.name.startswith(".")
+    ]
 
 
 def test_the_cached_export_holds_the_tensorrt_form(stopped):
     cache = stopped[0]
     (export,) = [p for p in (cache / "export").iterdir() if not p.name.startswith(".")]
     info = json.loads((export / "export.json").read_text())
-    assert info["tensorrt"] == {"greedy": "target-greedy/target.trt.onnx",
-                                "rejection": "target-rejection/target.trt.onnx"}  # fmt: skip
+    assert info["tensorrt"] == {
+        "greedy": "target-greedy/target.trt.onnx",
+        "rejection": "target-rejection/target.trt.onnx",
+    }
     for rel in info["tensorrt"].values():
         model = onnx.load(str(export / rel), load_external_data=False)
         assert {n.domain for n in model.graph.node} == {"", "trt", "trtspec"}
@@ -98,8 +107,13 @@ def test_profiles_name_the_tensorrt_graphs_inputs_with_their_shapes(stopped):
     info = json.loads((export / "export.json").read_text())
     (load,) = [p for p in (cache / "load").iterdir() if not p.name.startswith(".")]
     arch = json.loads((load / "source.json").read_text())["architecture"]
-    model = {"layers": arch["num_hidden_layers"], "kv_heads": arch["num_key_value_heads"], "head_dim": arch["head_dim"],
-             "hidden": arch["hidden_size"], "vocab": arch["vocab_size"]}  # fmt: skip
+    model = {
+        "layers": arch["num_hidden_layers"],
+        "kv_heads": arch["num_key_value_heads"],
+        "head_dim": arch["head_dim"],
+        "hidden": arch["hidden_size"],
+        "vocab": arch["vocab_size"],
+    }
     profiles = graph_profiles(info, model, Settings("r.yaml", "h100", (9, 0), max_batch_size=2, max_input_len=32))
     assert set(profiles) == {"greedy", "rejection"}
     for mode, rel in info["tensorrt"].items():
@@ -113,8 +127,13 @@ def test_profiles_name_the_tensorrt_graphs_inputs_with_their_shapes(stopped):
     greedy = profiles["greedy"]
     max_nodes = info["capacity"] - info["max_seq_len"]
     cache_shape = (2, model["kv_heads"], info["capacity"], model["head_dim"])
-    step = {"tokens": (2, max_nodes), "tree_mask": (2, max_nodes, max_nodes), "verify_index": (2, max_nodes),
-            "paths": (2, max_nodes, max_nodes), "past_key_0": cache_shape}  # fmt: skip
+    step = {
+        "tokens": (2, max_nodes),
+        "tree_mask": (2, max_nodes, max_nodes),
+        "verify_index": (2, max_nodes),
+        "paths": (2, max_nodes, max_nodes),
+        "past_key_0": cache_shape,
+    }
     prompt = {"tokens": (1, 32), "tree_mask": (1, 32, 32), "verify_index": (1, 1), "paths": (1, 1, 1)}
     assert [p.name for p in greedy] == ["step", "prefill"]
     assert pick(greedy, step) == 0 and pick(greedy, prompt) == 1
@@ -196,14 +215,20 @@ def fake_trt(monkeypatch):
 def test_FakeTensorRT_parser_errors_are_reported_with_node_and_source(fake_trt, tmp_path):
     fake = fake_trt(parse_ok=False)
     with pytest.raises(trt_build.EngineBuildError) as err:
-        trt_build.build_engine(tmp_path / "target.trt.onnx", tmp_path / "target.engine", fp8=False, profiles=[],
-                               timing_cache=None, plugin=lambda: fake.calls.append("plugin"))  # fmt: skip
+        trt_build.build_engine(
+            tmp_path / "target.trt.onnx",
+            tmp_path / "target.engine",
+            fp8=False,
+            profiles=[],
+            timing_cache=None,
+            plugin=lambda: fake.calls.append("plugin"),
+        )
     assert fake.calls == ["plugin", "logger", "builder", "network flags=2", "parser", "parse target.trt.onnx"]
     assert str(err.value).splitlines() == [
         f"{tmp_path / 'target.trt.onnx'}: TensorRT's ONNX parser failed (1 error(s))",
         "  node #17 'layer0/Attention' (Attention): no importer for this attribute "
         "[UNSUPPORTED_NODE; onnxOpImporters.cpp:42 importAttention]",
-    ]  # the network flag is 1 << STRONGLY_TYPED  # fmt: skip
+    ]  # the network flag is 1 << STRONGLY_TYPED
     assert not (tmp_path / "target.engine").exists()
 
 
@@ -212,5 +237,7 @@ def test_FakeTensorRT_a_profile_must_name_exactly_the_network_inputs(fake_trt):
 
     fake = fake_trt(parse_ok=True, network_inputs=("tokens", "past_key_0"))
     profile = Profile("step", {"tokens": ((1, 1), (2, 4), (2, 4)), "uniforms": ((1, 1), (2, 4), (2, 4))})
-    with pytest.raises(trt_build.EngineBuildError, match=r"profile 'step' .*missing \['past_key_0'\], unknown \['uniforms'\]"):
+    with pytest.raises(
+        trt_build.EngineBuildError, match=r"profile 'step' .*missing \['past_key_0'\], unknown \['uniforms'\]"
+    ):
         trt_build.add_profiles(None, None, fake.network, [profile])

@@ -26,8 +26,14 @@ from builder.stages.store import Store
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make(store: Store, stage: str, key: str, files: dict[str, int], links: dict[str, Path] | None = None,
-         used: float | None = None) -> Path:  # fmt: skip
+def make(
+    store: Store,
+    stage: str,
+    key: str,
+    files: dict[str, int],
+    links: dict[str, Path] | None = None,
+    used: float | None = None,
+) -> Path:
     """An entry with files of the given sizes (distinct bytes) and hard links to other entries' files."""
     with store.staging(stage, key) as tmp:
         for name, size in files.items():
@@ -91,7 +97,9 @@ def test_plan_by_age_then_size_is_the_greedy_on_disk(tmp_path: Path) -> None:
         if disk_bytes(tmp_path, gone) <= cap:
             break
         gone.add(f"{e.stage}/{e.key}")
-    assert [f"{e.stage}/{e.key}" for e in chosen] == [f"{e.stage}/{e.key}" for e in entries if f"{e.stage}/{e.key}" in gone]
+    assert [f"{e.stage}/{e.key}" for e in chosen] == [
+        f"{e.stage}/{e.key}" for e in entries if f"{e.stage}/{e.key}" in gone
+    ]
     assert chosen[:4] == [e for e in chosen if e.used < now - 25 * 86400]  # the oldest build went first
 
     result = remove(tmp_path, chosen)
@@ -114,10 +122,19 @@ def test_stage_filter_and_damaged_entries(tmp_path: Path) -> None:
 
 def test_entries_in_use_are_kept(tmp_path: Path) -> None:
     store, now = three_builds(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from builder.stages.store import Store; "
-        f"Store({str(tmp_path)!r}).hold('engine', 'E0'); print('held', flush=True); time.sleep(60)")],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from builder.stages.store import Store; "
+                f"Store({str(tmp_path)!r}).hold('engine', 'E0'); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with store.lock("export", "X0"):  # a build of that key is running
@@ -130,7 +147,9 @@ def test_entries_in_use_are_kept(tmp_path: Path) -> None:
     assert store.hit("engine", "E0") is not None and store.hit("export", "X0") is not None
     # the holder is gone: its lock went with it
     assert remove(tmp_path, plan(scan(tmp_path), older_than=parse_age("25d"), now=now))["removed"] == [
-        "engine/E0", "export/X0"]
+        "engine/E0",
+        "export/X0",
+    ]
 
 
 def test_a_build_stamps_and_holds_what_it_reaches(tmp_path: Path) -> None:
@@ -143,8 +162,13 @@ def test_a_build_stamps_and_holds_what_it_reaches(tmp_path: Path) -> None:
     assert used is not None and t0 - 1 <= used <= time.time() + 1
     with store.claim("load", run.key) as free:  # this process holds it
         assert not free
-    out = subprocess.run([sys.executable, "-m", "builder.cli", "cache", "prune", "--cache-dir", str(cache),
-                          "--max-size", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "builder.cli", "cache", "prune", "--cache-dir", str(cache), "--max-size", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "in use" in out.stderr and "1 in use, kept" in out.stdout
     assert store.hit("load", run.key) is not None
@@ -154,9 +178,12 @@ def test_a_build_stamps_and_holds_what_it_reaches(tmp_path: Path) -> None:
 
 def test_cli_errors_and_listing(tmp_path: Path) -> None:
     runner = CliRunner()
-    for args, field in [(["prune"], "--older-than / --max-size"), (["prune", "--older-than", "3x"], "--older-than"),
-                        (["prune", "--max-size", "10Q"], "--max-size"), (["prune", "--max-size", "1G", "--stage", "x"],
-                        "--stage")]:  # fmt: skip
+    for args, field in [
+        (["prune"], "--older-than / --max-size"),
+        (["prune", "--older-than", "3x"], "--older-than"),
+        (["prune", "--max-size", "10Q"], "--max-size"),
+        (["prune", "--max-size", "1G", "--stage", "x"], "--stage"),
+    ]:
         r = runner.invoke(cli, ["cache", *args, "--cache-dir", str(tmp_path)])
         assert r.exit_code == 2 and f"error: {field}: " in r.output and "allowed:" in r.output, r.output
     three_builds(tmp_path)

@@ -62,8 +62,14 @@ def runs(tmp_path_factory):
     common = ("--matrix", home / "m.yaml", "--cache-dir", home / "cache")
     first = ci(*common, "--json", home / "a.json", "--junit", home / "a.xml", "--markdown", home / "a.md")
     second = ci(*common, "--json", home / "b.json", "--junit", home / "b.xml", "--baseline", home / "a.json")
-    return SimpleNamespace(home=home, common=common, first=first, second=second,
-                           a=json.loads((home / "a.json").read_text()), b=json.loads((home / "b.json").read_text()))
+    return SimpleNamespace(
+        home=home,
+        common=common,
+        first=first,
+        second=second,
+        a=json.loads((home / "a.json").read_text()),
+        b=json.loads((home / "b.json").read_text()),
+    )
 
 
 def by_id(doc: dict) -> dict:
@@ -123,8 +129,9 @@ def test_markdown_summary_names_every_entry_and_measurement(runs):
 
 def test_an_injected_regression_fails_the_gate(runs):
     """A smaller Lookahead n-gram (N=3 instead of 4) accepts less: τ falls by more than 2 %."""
-    res = ci(*runs.common, "--baseline", runs.home / "a.json", "--json", runs.home / "c.json",
-             "--set", "speculative.ngram=3")
+    res = ci(
+        *runs.common, "--baseline", runs.home / "a.json", "--json", runs.home / "c.json", "--set", "speculative.ngram=3"
+    )
     assert res.exit_code == 1, res.output
     doc = json.loads((runs.home / "c.json").read_text())
     cpu = by_id(doc)[CPU]
@@ -144,8 +151,16 @@ def test_one_recipe_failing_does_not_stop_the_others(tmp_path):
     (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
     bad = tmp_path / "broken.yaml"
     bad.write_text(f"extends: {REPO / 'recipes/tiny-llama3-none.yaml'}\nmodel: {{checkpoint: ./ckpt}}\n")
-    res = ci(bad, REPO / "recipes/tiny-llama3-trtllm-none.yaml", "--cache-dir", tmp_path / "cache",
-             "--json", tmp_path / "s.json", "--junit", tmp_path / "s.xml")
+    res = ci(
+        bad,
+        REPO / "recipes/tiny-llama3-trtllm-none.yaml",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--json",
+        tmp_path / "s.json",
+        "--junit",
+        tmp_path / "s.xml",
+    )
     assert res.exit_code == 1
     doc = json.loads((tmp_path / "s.json").read_text())
     first, second = doc["entries"]
@@ -163,13 +178,36 @@ def _one_error_line(res) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("text, where, field, allowed", [
-    ("name: x\nrecipes: [a.yaml]\ngatez: {}\n", ":3:8", "gatez: unknown field", "name, recipes, variants, gates, checks"),
-    ("name: x\nrecipes: [a.yaml]\ngates:\n  tau: 0.1\n", ":4:8", "gates.tau: unknown field", "tau_drop, fp8_agreement_drop"),
-    ("name: x\nrecipes: [a.yaml]\nvariants: [{name: v, sett: []}]\n", ":3:28", "variants.0.sett: unknown field", "name, set, only, skip"),
-    ("name: x\nrecipes: [a.yaml]\nchecks: {prompts: 0}\n", ":3:19", "checks.prompts: Input should be greater than or equal to 1", None),
-    ("recipes: [a.yaml]\n", ":1:1", "name: required field is missing", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, where, field, allowed",
+    [
+        (
+            "name: x\nrecipes: [a.yaml]\ngatez: {}\n",
+            ":3:8",
+            "gatez: unknown field",
+            "name, recipes, variants, gates, checks",
+        ),
+        (
+            "name: x\nrecipes: [a.yaml]\ngates:\n  tau: 0.1\n",
+            ":4:8",
+            "gates.tau: unknown field",
+            "tau_drop, fp8_agreement_drop",
+        ),
+        (
+            "name: x\nrecipes: [a.yaml]\nvariants: [{name: v, sett: []}]\n",
+            ":3:28",
+            "variants.0.sett: unknown field",
+            "name, set, only, skip",
+        ),
+        (
+            "name: x\nrecipes: [a.yaml]\nchecks: {prompts: 0}\n",
+            ":3:19",
+            "checks.prompts: Input should be greater than or equal to 1",
+            None,
+        ),
+        ("recipes: [a.yaml]\n", ":1:1", "name: required field is missing", None),
+    ],
+)
 def test_a_bad_matrix_exits_2_at_file_line_col(tmp_path, text, where, field, allowed):
     (tmp_path / "m.yaml").write_text(text)
     line = _one_error_line(ci("--matrix", tmp_path / "m.yaml", "--cache-dir", tmp_path / "cache"))
@@ -182,18 +220,23 @@ def test_bad_baselines_and_publish_targets_exit_2_before_building(tmp_path):
     recipe, cache = REPO / "recipes/tiny-llama3-trtllm-none.yaml", tmp_path / "cache"
     other = {"kind": "trtspec-ci", "format": 1, "recipe_set": {"name": "h100", "entries": ["x"]}, "entries": []}
     same_name = {**other, "recipe_set": {"name": None, "entries": ["recipes/tiny-llama3.yaml"]}}
-    for doc, says in ((other, "from recipe set 'h100', this run is None"),
-                      (same_name, "only in the baseline: recipes/tiny-llama3.yaml; only in this run: "
-                                  "recipes/tiny-llama3-trtllm-none.yaml"),
-                      ({"entries": []}, "not a trtspec ci summary")):  # fmt: skip
+    for doc, says in (
+        (other, "from recipe set 'h100', this run is None"),
+        (
+            same_name,
+            "only in the baseline: recipes/tiny-llama3.yaml; only in this run: recipes/tiny-llama3-trtllm-none.yaml",
+        ),
+        ({"entries": []}, "not a trtspec ci summary"),
+    ):
         (tmp_path / "base.json").write_text(json.dumps(doc))
         assert says in _one_error_line(ci(recipe, "--baseline", tmp_path / "base.json", "--cache-dir", cache))
     (tmp_path / "file").write_text("")
     for target, says in ((tmp_path / "file" / "pub", "is not writable"), ("nosuch://bucket/x", "Protocol not known")):
         assert says in _one_error_line(ci(recipe, "--publish", target, "--cache-dir", cache))
     assert not cache.exists()
-    assert _one_error_line(ci("--cache-dir", cache)).endswith("name recipes or a --matrix file "
-                                                               "(allowed: recipe files, --matrix FILE)")
+    assert _one_error_line(ci("--cache-dir", cache)).endswith(
+        "name recipes or a --matrix file (allowed: recipe files, --matrix FILE)"
+    )
 
 
 def test_matrix_expands_recipes_times_variants(tmp_path):
@@ -207,10 +250,15 @@ variants:
     with in_repo():
         spec = expand(*load_matrix(tmp_path / "m.yaml"), cli_overrides=("build.max_batch_size=2",))
     ids = [e.id for e in spec.entries]
-    assert ids == ["recipes/tiny-llama3-eagle1.yaml", "recipes/tiny-llama3-eagle2.yaml",
-                   "recipes/tiny-llama3-lookahead.yaml", "recipes/tiny-llama3-medusa.yaml",
-                   "recipes/tiny-llama3-medusa.yaml@chain4", "recipes/tiny-llama3-ngram.yaml",
-                   "recipes/tiny-llama3-none.yaml"]  # fmt: skip
+    assert ids == [
+        "recipes/tiny-llama3-eagle1.yaml",
+        "recipes/tiny-llama3-eagle2.yaml",
+        "recipes/tiny-llama3-lookahead.yaml",
+        "recipes/tiny-llama3-medusa.yaml",
+        "recipes/tiny-llama3-medusa.yaml@chain4",
+        "recipes/tiny-llama3-ngram.yaml",
+        "recipes/tiny-llama3-none.yaml",
+    ]
     assert spec.entries[4].overrides == ("speculative.tree=chain_4", "build.max_batch_size=2")
     assert spec.gates == Gates() and spec.checks.prompts == 8  # the schema's defaults: one source
     (tmp_path / "m.yaml").write_text("name: s\nrecipes: [nothing-*.yaml]\n")
@@ -242,13 +290,16 @@ def entry(tau=None, ratio=None, agreement=None, status="passed"):
     return {"checks": checks}
 
 
-@pytest.mark.parametrize("base, now, failed", [
-    (entry(2.0, 1.2, 0.80), entry(1.961, 0.91, 0.781), set()),  # τ -1.95 %, speed -24.2 %, FP8 -1.9 points
-    (entry(2.0, 1.2, 0.80), entry(1.959, 1.2, 0.80), {"tau"}),  # τ -2.05 %
-    (entry(2.0, 1.2, 0.80), entry(2.0, 0.89, 0.80), {"speed"}),  # ratio -25.8 %
-    (entry(2.0, 1.2, 0.80), entry(2.0, 1.2, 0.779), {"fp8_agreement"}),  # -2.1 points
-    (entry(2.0, 1.2), entry(3.0, 2.0), set()),  # better is never a failure
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "base, now, failed",
+    [
+        (entry(2.0, 1.2, 0.80), entry(1.961, 0.91, 0.781), set()),  # τ -1.95 %, speed -24.2 %, FP8 -1.9 points
+        (entry(2.0, 1.2, 0.80), entry(1.959, 1.2, 0.80), {"tau"}),  # τ -2.05 %
+        (entry(2.0, 1.2, 0.80), entry(2.0, 0.89, 0.80), {"speed"}),  # ratio -25.8 %
+        (entry(2.0, 1.2, 0.80), entry(2.0, 1.2, 0.779), {"fp8_agreement"}),  # -2.1 points
+        (entry(2.0, 1.2), entry(3.0, 2.0), set()),  # better is never a failure
+    ],
+)
 def test_gate_rules_on_hand_worked_numbers(base, now, failed):
     rows = {r["gate"]: r for r in gate_entry(now, base, GATES)}
     assert {g for g, r in rows.items() if r["status"] == "failed"} == failed
@@ -288,18 +339,42 @@ def test_the_whole_tiny_set_fresh_then_cached_then_a_worse_tree(tmp_path):
     assert a["counts"]["failed"] == 0 and a["counts"]["needs_gpu"] == 4
     fp8 = by_id(a)["recipes/tiny-llama3-fp8.yaml"]["checks"]["fp8_quality"]
     assert fp8["status"] == "passed" and 0 < fp8["token_agreement"] <= 1
-    second = ci("--matrix", REPO / "recipes/ci/tiny.yaml", "--cache-dir", cache, "--baseline", tmp_path / "a.json",
-                "--json", tmp_path / "b.json")
+    second = ci(
+        "--matrix",
+        REPO / "recipes/ci/tiny.yaml",
+        "--cache-dir",
+        cache,
+        "--baseline",
+        tmp_path / "a.json",
+        "--json",
+        tmp_path / "b.json",
+    )
     assert second.exit_code == 0, second.output
     b = json.loads((tmp_path / "b.json").read_text())
     assert {s["status"] for e in b["entries"] for s in e["stages"]} == {"cached"}
-    worse = (REPO / "recipes/ci/tiny.yaml").read_text().replace("checks:", """variants:
+    worse = (
+        (REPO / "recipes/ci/tiny.yaml")
+        .read_text()
+        .replace(
+            "checks:",
+            """variants:
   - {name: default, skip: [tiny-llama3-medusa.yaml]}
   - {name: default, only: [tiny-llama3-medusa.yaml], set: ["speculative.tree=chain_4"]}
-checks:""").replace('"../tiny-llama3*.yaml"', f'"{REPO}/recipes/tiny-llama3*.yaml"')
+checks:""",
+        )
+        .replace('"../tiny-llama3*.yaml"', f'"{REPO}/recipes/tiny-llama3*.yaml"')
+    )
     (tmp_path / "worse.yaml").write_text(worse)
-    third = ci("--matrix", tmp_path / "worse.yaml", "--cache-dir", cache, "--baseline", tmp_path / "a.json",
-               "--json", tmp_path / "c.json")
+    third = ci(
+        "--matrix",
+        tmp_path / "worse.yaml",
+        "--cache-dir",
+        cache,
+        "--baseline",
+        tmp_path / "a.json",
+        "--json",
+        tmp_path / "c.json",
+    )
     assert third.exit_code == 1
     c = by_id(json.loads((tmp_path / "c.json").read_text()))
     assert [e for e, v in c.items() if v["status"] == "failed"] == ["recipes/tiny-llama3-medusa.yaml"]

@@ -20,8 +20,8 @@ import pytest
 
 from builder.ci.publish import INDEX, Target, blob_rel, publish
 from builder.stages.manifest import MANIFEST, Manifest
-from tests.unit.test_ci import REPO, by_id, ci, in_repo
 from tests.unit.recipe_helpers import run
+from tests.unit.test_ci import REPO, by_id, ci, in_repo
 
 CPU, GPU = "recipes/tiny-llama3.yaml", "recipes/tiny-llama3-trtllm-none.yaml"
 
@@ -29,10 +29,19 @@ CPU, GPU = "recipes/tiny-llama3.yaml", "recipes/tiny-llama3-trtllm-none.yaml"
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
     home = tmp_path_factory.mktemp("publish")
-    (home / "m.yaml").write_text(f'name: pub\nrecipes: ["{REPO / CPU}", "{REPO / GPU}"]\n'
-                                 "checks: {prompts: 1, max_new_tokens: 4}\n")
-    res = ci("--matrix", home / "m.yaml", "--cache-dir", home / "cache", "--publish", home / "pub",
-             "--json", home / "ci.json")
+    (home / "m.yaml").write_text(
+        f'name: pub\nrecipes: ["{REPO / CPU}", "{REPO / GPU}"]\nchecks: {{prompts: 1, max_new_tokens: 4}}\n'
+    )
+    res = ci(
+        "--matrix",
+        home / "m.yaml",
+        "--cache-dir",
+        home / "cache",
+        "--publish",
+        home / "pub",
+        "--json",
+        home / "ci.json",
+    )
     assert res.exit_code == 0, res.output
     return home, json.loads((home / "ci.json").read_text())
 
@@ -56,8 +65,9 @@ def test_every_stage_is_published_by_key_with_its_manifest_and_an_index(publishe
         for r, s in zip(rows, entry["stages"]):
             folder = Path(s["output"])
             m = Manifest.read(folder)
-            assert [(f["path"], f["bytes"], f["sha256"]) for f in r["files"]] == \
-                [(f["path"], f["bytes"], f["sha256"]) for f in m.outputs]  # fmt: skip
+            assert [(f["path"], f["bytes"], f["sha256"]) for f in r["files"]] == [
+                (f["path"], f["bytes"], f["sha256"]) for f in m.outputs
+            ]
             raw = (folder / MANIFEST).read_bytes()
             assert (home / "pub" / "stages" / r["stage"] / r["key"] / MANIFEST).read_bytes() == raw
             assert r["manifest_sha256"] == sha(raw) and (home / "pub" / blob_rel(sha(raw))).read_bytes() == raw
@@ -152,8 +162,9 @@ def test_an_interrupted_publish_resumes_fake_network_fault(published, monkeypatc
     assert blobs and all(sha(t.fs.cat_file(p)) == p.rsplit("/", 1)[1] for p in blobs)  # what landed is whole
     stats = publish(Target(uri, create=True), doc["entries"])
     folders = [Path(s["output"]) for e in doc["entries"] for s in e["stages"]]
-    distinct = {f["sha256"] for d in folders for f in Manifest.read(d).outputs} | \
-        {sha((d / MANIFEST).read_bytes()) for d in folders}  # fmt: skip
+    distinct = {f["sha256"] for d in folders for f in Manifest.read(d).outputs} | {
+        sha((d / MANIFEST).read_bytes()) for d in folders
+    }
     assert stats["uploaded"] == len(distinct) - len(blobs)  # only what had not landed
     first = t.fs.cat_file(t.path(INDEX))
     monkeypatch.setattr(t.fs, "mv", lambda *a, **k: (_ for _ in ()).throw(ConnectionError("fake network fault")))

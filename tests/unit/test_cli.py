@@ -53,11 +53,13 @@ def test_plan_table_output(monkeypatch):
 
 def test_cache_keys_change_with_their_inputs_only(monkeypatch):
     monkeypatch.chdir(REPO)
+
     def keys(*sets):
         args = ["plan", "--json", "recipes/llama3-8b-1xh100-fp8-eagle.yaml"]
         for s in sets:
             args += ["--set", s]
         return {s["name"]: s["key"] for s in json.loads(run(*args).stdout)["stages"]}
+
     base = keys()
     triton_only = keys("triton.max_queue_delay_us=500")
     assert {k for k in base if base[k] != triton_only[k]} == {"repo"}

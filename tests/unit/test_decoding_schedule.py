@@ -18,8 +18,12 @@ from builder.speculative.tree import tree_from_choices
 from builder.stages.decoders import build_decoder
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = {"eagle-2": "tiny-llama3-eagle2.yaml", "eagle-1": "tiny-llama3-eagle1.yaml", "medusa": "tiny-llama3-medusa.yaml",
-           "lookahead": "tiny-llama3-lookahead.yaml"}  # fmt: skip
+RECIPES = {
+    "eagle-2": "tiny-llama3-eagle2.yaml",
+    "eagle-1": "tiny-llama3-eagle1.yaml",
+    "medusa": "tiny-llama3-medusa.yaml",
+    "lookahead": "tiny-llama3-lookahead.yaml",
+}
 PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:", "for i in range(10):", "x = [1, 2, 3]\n"]
 LENGTHS = [20, 9, 17, 13, 24]
 
@@ -128,8 +132,11 @@ def test_per_request_lookahead_settings():
     want = _plain(dec, reqs)
     drafter = dec.make_drafter()
     w, n, g = drafter.window, drafter.ngram, drafter.verification_set  # the recipe's; requests go at most that far
-    mixed = [reqs[0], Request(reqs[1].prompt, reqs[1].max_new_tokens, lookahead=(max(1, w - 1), max(2, n - 1), g)),
-             Request(reqs[2].prompt, reqs[2].max_new_tokens, lookahead=(1, 2, 0))]  # fmt: skip
+    mixed = [
+        reqs[0],
+        Request(reqs[1].prompt, reqs[1].max_new_tokens, lookahead=(max(1, w - 1), max(2, n - 1), g)),
+        Request(reqs[2].prompt, reqs[2].max_new_tokens, lookahead=(1, 2, 0)),
+    ]
     got = Decoder(dec.engine, drafter).run(mixed)
     assert [g.token_ids for g in got] == want
     with pytest.raises(ValueError):

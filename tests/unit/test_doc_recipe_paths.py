@@ -39,7 +39,7 @@ def _braces(pattern: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", pattern)
     if m is None:
         return [pattern]
-    return [p for alt in m.group(1).split(",") for p in _braces(pattern[: m.start()] + alt + pattern[m.end():])]
+    return [p for alt in m.group(1).split(",") for p in _braces(pattern[: m.start()] + alt + pattern[m.end() :])]
 
 
 def _mentions() -> dict[str, str]:

@@ -91,8 +91,14 @@ def test_doctor_json_carries_the_same_verdicts_and_imports_nothing_heavy(here: d
 
 RANGES = declared_ranges()  # the extras' ranges from pyproject.toml: the one source the doctor judges against
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0))
-CPU_STACK = {"numpy": "1.26.4", "transformers": "4.57.3", "safetensors": "0.4.5", "onnx": "1.19.1",
-             "onnxruntime": "1.22.0", "pydantic": "2.11.0"}  # fmt: skip
+CPU_STACK = {
+    "numpy": "1.26.4",
+    "transformers": "4.57.3",
+    "safetensors": "0.4.5",
+    "onnx": "1.19.1",
+    "onnxruntime": "1.22.0",
+    "pydantic": "2.11.0",
+}
 
 
 def host(**kw) -> Host:
@@ -100,17 +106,30 @@ def host(**kw) -> Host:
     return Host(python="3.12.3", versions=versions, ranges=RANGES, releases=tuple(RELEASES), **kw)
 
 
-TENSORRT_HOST = host(versions={"torch": "2.9.1+cu128", "tensorrt": "10.15.1.29", "triton": "3.5.1",
-                               "modelopt": "0.47.0"},
-                     torch_cuda="12.8", cuda_available=True, tensorrt_plugin=True, gpus=[H100],
-                     tritonserver="/opt/tritonserver/bin/tritonserver")  # fmt: skip
-TRTLLM_CONTAINER = host(versions={"torch": "2.10.0a0+b4e4ee81d3.nv25.12", "tensorrt": "10.14.1.48",
-                                  "tensorrt_llm": "1.2.1", "triton": "3.5.1+gitbfeb0668.nv25.12",
-                                  "modelopt": "0.37.0"},
-                        torch_cuda="13.0", cuda_available=True, tensorrt_plugin=True, gpus=[H100] * 4,
-                        tritonserver="/opt/tritonserver/bin/tritonserver",
-                        tensorrtllm_backend="/opt/tritonserver/backends/tensorrtllm",
-                        trtllm_build="/usr/local/bin/trtllm-build")  # fmt: skip
+TENSORRT_HOST = host(
+    versions={"torch": "2.9.1+cu128", "tensorrt": "10.15.1.29", "triton": "3.5.1", "modelopt": "0.47.0"},
+    torch_cuda="12.8",
+    cuda_available=True,
+    tensorrt_plugin=True,
+    gpus=[H100],
+    tritonserver="/opt/tritonserver/bin/tritonserver",
+)
+TRTLLM_CONTAINER = host(
+    versions={
+        "torch": "2.10.0a0+b4e4ee81d3.nv25.12",
+        "tensorrt": "10.14.1.48",
+        "tensorrt_llm": "1.2.1",
+        "triton": "3.5.1+gitbfeb0668.nv25.12",
+        "modelopt": "0.37.0",
+    },
+    torch_cuda="13.0",
+    cuda_available=True,
+    tensorrt_plugin=True,
+    gpus=[H100] * 4,
+    tritonserver="/opt/tritonserver/bin/tritonserver",
+    tensorrtllm_backend="/opt/tritonserver/backends/tensorrtllm",
+    trtllm_build="/usr/local/bin/trtllm-build",
+)
 
 
 def test_a_tensorrt_gpu_host_builds_and_serves_own_engines_not_trtllm() -> None:
@@ -123,19 +142,33 @@ def test_a_tensorrt_gpu_host_builds_and_serves_own_engines_not_trtllm() -> None:
 def test_the_trtllm_container_builds_and_serves_trtllm_and_refuses_its_older_tensorrt_for_own_engines() -> None:
     v = judge(TRTLLM_CONTAINER)
     assert (v["trtllm"]["build"], v["trtllm"]["serve"], v["quantize"]["build"]) == ([], [], [])
-    assert v["tensorrt"]["build"] == [f"tensorrt 10.14.1.48 is outside the tensorrt extra's {RANGES['tensorrt:tensorrt']}"]
+    assert v["tensorrt"]["build"] == [
+        f"tensorrt 10.14.1.48 is outside the tensorrt extra's {RANGES['tensorrt:tensorrt']}"
+    ]
 
 
 def test_the_borrowed_gpu_machines_lack_tensorrt_and_the_cpu_stack() -> None:
     """Python 3.12, CUDA torch + Triton, NumPy 2.5, nothing else (issue 36): every build names what is missing."""
-    borrowed = Host(python="3.12.3", versions={"numpy": "2.5.0", "torch": "2.9.1+cu128", "triton": "3.5.1"},
-                    torch_cuda="12.8", cuda_available=True, gpus=[H100], ranges=RANGES,
-                    releases=tuple(RELEASES))  # fmt: skip
+    borrowed = Host(
+        python="3.12.3",
+        versions={"numpy": "2.5.0", "torch": "2.9.1+cu128", "triton": "3.5.1"},
+        torch_cuda="12.8",
+        cuda_available=True,
+        gpus=[H100],
+        ranges=RANGES,
+        releases=tuple(RELEASES),
+    )
     v = judge(borrowed)
-    assert v["tensorrt"]["build"] == ["transformers not installed", "safetensors not installed", "onnx not installed",
-                                      "tensorrt not importable (not installed)"]  # fmt: skip
-    assert v["tensorrt"]["serve"] == ["no tritonserver (PATH, /opt/tritonserver or the nvidia-pytriton wheel)",
-                                      "tensorrt not importable (not installed)"]  # fmt: skip
+    assert v["tensorrt"]["build"] == [
+        "transformers not installed",
+        "safetensors not installed",
+        "onnx not installed",
+        "tensorrt not importable (not installed)",
+    ]
+    assert v["tensorrt"]["serve"] == [
+        "no tritonserver (PATH, /opt/tritonserver or the nvidia-pytriton wheel)",
+        "tensorrt not importable (not installed)",
+    ]
     assert v["quantize"]["build"] == ["transformers not installed", "modelopt not installed"]
 
 
@@ -144,14 +177,27 @@ def test_the_borrowed_gpu_machines_lack_tensorrt_and_the_cpu_stack() -> None:
     [
         ({"gpus": []}, "tensorrt", "build", "no GPU (nvidia-smi lists none)"),
         ({"cuda_available": False, "torch_cuda": None}, "tensorrt", "build", "torch has no usable CUDA (a CPU build)"),
-        ({"tensorrt_plugin": False}, "tensorrt", "build", "tensorrt has no tensorrt.plugin (the QDP API tree_verify uses)"),
-        ({"tensorrt_error": "ImportError: libnvinfer.so.10"}, "tensorrt", "serve",
-         "tensorrt not importable (ImportError: libnvinfer.so.10)"),
+        (
+            {"tensorrt_plugin": False},
+            "tensorrt",
+            "build",
+            "tensorrt has no tensorrt.plugin (the QDP API tree_verify uses)",
+        ),
+        (
+            {"tensorrt_error": "ImportError: libnvinfer.so.10"},
+            "tensorrt",
+            "serve",
+            "tensorrt not importable (ImportError: libnvinfer.so.10)",
+        ),
         ({"torch_error": "OSError: libcudart"}, "onnxruntime", "build", "torch not importable (OSError: libcudart)"),
-        ({"tritonserver": None}, "onnxruntime", "serve",
-         "no tritonserver (PATH, /opt/tritonserver or the nvidia-pytriton wheel)"),
+        (
+            {"tritonserver": None},
+            "onnxruntime",
+            "serve",
+            "no tritonserver (PATH, /opt/tritonserver or the nvidia-pytriton wheel)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_missing_piece_is_named(change: dict, backend: str, what: str, reason: str) -> None:
     assert reason in judge(replace(TENSORRT_HOST, **change))[backend][what]
 
@@ -159,7 +205,8 @@ def test_each_missing_piece_is_named(change: dict, backend: str, what: str, reas
 def test_trtllm_outside_the_release_table_or_without_its_backend_is_named() -> None:
     newer = replace(TRTLLM_CONTAINER, versions={**TRTLLM_CONTAINER.versions, "tensorrt_llm": "1.3.0"})
     assert judge(newer)["trtllm"]["build"] == [
-        f"TensorRT-LLM 1.3.0 is not in trtspec's release table ({', '.join(RELEASES)})"]
+        f"TensorRT-LLM 1.3.0 is not in trtspec's release table ({', '.join(RELEASES)})"
+    ]
     wheel_server = replace(TRTLLM_CONTAINER, tensorrtllm_backend=None)
     assert judge(wheel_server)["trtllm"]["serve"] == ["tritonserver has no tensorrtllm backend"]
 
@@ -167,7 +214,8 @@ def test_trtllm_outside_the_release_table_or_without_its_backend_is_named() -> N
 def test_a_modelopt_outside_the_quantize_range_is_named() -> None:
     old = replace(TRTLLM_CONTAINER, versions={**TRTLLM_CONTAINER.versions, "modelopt": "0.35.1"})
     assert judge(old)["quantize"]["build"] == [
-        f"nvidia-modelopt 0.35.1 is outside the cpu extra's {RANGES['cpu:nvidia-modelopt']}"]
+        f"nvidia-modelopt 0.35.1 is outside the cpu extra's {RANGES['cpu:nvidia-modelopt']}"
+    ]
 
 
 # -- broken installs: stand-ins for a damaged TensorRT --------------------------------------------------------

@@ -90,8 +90,8 @@ def test_recipe_draft_vocab_counts_its_calibration_documents():
 
 
 def test_draft_topk_is_the_masked_full_vocabulary_topk():
-    from builder.speculative.eagle.draft_model import EagleDraft
     from builder.model.config import LlamaConfig
+    from builder.speculative.eagle.draft_model import EagleDraft
     from tests.unit.model_utils import hf_config
 
     cfg = LlamaConfig.from_hf_dict(hf_config(num_hidden_layers=1).to_dict())

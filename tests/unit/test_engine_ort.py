@@ -72,8 +72,9 @@ def test_random_batched_scenario_matches_the_reference(model, tmp_path, variant)
         for i, p in enumerate(prompts):
             same_token(int(pre_o.tokens[i]), int(pre_r.tokens[i]), f64, p, "first token")
             texts[ids_o[i]] = (ids_r[i], p + [int(pre_r.tokens[i])])
-            assert_close_to_float64(torch.from_numpy(pre_o.hidden[i]), torch.from_numpy(pre_r.hidden[i]),
-                                    f64(p)[1], what="prefill hidden")  # fmt: skip
+            assert_close_to_float64(
+                torch.from_numpy(pre_o.hidden[i]), torch.from_numpy(pre_r.hidden[i]), f64(p)[1], what="prefill hidden"
+            )
 
     join(3)
     for step in range(12):
@@ -87,8 +88,13 @@ def test_random_batched_scenario_matches_the_reference(model, tmp_path, variant)
         drafts = []
         for s in seqs:
             text = texts[s][1]
-            follow = (lambda extra, text=text: int(f64(text + extra)[0][-1].argmax()))
-            drafts.append(greedy_tree_draft(rng, int(rng.integers(1, NODES + 1)), model.cfg.vocab_size, text[-1], follow))
+
+            def follow(extra, text=text):
+                return int(f64(text + extra)[0][-1].argmax())
+
+            drafts.append(
+                greedy_tree_draft(rng, int(rng.integers(1, NODES + 1)), model.cfg.vocab_size, text[-1], follow)
+            )
         out_r = ref.step([texts[s][0] for s in seqs], drafts, greedy(len(seqs)))
         out_o = ort.step(seqs, drafts, greedy(len(seqs)))
         for row, (s, d) in enumerate(zip(seqs, drafts)):
@@ -113,8 +119,9 @@ def compare_rows(out_o, out_r, row: int, draft, text: list[int], f64: Float64, w
     k = int(out_r.accepted_len[row])
     accepted = text + out_r.emitted(row)[:-1]  # everything up to the last accepted node
     ref64 = f64(accepted)[1][len(accepted) - k :]  # hidden at the chain's nodes
-    assert_close_to_float64(torch.from_numpy(out_o.hidden[row, :k]), torch.from_numpy(out_r.hidden[row, :k]), ref64,
-                            what=f"{what} hidden")  # fmt: skip
+    assert_close_to_float64(
+        torch.from_numpy(out_o.hidden[row, :k]), torch.from_numpy(out_r.hidden[row, :k]), ref64, what=f"{what} hidden"
+    )
 
 
 def test_capacity_and_misuse(model, tmp_path):

@@ -77,7 +77,9 @@ def check_step_against_hf(oracle: Oracle, prefix: list[int], draft: Draft, out, 
     got_chain = out.accepted_chain(row)
     for k in range(1, len(got_chain)):  # every accepted node is the greedy token at its parent
         assert tokens[got_chain[k]] == int(out.node_argmax[row, got_chain[k - 1]])
-    best = max((len(c) for c in ([0] + _accepted_prefix(p, tokens, out.node_argmax[row]) for p in draft.paths.tolist())))
+    best = max(
+        (len(c) for c in ([0] + _accepted_prefix(p, tokens, out.node_argmax[row]) for p in draft.paths.tolist()))
+    )
     assert len(got_chain) == best  # the longest accepted prefix over all paths
     emitted = out.emitted(row)
     assert emitted[:-1] == [tokens[c] for c in got_chain[1:]]

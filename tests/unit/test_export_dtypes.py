@@ -84,18 +84,38 @@ def run_scenario(sess: DSession, vocab: int, seed: int = 7):
     sequence (tokens, positions, [S, S] mask) for the reference."""
     gen = np.random.default_rng(seed)
     prompt = gen.integers(0, vocab, PROMPT)
-    first = sess.run(dict(tokens=prompt[None], position_ids=np.arange(PROMPT)[None],
-                          tree_mask=np.tril(np.ones((PROMPT, PROMPT), bool))[None], past_len=np.array([0]),
-                          num_nodes=np.array([PROMPT]), verify_index=np.array([[PROMPT - 1]]),
-                          paths=np.zeros((1, 1, 1), np.int32)))  # fmt: skip
+    first = sess.run(
+        dict(
+            tokens=prompt[None],
+            position_ids=np.arange(PROMPT)[None],
+            tree_mask=np.tril(np.ones((PROMPT, PROMPT), bool))[None],
+            past_len=np.array([0]),
+            num_nodes=np.array([PROMPT]),
+            verify_index=np.array([[PROMPT - 1]]),
+            paths=np.zeros((1, 1, 1), np.int32),
+        )
+    )
     parents = [-1] + [int(gen.integers(max(0, i - 2), i)) for i in range(1, NODES)]
     mask, depth = ancestors(parents)
     nodes = gen.integers(0, vocab, NODES)
-    second = sess.run(dict(tokens=nodes[None], position_ids=(PROMPT + depth)[None], tree_mask=mask[None],
-                           past_len=np.array([PROMPT]), num_nodes=np.array([NODES]),
-                           verify_index=np.arange(NODES)[None], paths=pad_paths([leaf_paths(parents)])))  # fmt: skip
-    return first, second, np.concatenate([prompt, nodes]), np.concatenate([np.arange(PROMPT), PROMPT + depth]), \
-        sequence_mask(PROMPT, mask)
+    second = sess.run(
+        dict(
+            tokens=nodes[None],
+            position_ids=(PROMPT + depth)[None],
+            tree_mask=mask[None],
+            past_len=np.array([PROMPT]),
+            num_nodes=np.array([NODES]),
+            verify_index=np.arange(NODES)[None],
+            paths=pad_paths([leaf_paths(parents)]),
+        )
+    )
+    return (
+        first,
+        second,
+        np.concatenate([prompt, nodes]),
+        np.concatenate([np.arange(PROMPT), PROMPT + depth]),
+        sequence_mask(PROMPT, mask),
+    )
 
 
 def reference(model, tokens, positions, seq_mask, cache=None) -> dict[str, torch.Tensor]:
@@ -105,8 +125,12 @@ def reference(model, tokens, positions, seq_mask, cache=None) -> dict[str, torch
     cache = cache or KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, s, model.dtype)
     with torch.no_grad():
         logits, hidden = model(torch.tensor(tokens)[None], torch.tensor(positions)[None], seq_mask[None], cache, 0)
-    return {"logits": logits[0].double(), "hidden": hidden[0].double(), "k": cache.k[:, 0].double(),
-            "v": cache.v[:, 0].double()}  # fmt: skip
+    return {
+        "logits": logits[0].double(),
+        "hidden": hidden[0].double(),
+        "k": cache.k[:, 0].double(),
+        "v": cache.v[:, 0].double(),
+    }
 
 
 def check_against(first, second, sess: DSession, theirs, ref64, dtype: torch.dtype, caches: bool = True) -> None:
@@ -114,8 +138,10 @@ def check_against(first, second, sess: DSession, theirs, ref64, dtype: torch.dty
     the references (module docstring)."""
     s = PROMPT + NODES
     t = lambda a: torch.from_numpy(np.asarray(a, np.float64))  # noqa: E731
-    for what, ours, sl in (("prefill hidden", first["hidden"][0], slice(0, PROMPT)),
-                           ("step hidden", second["hidden"][0], slice(PROMPT, s))):  # fmt: skip
+    for what, ours, sl in (
+        ("prefill hidden", first["hidden"][0], slice(0, PROMPT)),
+        ("step hidden", second["hidden"][0], slice(PROMPT, s)),
+    ):
         assert_rounds_like(t(ours), theirs["hidden"][sl], ref64["hidden"][sl], what=what, dtype=dtype, k=K_ORT)
     for kind in ("k", "v") if caches else ():
         ours = getattr(sess, kind)[:, 0, :, :s]
@@ -131,8 +157,9 @@ def check_against(first, second, sess: DSession, theirs, ref64, dtype: torch.dty
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gpu_form_lowered_in_ort_rounds_like_torch_in_that_dtype(dtype: str, tmp_path: Path) -> None:
     model = tiny_target(3, scaling=True, tied=False, head_dim=16).to(TORCH[dtype])
-    res = export_target(model, tmp_path / "t", variant="standard", mode="greedy", max_seq_len=CAP,
-                        precision=Precision(dtype, dtype))  # fmt: skip
+    res = export_target(
+        model, tmp_path / "t", variant="standard", mode="greedy", max_seq_len=CAP, precision=Precision(dtype, dtype)
+    )
     canonical = onnx.load(str(res.canonical), load_external_data=False)
     assert {i.name: i.type.tensor_type.elem_type for i in canonical.graph.input}["past_key_0"] == ELEM[dtype]
     cfg = model.cfg
@@ -148,13 +175,20 @@ def test_gpu_form_lowered_in_ort_rounds_like_torch_in_that_dtype(dtype: str, tmp
 def test_float16_gpu_form_runs_natively_in_ort(tmp_path: Path) -> None:
     """No lowering: the float16 graph (TreeVerify decomposed) in ONNX Runtime's own float16 kernels."""
     model = tiny_target(3, scaling=True, tied=False, head_dim=16).half()
-    res = export_target(model, tmp_path / "t", variant="standard", mode="greedy", max_seq_len=CAP,
-                        precision=Precision("float16", "float16"))  # fmt: skip
+    res = export_target(
+        model,
+        tmp_path / "t",
+        variant="standard",
+        mode="greedy",
+        max_seq_len=CAP,
+        precision=Precision("float16", "float16"),
+    )
     native = ort_foldable(prune(dedupe(onnx_op.decompose(onnx.load(str(res.canonical), load_external_data=False)))))
     save_sharing_data(native, tmp_path / "t" / "target.native.onnx")
     cfg = model.cfg
-    sess = DSession(tmp_path / "t" / "target.native.onnx", cfg.num_hidden_layers, cfg.num_key_value_heads,
-                    cfg.head_dim, np.float16)  # fmt: skip
+    sess = DSession(
+        tmp_path / "t" / "target.native.onnx", cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, np.float16
+    )
     first, second, tokens, positions, seq_mask = run_scenario(sess, cfg.vocab_size)
     assert first["hidden"].dtype == np.float16
     theirs = reference(model, tokens, positions, seq_mask)
@@ -194,8 +228,9 @@ def _forced_reference(model, spec, dtype, tokens, positions, seq_mask, forced):
 
     ref = fake_quant_model(model, spec, quant).to(dtype)
     cfg = model.cfg
-    cache = Fp8KVCache(spec, cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, len(tokens), dtype,
-                       quant=quant)  # fmt: skip
+    cache = Fp8KVCache(
+        spec, cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, len(tokens), dtype, quant=quant
+    )
     return reference(ref, tokens, positions, seq_mask, cache), seen
 
 
@@ -217,7 +252,9 @@ def test_fp8_weights_and_a_stored_fp8_kv_cache_in_bfloat16(tmp_path: Path) -> No
     cfg, prec = ckpt.cfg, Precision("bfloat16", FP8)
     spec = scales_in(ckpt.spec, "bfloat16")
     proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec, precision=prec)
-    caches = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input if i.name.startswith(("past_key", "past_value"))}
+    caches = {
+        i.name: i.type.tensor_type.elem_type for i in proto.graph.input if i.name.startswith(("past_key", "past_value"))
+    }
     assert set(caches.values()) == {TensorProto.FLOAT8E4M3FN}  # one byte per element
     tags = {p.key.removeprefix("fp8/"): p.value for p in proto.metadata_props if p.key.startswith("fp8/")}
     for site, value in tags.items():  # the sites as extra outputs: Q/DQ'd activations [B, T, ·] (bfloat16),
@@ -227,14 +264,23 @@ def test_fp8_weights_and_a_stored_fp8_kv_cache_in_bfloat16(tmp_path: Path) -> No
     path = write_models(proto, tmp_path / "fp8", "target", {}).ort
     sess = DSession(path, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
     first, second, tokens, positions, seq_mask = run_scenario(sess, cfg.vocab_size)
-    forced = {site: np.concatenate([first[v], second[v]], axis=2 if site.endswith("_cache") else 1)
-              for site, v in tags.items()}  # fmt: skip
+    forced = {
+        site: np.concatenate([first[v], second[v]], axis=2 if site.endswith("_cache") else 1)
+        for site, v in tags.items()
+    }
     model = _bf16_fp8_model(ckpt, spec)
     ref64, seen64 = _forced_reference(model, spec, torch.float64, tokens, positions, seq_mask, forced)
     theirs, seen = _forced_reference(model, spec, torch.bfloat16, tokens, positions, seq_mask, forced)
-    scales = {f"layer{i}/{s}": float(spec.linears[f"layers.{i}.{m}"].input_scale) for i in range(cfg.num_hidden_layers)
-              for s, m in (("qkv", "self_attn.q_proj"), ("o_proj", "self_attn.o_proj"), ("gate_up", "mlp.gate_proj"),
-                           ("down_proj", "mlp.down_proj"))}  # fmt: skip
+    scales = {
+        f"layer{i}/{s}": float(spec.linears[f"layers.{i}.{m}"].input_scale)
+        for i in range(cfg.num_hidden_layers)
+        for s, m in (
+            ("qkv", "self_attn.q_proj"),
+            ("o_proj", "self_attn.o_proj"),
+            ("gate_up", "mlp.gate_proj"),
+            ("down_proj", "mlp.down_proj"),
+        )
+    }
     for i, (ks, vs) in spec.kv_scales.items():
         scales[f"layer{i}/k_cache"], scales[f"layer{i}/v_cache"] = ks, vs
     assert set(seen64) == set(forced) == set(scales)
@@ -250,28 +296,50 @@ def test_eagle_gpu_form_in_bfloat16(tmp_path: Path) -> None:
     draft, lm_head = _draft(0, 1, fc_bias=True)
     draft, lm_head = draft.to(torch.bfloat16), lm_head.to(torch.bfloat16)
     draft.set_lm_head(lm_head)
-    res = export_eagle(draft, lm_head, tmp_path / "e", variant="standard", top_k=5, max_seq_len=CAP,
-                       precision=Precision("bfloat16", "bfloat16"))  # fmt: skip
+    res = export_eagle(
+        draft,
+        lm_head,
+        tmp_path / "e",
+        variant="standard",
+        top_k=5,
+        max_seq_len=CAP,
+        precision=Precision("bfloat16", "bfloat16"),
+    )
     cfg, n = draft.cfg, 7
     sess = DSession(res.ort, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
     gen = np.random.default_rng(1)
     tokens = gen.integers(0, cfg.vocab_size, n)
     hidden = torch.from_numpy(gen.standard_normal((n, cfg.hidden_size)).astype(np.float32)).to(torch.bfloat16)
-    out = sess.run(dict(tokens=tokens[None], hidden_in=hidden.float().numpy()[None], position_ids=np.arange(n)[None],
-                        past_len=np.zeros(1, np.int64), write_offset=np.zeros(1, np.int64), num_new=np.array([n]),
-                        tree_mask=np.tril(np.ones((n, n), bool))[None]))  # fmt: skip
+    out = sess.run(
+        dict(
+            tokens=tokens[None],
+            hidden_in=hidden.float().numpy()[None],
+            position_ids=np.arange(n)[None],
+            past_len=np.zeros(1, np.int64),
+            write_offset=np.zeros(1, np.int64),
+            num_new=np.array([n]),
+            tree_mask=np.tril(np.ones((n, n), bool))[None],
+        )
+    )
     refs = []
     for d in (draft, f64(draft)):
         cache = d.new_cache(CAP)
         with torch.no_grad():
-            h = d(torch.tensor(tokens)[None], hidden.to(d.dtype)[None], torch.arange(n)[None],
-                  torch.ones(n, n, dtype=torch.bool).tril()[None], cache, 0)[0]
+            h = d(
+                torch.tensor(tokens)[None],
+                hidden.to(d.dtype)[None],
+                torch.arange(n)[None],
+                torch.ones(n, n, dtype=torch.bool).tril()[None],
+                cache,
+                0,
+            )[0]
             logp = torch.log_softmax(d.logits(h).to(torch.promote_types(d.dtype, torch.float32)), dim=-1)  # graph: fp32
         refs.append({"hidden": h.double(), "logp": logp.double(), "k": cache.k[:, 0, :, :n].double()})
     theirs, ref64 = refs
     t = lambda a: torch.from_numpy(np.asarray(a, np.float64))  # noqa: E731
-    assert_rounds_like(t(out["hidden_out"][0]), theirs["hidden"], ref64["hidden"], what="hidden_out",
-                       dtype=torch.bfloat16, k=K_ORT)  # fmt: skip
+    assert_rounds_like(
+        t(out["hidden_out"][0]), theirs["hidden"], ref64["hidden"], what="hidden_out", dtype=torch.bfloat16, k=K_ORT
+    )
     assert_rounds_like(t(sess.k[:, 0, :, :n]), theirs["k"], ref64["k"], what="k cache", dtype=torch.bfloat16, k=K_ORT)
     ids = torch.from_numpy(out["topk_tokens"][0])  # [n, K]
     _, _, bound = error_bound(theirs["logp"], ref64["logp"], what="logp", dtype=torch.bfloat16)
@@ -291,8 +359,14 @@ def test_gpu_form_types_and_its_tensorrt_form(tmp_path: Path) -> None:
     passes onnx.checker; the lowering leaves no narrow / FP8 value and rounds every bfloat16 value of the GPU
     form once (one Cast pair per value)."""
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
-    proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
-                         precision=Precision("bfloat16", FP8))  # fmt: skip
+    proto = build_target(
+        ckpt.model,
+        variant="standard",
+        mode="greedy",
+        max_seq_len=CAP,
+        fp8=ckpt.spec,
+        precision=Precision("bfloat16", FP8),
+    )
     floats = {TensorProto.FLOAT, TensorProto.BFLOAT16, TensorProto.FLOAT16}
     inferred = onnx.shape_inference.infer_shapes(onnx_op.decompose(proto)).graph
     wide = [v.name for v in inferred.value_info if v.type.tensor_type.elem_type == F32]
@@ -300,8 +374,16 @@ def test_gpu_form_types_and_its_tensorrt_form(tmp_path: Path) -> None:
     assert {t.data_type for t in proto.graph.initializer} & floats == {TensorProto.BFLOAT16}
     with pytest.raises(UserError, match="FP8 KV cache"):
         to_tensorrt(proto)
-    trt = to_tensorrt(build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
-                                   precision=Precision("bfloat16", "bfloat16")))  # fmt: skip
+    trt = to_tensorrt(
+        build_target(
+            ckpt.model,
+            variant="standard",
+            mode="greedy",
+            max_seq_len=CAP,
+            fp8=ckpt.spec,
+            precision=Precision("bfloat16", "bfloat16"),
+        )
+    )
     check(trt)
     scatter = [n for n in trt.graph.node if n.op_type == "TensorScatter"]
     assert scatter and all(n.input[0].startswith("past_") for n in scatter)
@@ -326,19 +408,30 @@ def test_gpu_form_types_and_its_tensorrt_form(tmp_path: Path) -> None:
 
 def _fp8_graph(nodes: list[onnx.NodeProto], out_type: int) -> onnx.ModelProto:
     """A graph over an FP8 cache input [2] with a bfloat16 scale `s` (and a second one `s2`)."""
-    inits = [helper.make_tensor("s", TensorProto.BFLOAT16, [], [0.5]), helper.make_tensor("s2", TensorProto.BFLOAT16, [], [0.25]),
-             helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0])]  # fmt: skip
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])],
-                              [helper.make_tensor_value_info("y", out_type, [2])], inits)  # fmt: skip
+    inits = [
+        helper.make_tensor("s", TensorProto.BFLOAT16, [], [0.5]),
+        helper.make_tensor("s2", TensorProto.BFLOAT16, [], [0.25]),
+        helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])],
+        [helper.make_tensor_value_info("y", out_type, [2])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
     model.ir_version = 10
     return model
 
 
-@pytest.mark.parametrize("second,message", [
-    (helper.make_node("DequantizeLinear", ["q", "s2"], ["y"], name="dq"), "quantized with"),
-    (helper.make_node("Cast", ["q"], ["y"], name="cast", to=TensorProto.BFLOAT16), "Cast to / from FP8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "second,message",
+    [
+        (helper.make_node("DequantizeLinear", ["q", "s2"], ["y"], name="dq"), "quantized with"),
+        (helper.make_node("Cast", ["q"], ["y"], name="cast", to=TensorProto.BFLOAT16), "Cast to / from FP8"),
+    ],
+)
 def test_lowering_refuses_what_it_cannot_round_exactly(second, message):
     q = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q", saturate=1)
     model = _fp8_graph([q, second], TensorProto.BFLOAT16)

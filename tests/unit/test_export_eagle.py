@@ -22,16 +22,28 @@ from builder.export.eagle import export_eagle
 from builder.model.config import LlamaConfig
 from builder.speculative.eagle.draft_model import EagleDraft
 from tests.unit.model_utils import LLAMA3_SCALING, hf_config
-from tests.unit.test_export_harness import (Session, assert_close, assert_close_picked, assert_ranked_like, f64,
-                                            randomize)  # fmt: skip
+from tests.unit.test_export_harness import (
+    Session,
+    assert_close,
+    assert_close_picked,
+    assert_ranked_like,
+    f64,
+    randomize,
+)
 
 CAP = 64
 TOP_K = 5
 
 
 def _draft(seed: int, layers: int, fc_bias: bool) -> tuple[EagleDraft, torch.Tensor]:
-    hf = hf_config(num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_theta=500000.0,
-                   rope_scaling=LLAMA3_SCALING, num_hidden_layers=layers)  # fmt: skip
+    hf = hf_config(
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=16,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_SCALING,
+        num_hidden_layers=layers,
+    )
     cfg = LlamaConfig.from_hf_dict(hf.to_dict())
     torch.manual_seed(seed)
     draft = EagleDraft(cfg, fc_bias=fc_bias).eval()
@@ -56,8 +68,9 @@ def _picks(sess: Session) -> bool:
     return "out_rows" in [i.name for i in sess.sess.get_inputs()]
 
 
-def _call(sess: Session, rows: Rows, new: list[dict], vocab: int,
-          pick: list[list[int]] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def _call(
+    sess: Session, rows: Rows, new: list[dict], vocab: int, pick: list[list[int]] | None = None
+) -> dict[str, np.ndarray]:
     """One graph call; new[b] = dict(tokens, hidden [n, C], positions, anc: per new row the set of
     tentative columns it attends besides itself, tentative: bool). Checks every row. A graph with
     `out_rows` is asked for pick[b] (the same count per row; default every row); the outputs then hold the
@@ -66,16 +79,24 @@ def _call(sess: Session, rows: Rows, new: list[dict], vocab: int,
     wo = [len(t) for t in rows.tentative]
     U = max(w + F for w in wo)
     C = new[0]["hidden"].shape[1]
-    feeds = dict(tokens=np.zeros((B, F), np.int64), hidden_in=np.zeros((B, F, C), np.float32),
-                 position_ids=np.zeros((B, F), np.int64), past_len=np.array(rows.past, np.int64),
-                 write_offset=np.array(wo, np.int64), num_new=np.array([len(r["tokens"]) for r in new], np.int64),
-                 tree_mask=np.zeros((B, F, U), bool))  # fmt: skip
+    feeds = dict(
+        tokens=np.zeros((B, F), np.int64),
+        hidden_in=np.zeros((B, F, C), np.float32),
+        position_ids=np.zeros((B, F), np.int64),
+        past_len=np.array(rows.past, np.int64),
+        write_offset=np.array(wo, np.int64),
+        num_new=np.array([len(r["tokens"]) for r in new], np.int64),
+        tree_mask=np.zeros((B, F, U), bool),
+    )
     if _picks(sess):
         feeds["out_rows"] = np.array(pick if pick is not None else [list(range(F))] * B, np.int64)
     for b, r in enumerate(new):
         n = len(r["tokens"])
         feeds["tokens"][b, :n], feeds["hidden_in"][b, :n], feeds["position_ids"][b, :n] = (
-            r["tokens"], r["hidden"], r["positions"])
+            r["tokens"],
+            r["hidden"],
+            r["positions"],
+        )
         for i in range(F):  # every row attends itself (padding rows too)
             feeds["tree_mask"][b, i, wo[b] + i] = True
         for i, anc in enumerate(r["anc"]):
@@ -98,8 +119,14 @@ def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dic
     results = []  # per reference: hidden [n, C], log-probs [n, V], K and V [L, KV, start + n, D]
     for draft, caches in zip(rows.drafts, rows.caches):
         with torch.no_grad():
-            h = draft(torch.tensor([r["tokens"]]), torch.from_numpy(np.asarray(r["hidden"])).to(draft.dtype)[None],
-                      torch.tensor([r["positions"]]), torch.from_numpy(mask)[None], caches[b], start)[0]
+            h = draft(
+                torch.tensor([r["tokens"]]),
+                torch.from_numpy(np.asarray(r["hidden"])).to(draft.dtype)[None],
+                torch.tensor([r["positions"]]),
+                torch.from_numpy(mask)[None],
+                caches[b],
+                start,
+            )[0]
             logp = torch.log_softmax(draft.logits(h), dim=-1)
         kv = caches[b].k[:, 0, :, : start + n], caches[b].v[:, 0, :, : start + n]
         results.append([x.numpy() for x in (h, logp, *kv)])
@@ -109,8 +136,9 @@ def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dic
     assert len(sel)
     for i, name in ((0, "hidden_out"), (2, "keys"), (3, "values")):
         ours = out[name][b, at] if i == 0 else (sess.k, sess.v)[i - 2][:, b, :, : start + n]
-        assert_close(ours, theirs[i][sel] if i == 0 else theirs[i], ref[i][sel] if i == 0 else ref[i],
-                     f"{name} row {b}")  # fmt: skip
+        assert_close(
+            ours, theirs[i][sel] if i == 0 else theirs[i], ref[i][sel] if i == 0 else ref[i], f"{name} row {b}"
+        )
     ids = out["topk_tokens"][b, at]
     vocab = rows.drafts[0].vocab_ids
     if vocab is not None:  # a draft vocabulary: the log-softmax over its tokens' columns; ids -> columns
@@ -124,8 +152,15 @@ def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dic
     assert_close_picked(out["topk_logprobs"][b, at], ids, theirs[1][sel], ref[1][sel], f"topk_logprobs row {b}")
 
 
-def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: Path, pairs=(6, 3),
-              levels=((1, 1), (2, 3), (3, 1)), seed: int = 0) -> None:  # fmt: skip
+def _scenario(
+    draft: EagleDraft,
+    lm_head: torch.Tensor,
+    variant: str,
+    tmp_path: Path,
+    pairs=(6, 3),
+    levels=((1, 1), (2, 3), (3, 1)),
+    seed: int = 0,
+) -> None:
     """pairs[b] pairs per row, then levels[k][b] new tentative nodes per row at depth k, each a child of
     a random node of the previous level (reading its hidden_out, as EAGLE does)."""
     cfg = draft.cfg
@@ -133,8 +168,15 @@ def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: 
     B, C, V = len(pairs), cfg.hidden_size, cfg.vocab_size
     sess = Session(res.ort, B, cfg.num_hidden_layers, cfg.num_key_value_heads, CAP, cfg.head_dim)
     rows, gen = Rows(draft, B), np.random.default_rng(seed)
-    new = [dict(tokens=gen.integers(0, V, n).tolist(), hidden=gen.standard_normal((n, C)).astype(np.float32),
-                positions=list(range(n)), anc=[set(range(i)) for i in range(n)]) for n in pairs]  # fmt: skip
+    new = [
+        dict(
+            tokens=gen.integers(0, V, n).tolist(),
+            hidden=gen.standard_normal((n, C)).astype(np.float32),
+            positions=list(range(n)),
+            anc=[set(range(i)) for i in range(n)],
+        )
+        for n in pairs
+    ]
     pick = [[n - 1, 0] for n in pairs]  # (a graph without out_rows returns every row)
     out = _call(sess, rows, new, V, pick)
     rows.past = list(pairs)  # the pairs are committed (written in place at slots 0..n-1)
@@ -146,10 +188,14 @@ def _scenario(draft: EagleDraft, lm_head: torch.Tensor, variant: str, tmp_path: 
         for b, n in enumerate(counts):
             prev = [i for i, d in enumerate(depth[b]) if d == level - 1]  # the previous level's nodes
             parents = [int(gen.choice(prev)) if prev else -1 for _ in range(n)]
-            new.append(dict(tokens=gen.integers(0, V, n).tolist(),
-                            hidden=np.stack([hidden[b][p + 1] for p in parents]),
-                            positions=[rows.past[b] + level] * n,
-                            anc=[set() if p < 0 else rows.tentative[b][p] for p in parents]))  # fmt: skip
+            new.append(
+                dict(
+                    tokens=gen.integers(0, V, n).tolist(),
+                    hidden=np.stack([hidden[b][p + 1] for p in parents]),
+                    positions=[rows.past[b] + level] * n,
+                    anc=[set() if p < 0 else rows.tentative[b][p] for p in parents],
+                )
+            )
         out = _call(sess, rows, new, V)
         for b, r in enumerate(new):
             wo = len(rows.tentative[b])
@@ -185,9 +231,18 @@ def test_draft_vocabulary_levels_match_eagle_draft_over_those_tokens(variant: st
 def test_files_and_io(variant: str, tmp_path: Path) -> None:
     draft, lm_head = _draft(0, 1, fc_bias=True)
     res = export_eagle(draft, lm_head, tmp_path / "e", variant=variant, top_k=TOP_K, max_seq_len=CAP)
-    assert list(res.inputs) == ["tokens", "hidden_in", "position_ids", "past_len", "write_offset", "num_new",
-                                "tree_mask", *(["out_rows"] if variant == "ort" else []), "past_key_0",
-                                "past_value_0"]  # fmt: skip
+    assert list(res.inputs) == [
+        "tokens",
+        "hidden_in",
+        "position_ids",
+        "past_len",
+        "write_offset",
+        "num_new",
+        "tree_mask",
+        *(["out_rows"] if variant == "ort" else []),
+        "past_key_0",
+        "past_value_0",
+    ]
     assert list(res.outputs) == ["hidden_out", "topk_tokens", "topk_logprobs", "present_key_0", "present_value_0"]
     model = onnx.load(str(res.ort), load_external_data=False)
     assert len(model.graph.node) == res.node_counts["ort"].total
@@ -208,10 +263,21 @@ def test_eagle_net_picking_rows_answers_as_the_all_rows_graph(tmp_path: Path) ->
     cfg = draft.cfg
     nets = []
     for pick in (True, False):
-        res = export_eagle(draft, lm_head, tmp_path / str(pick), variant="ort", top_k=TOP_K, max_seq_len=CAP,
-                           pick_rows=pick)  # fmt: skip
-        nets.append(OrtEagleNet(res.ort, layers=1, kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-                                hidden_size=cfg.hidden_size, top_k=TOP_K, capacity=CAP, max_batch_size=2))  # fmt: skip
+        res = export_eagle(
+            draft, lm_head, tmp_path / str(pick), variant="ort", top_k=TOP_K, max_seq_len=CAP, pick_rows=pick
+        )
+        nets.append(
+            OrtEagleNet(
+                res.ort,
+                layers=1,
+                kv_heads=cfg.num_key_value_heads,
+                head_dim=cfg.head_dim,
+                hidden_size=cfg.hidden_size,
+                top_k=TOP_K,
+                capacity=CAP,
+                max_batch_size=2,
+            )
+        )
     assert [n.pick_rows for n in nets] == [True, False]
     gen = np.random.default_rng(0)
     eye, tril = np.eye(2, dtype=bool)[None], np.tril(np.ones((2, 2), bool))[None]

@@ -38,9 +38,15 @@ K_ORT = 16.0
 
 def tiny_target(seed: int, *, scaling: bool, tied: bool, head_dim: int, layers: int = 2) -> Llama:
     """A random fp32 Llama 3 (GQA 8/2 heads, θ 500000), weights N(0, 0.2), norm weights 1 ± 0.1."""
-    hf = hf_config(num_attention_heads=8, num_key_value_heads=2, head_dim=head_dim, rope_theta=500000.0,
-                   rope_scaling=LLAMA3_SCALING if scaling else None, tie_word_embeddings=tied,
-                   num_hidden_layers=layers)  # fmt: skip
+    hf = hf_config(
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=head_dim,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_SCALING if scaling else None,
+        tie_word_embeddings=tied,
+        num_hidden_layers=layers,
+    )
     cfg = LlamaConfig.from_hf_dict(hf.to_dict())
     torch.manual_seed(seed)
     model = Llama(cfg).eval()
@@ -263,8 +269,12 @@ def test_weights_streamed_to_a_data_sink_load_like_in_memory_ones(tmp_path: Path
         res = write_models(streamed, tmp_path / "streamed", "g", {}, sink)
     plain = write_models(build(None), tmp_path / "plain", "g", {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "streamed"]  # the sink's temp file moved in
-    offsets = [int(e.value) for t in onnx.load(str(res.canonical), load_external_data=False).graph.initializer
-               for e in t.external_data if e.key == "offset"]  # fmt: skip
+    offsets = [
+        int(e.value)
+        for t in onnx.load(str(res.canonical), load_external_data=False).graph.initializer
+        for e in t.external_data
+        if e.key == "offset"
+    ]
     assert offsets and all(o % 64 == 0 for o in offsets)
     x = gen.standard_normal((3, 64), dtype=np.float32)
     run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]  # noqa: E731

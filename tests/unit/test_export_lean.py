@@ -39,8 +39,18 @@ from builder.speculative.engine import SamplingBatch
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN, OP_VERSION, Mode
 from plugins.tree_verify.reference import tree_verify
-from tests.unit.test_export_harness import (Session, ancestors, assert_close, f64, leaf_paths, pad_paths,
-                                            random_parents, reference_pass, sequence_mask, tiny_target)  # fmt: skip
+from tests.unit.test_export_harness import (
+    Session,
+    ancestors,
+    assert_close,
+    f64,
+    leaf_paths,
+    pad_paths,
+    random_parents,
+    reference_pass,
+    sequence_mask,
+    tiny_target,
+)
 
 I32 = TensorProto.INT32
 
@@ -51,14 +61,23 @@ I32 = TensorProto.INT32
 def _verify_model() -> ort.InferenceSession:
     """A graph holding one greedy TreeVerify node, rewritten by `lean_greedy`, in ONNX Runtime."""
     onnx_op.register_schema()
-    dims = {"logits": (F32, ["B", "T", "V"]), "tokens": (I32, ["B", "T"]), "paths": (I32, ["B", "P", "W"]),
-            "temperature": (F32, ["B"]), "top_p": (F32, ["B"]), "uniforms": (F32, ["B", "W"]),
-            "draft_probs": (F32, ["B", "T"])}  # fmt: skip
+    dims = {
+        "logits": (F32, ["B", "T", "V"]),
+        "tokens": (I32, ["B", "T"]),
+        "paths": (I32, ["B", "P", "W"]),
+        "temperature": (F32, ["B"]),
+        "top_p": (F32, ["B"]),
+        "uniforms": (F32, ["B", "W"]),
+        "draft_probs": (F32, ["B", "T"]),
+    }
     outs = ["accepted_len", "best_path", "output_tokens"]
     node = onnx_op.make_node(list(dims), outs, Mode.GREEDY, name="verify")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, d) for n, (t, d) in dims.items()],
-                              [helper.make_tensor_value_info(n, I32, d)
-                               for n, d in zip(outs, (["B"], ["B"], ["B", "W"]))])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, t, d) for n, (t, d) in dims.items()],
+        [helper.make_tensor_value_info(n, I32, d) for n, d in zip(outs, (["B"], ["B"], ["B", "W"]))],
+    )
     opsets = [helper.make_opsetid("", 24), helper.make_opsetid(DOMAIN, OP_VERSION)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10
@@ -80,9 +99,15 @@ def _run_verify(sess: ort.InferenceSession, logits: np.ndarray, tokens: np.ndarr
     """The lean graph's outputs equal the reference's on the same logits (float32: the argmax is exact)."""
     b, t = tokens.shape
     w = paths.shape[2]
-    feeds = {"logits": logits, "tokens": tokens, "paths": paths, "temperature": np.zeros(b, np.float32),
-             "top_p": np.ones(b, np.float32), "uniforms": np.zeros((b, w), np.float32),
-             "draft_probs": np.ones((b, t), np.float32)}  # fmt: skip
+    feeds = {
+        "logits": logits,
+        "tokens": tokens,
+        "paths": paths,
+        "temperature": np.zeros(b, np.float32),
+        "top_p": np.ones(b, np.float32),
+        "uniforms": np.zeros((b, w), np.float32),
+        "draft_probs": np.ones((b, t), np.float32),
+    }
     got = sess.run(None, feeds)
     want = tree_verify(torch.from_numpy(logits), torch.from_numpy(tokens), torch.from_numpy(paths))
     for name, g, r in zip(("accepted_len", "best_path", "output_tokens"), got, want):
@@ -145,14 +170,20 @@ def _bias_session(capacity: int = 64) -> ort.InferenceSession:
     values (write_at = past_len + write_offset); the graph's output is the attention bias GroupQueryAttention
     reads (an If: zeros when U = 1, else `tree_bias`)."""
     g = Graph("bias")
-    for name, elem, dims in (("past_len", I64, ["B"]), ("write_offset", I64, ["B"]), ("num_new", I64, ["B"]),
-                             ("position_ids", I64, ["B", "F"]), ("tree_mask", BOOL, ["B", "F", "U"])):  # fmt: skip
+    for name, elem, dims in (
+        ("past_len", I64, ["B"]),
+        ("write_offset", I64, ["B"]),
+        ("num_new", I64, ["B"]),
+        ("position_ids", I64, ["B", "F"]),
+        ("tree_mask", BOOL, ["B", "F", "U"]),
+    ):
         g.input(name, elem, dims)
     write_at = g.op("Add", "past_len", "write_offset")
     variant = OrtVariant()
     rope = np.zeros((capacity, 8), np.float32)
-    variant.prepare(g, StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"), rope, rope,
-                    AttnShape(4, 2, 16))  # fmt: skip
+    variant.prepare(
+        g, StepValues("position_ids", "past_len", write_at, "num_new", "tree_mask"), rope, rope, AttnShape(4, 2, 16)
+    )
     g.op("Identity", variant.bias, out="bias")
     g.output("bias", F32, ["Bb", 1, "Fb", "S"])
     return ort.InferenceSession(g.model(variant.opsets).SerializeToString(), providers=["CPUExecutionProvider"])
@@ -178,8 +209,13 @@ def test_tree_bias_is_the_contract_rule_where_causality_does_not_decide(bias_ses
     tree = gen.random((b, f, u)) < 0.5
     for r in range(b):  # each new row attends itself (the contract)
         tree[r, np.arange(f), offset[r] + np.arange(f)] = True
-    feeds = {"past_len": past, "write_offset": offset, "num_new": num, "tree_mask": tree,
-             "position_ids": np.zeros((b, f), np.int64)}  # fmt: skip
+    feeds = {
+        "past_len": past,
+        "write_offset": offset,
+        "num_new": num,
+        "tree_mask": tree,
+        "position_ids": np.zeros((b, f), np.int64),
+    }
     bias = bias_session.run(None, feeds)[0]
     s_max = int((past + offset + num).max())
     assert bias.shape[1:] == (1, f, s_max) or bias.shape == (1, 1, 1, s_max)
@@ -197,8 +233,14 @@ def test_tree_bias_is_the_contract_rule_where_causality_does_not_decide(bias_ses
 # onnxruntime-genai 0.18.0's model builder (`python -m onnxruntime_genai.models.builder -p fp32 -e cpu`,
 # onnxruntime_genai/models/builders/base.py) on tests/fixtures/tiny-llama3, read off its model.onnx here: the ops
 # of each decoder layer (names "/model/layers.{i}/…"; layer i's input norm adds layer i−1's MLP output).
-GENAI_LAYER_0 = {"SimplifiedLayerNormalization": 1, "MatMul": 5, "GroupQueryAttention": 1,
-                 "SkipSimplifiedLayerNormalization": 1, "Sigmoid": 1, "Mul": 2}  # fmt: skip
+GENAI_LAYER_0 = {
+    "SimplifiedLayerNormalization": 1,
+    "MatMul": 5,
+    "GroupQueryAttention": 1,
+    "SkipSimplifiedLayerNormalization": 1,
+    "Sigmoid": 1,
+    "Mul": 2,
+}
 GENAI_LAYER = {"SkipSimplifiedLayerNormalization": 2, "MatMul": 5, "GroupQueryAttention": 1, "Sigmoid": 1, "Mul": 2}
 # The same ops in our spelling: ONNX's RMSNormalization is ORT's SimplifiedLayerNormalization (which onnx.checker
 # does not know), and x · Sigmoid(x) is the QuickGelu(alpha=1) that ONNX Runtime's QuickGeluFusion makes of it.
@@ -252,15 +294,23 @@ def test_groupqueryattention_per_head_kernel_and_flash_both_match_the_reference(
     tree, depth = ancestors(parents)
     nodes = gen.integers(0, cfg.vocab_size, 5).tolist()
     one = np.ones((1, 1), bool)
-    calls = [(prompt, np.tril(np.ones((9, 9), bool)), np.arange(9), 0, [8], np.zeros((1, 1), np.int32)),
-             (nodes, tree, 9 + depth, 9, list(range(5)), pad_paths([leaf_paths(parents)])[0]),
-             (nodes[:1], one, [9], 9, [0], np.zeros((1, 1), np.int32))]  # a plain step (T = 1) over slot 9
+    calls = [
+        (prompt, np.tril(np.ones((9, 9), bool)), np.arange(9), 0, [8], np.zeros((1, 1), np.int32)),
+        (nodes, tree, 9 + depth, 9, list(range(5)), pad_paths([leaf_paths(parents)])[0]),
+        (nodes[:1], one, [9], 9, [0], np.zeros((1, 1), np.int32)),
+    ]  # a plain step (T = 1) over slot 9
     m64 = f64(model)
     for tokens, tmask, pos, past, verify, paths in calls:
         n = len(tokens)
-        feeds = {"tokens": np.array([tokens]), "position_ids": np.asarray(pos, np.int64)[None],
-                 "tree_mask": tmask[None], "past_len": np.array([past]), "num_nodes": np.array([n]),
-                 "verify_index": np.array([verify]), "paths": paths[None]}  # fmt: skip
+        feeds = {
+            "tokens": np.array([tokens]),
+            "position_ids": np.asarray(pos, np.int64)[None],
+            "tree_mask": tmask[None],
+            "past_len": np.array([past]),
+            "num_nodes": np.array([n]),
+            "verify_index": np.array([verify]),
+            "paths": paths[None],
+        }
         seq, positions = prompt + (tokens if past else []), list(range(9)) + (list(pos) if past else [])
         mask = sequence_mask(9, tmask) if past else torch.from_numpy(tmask)
         ref64 = reference_pass(m64, seq, mask, positions)
@@ -290,16 +340,20 @@ def test_parse_trace_keeps_the_last_runs_and_takes_medians() -> None:
     """Three model runs; the first is a warm-up. Per op type the median over the kept runs of its sum; an If
     counts its own time only (its span minus the subgraph kernels inside it)."""
     events = []
-    runs = [(0, [(0, "MatMul", 50), (10, "Add", 9)]),
-            (100, [(0, "MatMul", 10), (10, "MatMul", 20), (30, "Add", 3)]),
-            (200, [(0, "MatMul", 40), (10, "If", 30), (15, "Add", 1), (25, "Add", 4)])]  # the If encloses both Adds
+    runs = [
+        (0, [(0, "MatMul", 50), (10, "Add", 9)]),
+        (100, [(0, "MatMul", 10), (10, "MatMul", 20), (30, "Add", 3)]),
+        (200, [(0, "MatMul", 40), (10, "If", 30), (15, "Add", 1), (25, "Add", 4)]),
+    ]  # the If encloses both Adds
     for run, (start, kernels) in enumerate(runs):
         events.append({"cat": "Session", "name": "model_run", "ts": start, "dur": 90})
         for j, (at, op, dur) in enumerate(kernels):
-            events.append({"cat": "Node", "name": f"n{run}{j}_kernel_time", "ts": start + at, "dur": dur,
-                           "args": {"op_name": op}})
-            events.append({"cat": "Node", "name": f"n{run}{j}_fence_before", "ts": start + at, "dur": 0,
-                           "args": {"op_name": op}})  # not a kernel
+            events.append(
+                {"cat": "Node", "name": f"n{run}{j}_kernel_time", "ts": start + at, "dur": dur, "args": {"op_name": op}}
+            )
+            events.append(
+                {"cat": "Node", "name": f"n{run}{j}_fence_before", "ts": start + at, "dur": 0, "args": {"op_name": op}}
+            )  # not a kernel
     totals, spans, ops, kernels = parse_trace(events, runs=2)
     assert totals == [33.0, 40 + 25 + 5] and spans == [90.0, 90.0] and kernels == 4  # round(median(3, 4))
     assert (ops["MatMul"].us, ops["MatMul"].kernels, ops["Add"].us, ops["If"].us) == (35.0, 1.5, 4.0, 12.5)
@@ -315,8 +369,14 @@ def test_the_lean_graph_is_the_default_for_the_cpu_form_only(monkeypatch) -> Non
     refuses, for a GPU form (its TensorRT rewrite starts from `standard`) and for callers that do not say."""
     monkeypatch.delenv("TRTSPEC_ORT_VARIANT", raising=False)
     bf16 = Precision("bfloat16", "bfloat16")
-    table = [((None, 32, CPU), "ort"), ((None, 24, CPU), "standard"), ((None, 32, None), "standard"),
-             ((None, 32, bf16), "standard"), (("standard", 32, CPU), "standard"), (("ort", 32, None), "ort")]
+    table = [
+        ((None, 32, CPU), "ort"),
+        ((None, 24, CPU), "standard"),
+        ((None, 32, None), "standard"),
+        ((None, 32, bf16), "standard"),
+        (("standard", 32, CPU), "standard"),
+        (("ort", 32, None), "ort"),
+    ]
     assert [pick_variant(*args) for args, _ in table] == [want for _, want in table]
     monkeypatch.setenv("TRTSPEC_ORT_VARIANT", "standard")
     assert pick_variant(None, 32, CPU) == "standard"
@@ -343,7 +403,13 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     plain = onnx.load(str(res.plain), load_external_data=False)
     assert not any(n.op_type in ("If", "ArgMax") for n in plain.graph.node)  # greedy tokens: the host's (NumPy)
     outs = {o.name for o in plain.graph.output}
-    assert "verify_logits" in outs and not outs & {"node_argmax", "output_tokens", "best_path", "accepted_len", "hidden"}
+    assert "verify_logits" in outs and not outs & {
+        "node_argmax",
+        "output_tokens",
+        "best_path",
+        "accepted_len",
+        "hidden",
+    }
     gqa_out = [n for n in plain.graph.node if n.op_type == "GroupQueryAttention"][-1].output[0]
     o_proj = next(n for n in plain.graph.node if n.op_type == "MatMul" and n.input[0].startswith(gqa_out))
     picked = next(n for n in plain.graph.node if n.output[0] == o_proj.input[0])  # the last layer runs the verify rows
@@ -351,8 +417,18 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
     gqa = [n for n in plain.graph.node if n.op_type == "GroupQueryAttention"]
     assert gqa and all(len(n.input) <= 10 or n.input[10] == "" for n in gqa)
     cfg = model.cfg
-    spec = TargetSpec(res.ort, None, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size,
-                      cfg.vocab_size, 96, None, res.plain)  # fmt: skip
+    spec = TargetSpec(
+        res.ort,
+        None,
+        cfg.num_hidden_layers,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.hidden_size,
+        cfg.vocab_size,
+        96,
+        None,
+        res.plain,
+    )
     gen = np.random.default_rng(3)
     prompts = [[int(t) for t in gen.integers(0, cfg.vocab_size, int(n))] for n in gen.integers(1, 30, 6)]
     engines = {p: OrtEngine(spec, 80, 3, plain_only=p) for p in (False, True)}
@@ -362,17 +438,22 @@ def test_plain_twin_decodes_as_the_if_graph_and_refuses_trees(tmp_path: Path) ->
         assert a.token_ids == b.token_ids
         live = len(p) + 23  # the prompt and every emitted token but the last sit in row 0's cache
         assert np.array_equal(engines[False].kv.buf[:, :, 0, :, :live], engines[True].kv.buf[:, :, 0, :, :live])
-    runs = {k: Decoder(engines[k], None).run([Request(tuple(p), 20 - i) for i, p in enumerate(prompts)])
-            for k in (False, True)}  # fmt: skip
+    runs = {
+        k: Decoder(engines[k], None).run([Request(tuple(p), 20 - i) for i, p in enumerate(prompts)])
+        for k in (False, True)
+    }
     assert [g.token_ids for g in runs[False]] == [g.token_ids for g in runs[True]]
     loops = [[3, 4, 5] * 5, [9, 9, 9, 9, 9, 8], [1, 2] * 7 + [3]]  # prompts that make the n-gram drafter draft
     for p in loops:
         a, b = (generate(engines[k], p, 30, NgramDrafter(6, 3, 1, 1)) for k in (False, True))
         assert a.token_ids == b.token_ids and a.accepted_per_step == b.accepted_per_step
-    runs = {k: Decoder(engines[k], NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 30) for p in loops])
-            for k in (False, True)}  # fmt: skip
+    runs = {
+        k: Decoder(engines[k], NgramDrafter(6, 3, 1, 1)).run([Request(tuple(p), 30) for p in loops])
+        for k in (False, True)
+    }
     assert [(g.token_ids, g.accepted_per_step) for g in runs[False]] == [
-        (g.token_ids, g.accepted_per_step) for g in runs[True]]
+        (g.token_ids, g.accepted_per_step) for g in runs[True]
+    ]
     assert sum(sum(g.accepted_per_step) for g in runs[True]) > 0  # the chains were really verified
     e = engines[True]
     ids, pre = e.start([prompts[0]], SamplingBatch.all_greedy(1, 1))

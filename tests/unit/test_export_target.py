@@ -24,9 +24,20 @@ from builder.speculative.medusa.heads import MedusaHeads
 from plugins.tree_verify.contract import DOMAIN, OP_TYPE, Mode
 from plugins.tree_verify.reference import VerifyResult, tree_verify
 from plugins.verify_checks.cases import Case, compare
-from tests.unit.test_export_harness import (Session, ancestors, assert_close, assert_ranked_like, f64, leaf_paths,
-                                            pad_paths, randomize, random_parents, reference_pass, sequence_mask,
-                                            tiny_target)  # fmt: skip
+from tests.unit.test_export_harness import (
+    Session,
+    ancestors,
+    assert_close,
+    assert_ranked_like,
+    f64,
+    leaf_paths,
+    pad_paths,
+    random_parents,
+    randomize,
+    reference_pass,
+    sequence_mask,
+    tiny_target,
+)
 
 CAP = 64
 CONFIGS = {
@@ -78,12 +89,27 @@ def _prefill(sc: Scenario, prompts: list[list[int]]) -> None:
     for b, p in enumerate(prompts):
         tokens[b, : len(p)] = p
     lens = np.array([len(p) for p in prompts], np.int64)
-    feeds = dict(tokens=tokens, position_ids=np.tile(np.arange(T), (B, 1)),
-                 tree_mask=np.tile(np.tril(np.ones((T, T), bool)), (B, 1, 1)), past_len=np.zeros(B, np.int64),
-                 num_nodes=lens, verify_index=(lens - 1)[:, None], paths=np.zeros((B, 1, 1), np.int32),
-                 **_sampling(sc.mode, B, 1, sc.gen))  # fmt: skip
-    calls = [Call(0, p, np.tril(np.ones((len(p), len(p)), bool)), list(range(len(p))), [len(p) - 1],
-                  np.zeros((1, 1), np.int32)) for p in prompts]  # fmt: skip
+    feeds = dict(
+        tokens=tokens,
+        position_ids=np.tile(np.arange(T), (B, 1)),
+        tree_mask=np.tile(np.tril(np.ones((T, T), bool)), (B, 1, 1)),
+        past_len=np.zeros(B, np.int64),
+        num_nodes=lens,
+        verify_index=(lens - 1)[:, None],
+        paths=np.zeros((B, 1, 1), np.int32),
+        **_sampling(sc.mode, B, 1, sc.gen),
+    )
+    calls = [
+        Call(
+            0,
+            p,
+            np.tril(np.ones((len(p), len(p)), bool)),
+            list(range(len(p))),
+            [len(p) - 1],
+            np.zeros((1, 1), np.int32),
+        )
+        for p in prompts
+    ]
     sc.seq = [[] for _ in prompts]
     accepted = _run_and_check(sc, feeds, calls)
     sc.seq, sc.root = prompts, [bonus for _, bonus in accepted]  # the whole prompt is committed
@@ -97,8 +123,9 @@ def _draft_tree(sc: Scenario, b: int, n: int) -> tuple[list[int], list[int]]:
     tokens = [sc.root[b]] + [0] * (n - 1)
     past = len(sc.seq[b])
     for d in range(1, int(depth.max()) + 1 if n > 1 else 1):
-        logits, *_ = reference_pass(sc.ref, sc.seq[b] + tokens, sequence_mask(past, mask),
-                                    list(range(past)) + (past + depth).tolist())  # fmt: skip
+        logits, *_ = reference_pass(
+            sc.ref, sc.seq[b] + tokens, sequence_mask(past, mask), list(range(past)) + (past + depth).tolist()
+        )
         for i in np.flatnonzero(depth == d):
             z = logits[past + parents[i]]
             p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
@@ -114,8 +141,12 @@ def _step(sc: Scenario, max_nodes: int, fresh: dict[int, list[int]] | None = Non
     for b in fresh:
         sc.seq[b] = []
     B = len(sc.seq)
-    trees = [([-1] + list(range(len(fresh[b]) - 1)), fresh[b]) if b in fresh else
-             _draft_tree(sc, b, int(sc.gen.integers(1, max_nodes + 1))) for b in range(B)]  # fmt: skip
+    trees = [
+        ([-1] + list(range(len(fresh[b]) - 1)), fresh[b])
+        if b in fresh
+        else _draft_tree(sc, b, int(sc.gen.integers(1, max_nodes + 1)))
+        for b in range(B)
+    ]
     T = max(len(p) for p, _ in trees)
     paths = pad_paths([[[0]] if b in fresh else leaf_paths(p) for b, (p, _) in enumerate(trees)])  # [B, P, W]
     tokens, positions = np.zeros((B, T), np.int64), np.zeros((B, T), np.int64)
@@ -130,10 +161,16 @@ def _step(sc: Scenario, max_nodes: int, fresh: dict[int, list[int]] | None = Non
         if b in fresh:  # verify the last prompt token; the other verify columns repeat node 0
             verify_index[b] = [n - 1] + [0] * (T - 1)
         calls.append(Call(past, toks, mask, (past + depth).tolist(), verify_index[b].tolist(), paths[b]))
-    feeds = dict(tokens=tokens, position_ids=positions, tree_mask=tree_mask,
-                 past_len=np.array([len(s) for s in sc.seq], np.int64),
-                 num_nodes=np.array([len(p) for p, _ in trees], np.int64),
-                 verify_index=verify_index, paths=paths, **_sampling(sc.mode, B, paths.shape[2], sc.gen))  # fmt: skip
+    feeds = dict(
+        tokens=tokens,
+        position_ids=positions,
+        tree_mask=tree_mask,
+        past_len=np.array([len(s) for s in sc.seq], np.int64),
+        num_nodes=np.array([len(p) for p, _ in trees], np.int64),
+        verify_index=verify_index,
+        paths=paths,
+        **_sampling(sc.mode, B, paths.shape[2], sc.gen),
+    )
     for b, (chain, bonus) in enumerate(_run_and_check(sc, feeds, calls)):
         if b in fresh:
             sc.seq[b], sc.root[b] = fresh[b], bonus  # the whole prompt is committed
@@ -167,8 +204,15 @@ def _run_and_check(sc: Scenario, feeds: dict[str, np.ndarray], calls: list[Call]
     return accepted
 
 
-def _check_verify(sc: Scenario, feeds: dict[str, np.ndarray], b: int, call: Call, ref_v: np.ndarray,
-                  argmax: np.ndarray, got: tuple[int, int, list[int]]) -> None:  # fmt: skip
+def _check_verify(
+    sc: Scenario,
+    feeds: dict[str, np.ndarray],
+    b: int,
+    call: Call,
+    ref_v: np.ndarray,
+    argmax: np.ndarray,
+    got: tuple[int, int, list[int]],
+) -> None:
     """TreeVerify's outputs: greedy rows equal the reference verification of one-hot logits at the graph's
     own node_argmax (which was checked against the reference above); rejection rows equal the reference
     verification of the fp64 logits, up to the contract's near-ties (plugins.verify_checks.cases)."""
@@ -182,11 +226,21 @@ def _check_verify(sc: Scenario, feeds: dict[str, np.ndarray], b: int, call: Call
         assert got == (int(want.accepted_len[0]), int(want.best_path[0]), want.output_tokens[0].tolist()), b
         return
     width = paths.shape[2]
-    case = Case(torch.from_numpy(ref_v)[None], tokens_v, paths, Mode.REJECTION,
-                torch.from_numpy(feeds["temperature"][b : b + 1]), torch.from_numpy(feeds["top_p"][b : b + 1]),
-                torch.from_numpy(feeds["uniforms"][b : b + 1, :width]), torch.ones(1, tv))  # fmt: skip
-    mine = VerifyResult(torch.tensor([got[0]], dtype=torch.int32), torch.tensor([got[1]], dtype=torch.int32),
-                        torch.tensor([got[2]], dtype=torch.int32))  # fmt: skip
+    case = Case(
+        torch.from_numpy(ref_v)[None],
+        tokens_v,
+        paths,
+        Mode.REJECTION,
+        torch.from_numpy(feeds["temperature"][b : b + 1]),
+        torch.from_numpy(feeds["top_p"][b : b + 1]),
+        torch.from_numpy(feeds["uniforms"][b : b + 1, :width]),
+        torch.ones(1, tv),
+    )
+    mine = VerifyResult(
+        torch.tensor([got[0]], dtype=torch.int32),
+        torch.tensor([got[1]], dtype=torch.int32),
+        torch.tensor([got[2]], dtype=torch.int32),
+    )
     result = compare(case, mine)
     assert not result.wrong, result.describe()
 
@@ -201,14 +255,31 @@ def _commit(sc: Scenario, b: int, call: Call, chain: list[int], bonus: int) -> N
     sc.root[b] = bonus
 
 
-def _scenario(model, variant: str, mode: str, tmp_path: Path, medusa: MedusaHeads | None = None,
-              prompt_lens=(7, 12, 4, 1), steps: int = 4, max_nodes: int = 8, seed: int = 0,
-              cap: int = CAP, restart: int | None = None) -> None:  # fmt: skip
+def _scenario(
+    model,
+    variant: str,
+    mode: str,
+    tmp_path: Path,
+    medusa: MedusaHeads | None = None,
+    prompt_lens=(7, 12, 4, 1),
+    steps: int = 4,
+    max_nodes: int = 8,
+    seed: int = 0,
+    cap: int = CAP,
+    restart: int | None = None,
+) -> None:
     """Prefill, then `steps` tree steps; the longest row must stay within the cache (12 + steps·max_nodes +
     max_nodes ≤ cap). `restart`: at the second step that row starts over with a new prompt."""
     cfg = model.cfg
-    res = export_target(model, tmp_path / "target", variant=variant, mode=mode, max_seq_len=cap, medusa=medusa,
-                        medusa_topk=None if medusa is None else MEDUSA_K)  # fmt: skip
+    res = export_target(
+        model,
+        tmp_path / "target",
+        variant=variant,
+        mode=mode,
+        max_seq_len=cap,
+        medusa=medusa,
+        medusa_topk=None if medusa is None else MEDUSA_K,
+    )
     sess = Session(res.ort, len(prompt_lens), cfg.num_hidden_layers, cfg.num_key_value_heads, cap, cfg.head_dim)
     sc = Scenario(model, mode, sess, np.random.default_rng(seed), medusa)
     prompts = [sc.gen.integers(0, cfg.vocab_size, n).tolist() for n in prompt_lens]
@@ -263,8 +334,9 @@ def test_files_io_and_node_counts(variant: str, mode: str, tmp_path: Path) -> No
     model = tiny_target(0, **CONFIGS["llama31_untied_d16"])
     res = export_target(model, tmp_path / "t", variant=variant, mode=mode, max_seq_len=CAP)
     plain = ["target.plain.ort.onnx"] if (variant, mode) == ("ort", "greedy") else []  # method none's twin
-    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == sorted(["export.json", "target.data", "target.onnx",
-                                                                         "target.ort.onnx", *plain])  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == sorted(
+        ["export.json", "target.data", "target.onnx", "target.ort.onnx", *plain]
+    )
     assert (res.plain is not None) == bool(plain)
     canonical = onnx.load(str(res.canonical), load_external_data=False)
     lowered = onnx.load(str(res.ort), load_external_data=False)
@@ -272,8 +344,17 @@ def test_files_io_and_node_counts(variant: str, mode: str, tmp_path: Path) -> No
     assert all(n.domain != DOMAIN for n in lowered.graph.node)
     sampling = ["temperature", "top_p", "uniforms"] if mode == "rejection" else []
     caches = [f"past_{kv}_{i}" for i in range(2) for kv in ("key", "value")]
-    assert list(res.inputs) == ["tokens", "position_ids", "tree_mask", "past_len", "num_nodes", "verify_index",
-                                "paths", *sampling, *caches]  # fmt: skip
+    assert list(res.inputs) == [
+        "tokens",
+        "position_ids",
+        "tree_mask",
+        "past_len",
+        "num_nodes",
+        "verify_index",
+        "paths",
+        *sampling,
+        *caches,
+    ]
     assert list(res.outputs)[:5] == ["accepted_len", "best_path", "output_tokens", "node_argmax", "hidden"]
     per_layer = res.node_counts["ort"].per_layer
     assert len(per_layer) == 2 and per_layer[1] == {"standard": 23, "ort": 10}[variant]

@@ -34,8 +34,8 @@ from builder.errors import UserError
 from builder.export.contract import Precision
 from builder.export.eagle import export_eagle
 from builder.export.target import build_target, export_target
-from builder.export.tensorrt import TRT_DOMAIN, register_schemas, to_tensorrt, write_tensorrt, write_tensorrt_graphs
-from builder.export.trt_schemas import INDEX_INPUTS, OPERATOR_TYPES, operator_problems, value_types
+from builder.export.tensorrt import TRT_DOMAIN, to_tensorrt, write_tensorrt, write_tensorrt_graphs
+from builder.export.trt_schemas import INDEX_INPUTS, OPERATOR_TYPES, operator_problems, register_schemas, value_types
 from builder.model.config import LlamaConfig
 from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.speculative.eagle.draft_model import EagleDraft
@@ -65,8 +65,9 @@ def exported(tmp_path_factory):
     model = tiny_target(3, scaling=True, tied=False, head_dim=16, layers=LAYERS)
     for mode in ("greedy", "rejection"):
         export_target(model, base / f"target-{mode}", variant="standard", mode=mode, max_seq_len=CAP)
-    hf = hf_config(num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_scaling=LLAMA3_SCALING,
-                   num_hidden_layers=1)  # fmt: skip
+    hf = hf_config(
+        num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_scaling=LLAMA3_SCALING, num_hidden_layers=1
+    )
     torch.manual_seed(5)
     draft = EagleDraft(LlamaConfig.from_hf_dict(hf.to_dict()), fc_bias=True).eval()
     randomize(draft, std=0.1)
@@ -76,8 +77,10 @@ def exported(tmp_path_factory):
     return {"model": model, "base": base}
 
 
-@pytest.mark.parametrize("folder,stem,layers", [("target-greedy", "target", LAYERS),
-                                                ("target-rejection", "target", LAYERS), ("eagle", "eagle", 1)])
+@pytest.mark.parametrize(
+    "folder,stem,layers",
+    [("target-greedy", "target", LAYERS), ("target-rejection", "target", LAYERS), ("eagle", "eagle", 1)],
+)
 def test_every_standard_attention_op_is_replaced_and_the_contract_kept(exported, folder, stem, layers):
     src = exported["base"] / folder
     canonical = load(src / f"{stem}.onnx")
@@ -86,11 +89,18 @@ def test_every_standard_attention_op_is_replaced_and_the_contract_kept(exported,
     counts = {op: ops(rewritten).count(op) for op in set(ops(rewritten))}
     assert not [op for op in ops(rewritten) if op in STANDARD], "a standard node survived"
     assert (counts["trt::Attention"], counts["trt::RotaryEmbedding"], counts["trt::TensorScatter"]) == (
-        layers, layers, 2 * layers)
+        layers,
+        layers,
+        2 * layers,
+    )
     assert "RMSNormalization" not in counts and "Swish" not in counts and "Slice" not in counts
     assert not [n for n in rewritten.graph.node if n.domain == "com.microsoft"]
-    assert [i.SerializeToString() for i in rewritten.graph.input] == [i.SerializeToString() for i in canonical.graph.input]
-    assert [o.SerializeToString() for o in rewritten.graph.output] == [o.SerializeToString() for o in canonical.graph.output]
+    assert [i.SerializeToString() for i in rewritten.graph.input] == [
+        i.SerializeToString() for i in canonical.graph.input
+    ]
+    assert [o.SerializeToString() for o in rewritten.graph.output] == [
+        o.SerializeToString() for o in canonical.graph.output
+    ]
     assert {(o.domain, o.version) for o in rewritten.opset_import} >= {("", 24), (TRT_DOMAIN, 1)}
     for node in rewritten.graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -105,13 +115,18 @@ def test_every_standard_attention_op_is_replaced_and_the_contract_kept(exported,
     assert len(verify) == (0 if stem == "eagle" else 1)
     for node in verify:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        assert node.domain == PLUGIN_DOMAIN and attrs["plugin_namespace"] == b"trtspec" and attrs["plugin_version"] == b"1"
+        assert (
+            node.domain == PLUGIN_DOMAIN and attrs["plugin_namespace"] == b"trtspec" and attrs["plugin_version"] == b"1"
+        )
 
 
 def test_write_tensorrt_graphs_names_every_graph_and_refuses_the_ort_variant(exported, tmp_path):
     files = write_tensorrt_graphs(exported["base"], "standard")
-    assert files == {"greedy": "target-greedy/target.trt.onnx", "rejection": "target-rejection/target.trt.onnx",
-                     "eagle": "eagle/eagle.trt.onnx"}  # fmt: skip
+    assert files == {
+        "greedy": "target-greedy/target.trt.onnx",
+        "rejection": "target-rejection/target.trt.onnx",
+        "eagle": "eagle/eagle.trt.onnx",
+    }
     with pytest.raises(UserError, match="standard"):
         write_tensorrt_graphs(exported["base"], "ort")
     moved = write_tensorrt(exported["base"] / "eagle", "eagle", tmp_path / "elsewhere")  # weights linked along
@@ -152,10 +167,15 @@ def _lower(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _feeds_prefill(lens: list[int], vocab: int, gen: np.random.Generator) -> dict[str, np.ndarray]:
     b, t = len(lens), max(lens)
-    return dict(tokens=gen.integers(0, vocab, (b, t)), position_ids=np.tile(np.arange(t), (b, 1)),
-                tree_mask=np.tile(np.tril(np.ones((t, t), bool)), (b, 1, 1)), past_len=np.zeros(b, np.int64),
-                num_nodes=np.array(lens, np.int64), verify_index=np.array(lens, np.int64)[:, None] - 1,
-                paths=np.zeros((b, 1, 1), np.int32))  # fmt: skip
+    return dict(
+        tokens=gen.integers(0, vocab, (b, t)),
+        position_ids=np.tile(np.arange(t), (b, 1)),
+        tree_mask=np.tile(np.tril(np.ones((t, t), bool)), (b, 1, 1)),
+        past_len=np.zeros(b, np.int64),
+        num_nodes=np.array(lens, np.int64),
+        verify_index=np.array(lens, np.int64)[:, None] - 1,
+        paths=np.zeros((b, 1, 1), np.int32),
+    )
 
 
 def _feeds_step(past: list[int], vocab: int, gen: np.random.Generator) -> dict[str, np.ndarray]:
@@ -163,10 +183,15 @@ def _feeds_step(past: list[int], vocab: int, gen: np.random.Generator) -> dict[s
     mask, depth = ancestors(parents)
     leaves = [[0, 1, 3, 5], [0, 2, 4, -1]]
     b, t = len(past), len(parents)
-    return dict(tokens=gen.integers(0, vocab, (b, t)), position_ids=np.array(past)[:, None] + depth[None],
-                tree_mask=np.tile(mask, (b, 1, 1)), past_len=np.array(past, np.int64),
-                num_nodes=np.full(b, t, np.int64), verify_index=np.tile(np.arange(t), (b, 1)),
-                paths=np.tile(np.array(leaves, np.int32), (b, 1, 1)))  # fmt: skip
+    return dict(
+        tokens=gen.integers(0, vocab, (b, t)),
+        position_ids=np.array(past)[:, None] + depth[None],
+        tree_mask=np.tile(mask, (b, 1, 1)),
+        past_len=np.array(past, np.int64),
+        num_nodes=np.full(b, t, np.int64),
+        verify_index=np.tile(np.arange(t), (b, 1)),
+        paths=np.tile(np.array(leaves, np.int32), (b, 1, 1)),
+    )
 
 
 def test_lowered_back_it_computes_what_the_canonical_graph_computes(exported):
@@ -195,9 +220,19 @@ def _hand_graph() -> onnx.ModelProto:
     """One attention block as the `standard` variant builds it (live-prefix Slices, a Range-made boolean
     mask), plus an FP8 Q/DQ pair, RMSNormalization and Swish. B, T dynamic; H 2, KV 1, D 4, CAP 8."""
     c = lambda name, v, dt=np.int64: numpy_helper.from_array(np.asarray(v, dt), name)  # noqa: E731
-    inits = [c("zero", [0]), c("one", [1]), c("axes2", [2]), c("ax0", [0]), c("ax1", [1]), c("ax12", [1, 2]),
-             c("cos", np.ones((8, 2)), np.float32), c("sin", np.zeros((8, 2)), np.float32),
-             c("s", 0.5, np.float32), c("zp", 0, np.float32), c("w", np.ones(4), np.float32)]  # fmt: skip
+    inits = [
+        c("zero", [0]),
+        c("one", [1]),
+        c("axes2", [2]),
+        c("ax0", [0]),
+        c("ax1", [1]),
+        c("ax12", [1, 2]),
+        c("cos", np.ones((8, 2)), np.float32),
+        c("sin", np.zeros((8, 2)), np.float32),
+        c("s", 0.5, np.float32),
+        c("zp", 0, np.float32),
+        c("w", np.ones(4), np.float32),
+    ]
     inits[9] = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0])
     n = helper.make_node
     nodes = [
@@ -218,19 +253,23 @@ def _hand_graph() -> onnx.ModelProto:
         n("DequantizeLinear", ["yq", "s", "zp"], ["ydq"], name="dq8"),
         n("RMSNormalization", ["ydq", "w"], ["yn"], name="norm", axis=-1, epsilon=1e-5),
         n("Swish", ["yn"], ["out"], name="silu"),
-    ]  # fmt: skip
+    ]
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
-    inputs = [helper.make_tensor_value_info("q", f, ["B", 2, "T", 4]),
-              helper.make_tensor_value_info("k", f, ["B", 1, "T", 4]),
-              helper.make_tensor_value_info("v", f, ["B", 1, "T", 4]),
-              helper.make_tensor_value_info("position_ids", i64, ["B", "T"]),
-              helper.make_tensor_value_info("past_len", i64, ["B"]),
-              helper.make_tensor_value_info("end", i64, ["B"]),
-              helper.make_tensor_value_info("past_key", f, ["B", 1, 8, 4]),
-              helper.make_tensor_value_info("past_value", f, ["B", 1, 8, 4])]  # fmt: skip
-    outputs = [helper.make_tensor_value_info("out", f, ["B", "T", 2, 4]),
-               helper.make_tensor_value_info("present_key", f, ["B", 1, 8, 4]),
-               helper.make_tensor_value_info("present_value", f, ["B", 1, 8, 4])]  # fmt: skip
+    inputs = [
+        helper.make_tensor_value_info("q", f, ["B", 2, "T", 4]),
+        helper.make_tensor_value_info("k", f, ["B", 1, "T", 4]),
+        helper.make_tensor_value_info("v", f, ["B", 1, "T", 4]),
+        helper.make_tensor_value_info("position_ids", i64, ["B", "T"]),
+        helper.make_tensor_value_info("past_len", i64, ["B"]),
+        helper.make_tensor_value_info("end", i64, ["B"]),
+        helper.make_tensor_value_info("past_key", f, ["B", 1, 8, 4]),
+        helper.make_tensor_value_info("past_value", f, ["B", 1, 8, 4]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("out", f, ["B", "T", 2, 4]),
+        helper.make_tensor_value_info("present_key", f, ["B", 1, 8, 4]),
+        helper.make_tensor_value_info("present_value", f, ["B", 1, 8, 4]),
+    ]
     graph = helper.make_graph(nodes, "hand", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
     model.ir_version = 10
@@ -241,8 +280,15 @@ def _resolved(model: onnx.ModelProto) -> list[tuple]:
     """(op, inputs with generated constants shown by value, outputs, attributes) per node."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     show = lambda name: f"={inits[name].tolist()}" if name.startswith("trt_const") else name  # noqa: E731
-    return [(f"{n.domain}::{n.op_type}" if n.domain else n.op_type, [show(i) for i in n.input], list(n.output),
-             {a.name: helper.get_attribute_value(a) for a in n.attribute}) for n in model.graph.node]  # fmt: skip
+    return [
+        (
+            f"{n.domain}::{n.op_type}" if n.domain else n.op_type,
+            [show(i) for i in n.input],
+            list(n.output),
+            {a.name: helper.get_attribute_value(a) for a in n.attribute},
+        )
+        for n in model.graph.node
+    ]
 
 
 def test_hand_written_graph_rewrites_to_the_expected_node_list():
@@ -259,8 +305,12 @@ def test_hand_written_graph_rewrites_to_the_expected_node_list():
         ("trt::TensorScatter", ["past_key", "k", "past_len"], ["present_key"], {}),
         ("trt::TensorScatter", ["past_value", "v", "past_len"], ["present_value"], {}),
         ("Where", ["mask", "=0.0", f"={inf}"], ["mask/additive"], {}),
-        ("trt::Attention", ["q_rot", "present_key", "present_value", "mask/additive"], ["y"],
-         {"is_causal": 0, "TRT_decomposable": 1, "scale": 0.5}),
+        (
+            "trt::Attention",
+            ["q_rot", "present_key", "present_value", "mask/additive"],
+            ["y"],
+            {"is_causal": 0, "TRT_decomposable": 1, "scale": 0.5},
+        ),
         ("Transpose", ["y"], ["yt"], {"perm": [0, 2, 1, 3]}),
         ("QuantizeLinear", ["yt", "s", "zp"], ["yq"], {}),
         ("DequantizeLinear", ["yq", "s", "zp"], ["ydq"], {}),
@@ -273,7 +323,7 @@ def test_hand_written_graph_rewrites_to_the_expected_node_list():
         ("Mul", ["norm/normed", "w"], ["yn"], {}),
         ("Sigmoid", ["yn"], ["silu/sigmoid"], {}),
         ("Mul", ["yn", "silu/sigmoid"], ["out"], {}),
-    ]  # fmt: skip
+    ]
     assert [n.SerializeToString() for n in got.graph.node if n.op_type.endswith("QuantizeLinear")] == qdq_before
     slots = next(t for t in got.graph.initializer if t.name == "slots")  # the Range, now [0, CAP)
     np.testing.assert_array_equal(numpy_helper.to_array(slots), np.arange(8))
@@ -283,12 +333,15 @@ def test_hand_written_graph_rewrites_to_the_expected_node_list():
     assert operator_problems(got) == []
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda m: m.graph.node[11].input.pop(), "with a boolean mask"),
-    (lambda m: m.graph.node[6].attribute.append(helper.make_attribute("interleaved", 1)), "non-interleaved"),
-    (lambda m: m.graph.node[7].attribute[0].CopyFrom(helper.make_attribute("axis", 1)), "axis 2"),
-    (lambda m: m.graph.node[11].input.__setitem__(1, "k"), "not a Slice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda m: m.graph.node[11].input.pop(), "with a boolean mask"),
+        (lambda m: m.graph.node[6].attribute.append(helper.make_attribute("interleaved", 1)), "non-interleaved"),
+        (lambda m: m.graph.node[7].attribute[0].CopyFrom(helper.make_attribute("axis", 1)), "axis 2"),
+        (lambda m: m.graph.node[11].input.__setitem__(1, "k"), "not a Slice"),
+    ],
+)
 def test_unsupported_forms_are_refused_naming_the_node(edit, message):
     model = _hand_graph()
     edit(model)
@@ -314,8 +367,14 @@ def gpu_forms(exported, tmp_path_factory):
     graphs["medusa"] = load(out / "target.onnx")
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
     for mode in ("greedy", "rejection"):
-        graphs[f"bf16-fp8-{mode}"] = build_target(ckpt.model, variant="standard", mode=mode, max_seq_len=CAP,
-                                                  fp8=ckpt.spec, precision=Precision("bfloat16", "bfloat16"))
+        graphs[f"bf16-fp8-{mode}"] = build_target(
+            ckpt.model,
+            variant="standard",
+            mode=mode,
+            max_seq_len=CAP,
+            fp8=ckpt.spec,
+            precision=Precision("bfloat16", "bfloat16"),
+        )
     return graphs
 
 
@@ -342,8 +401,11 @@ def test_the_int32_ids_edge_llm_writes_are_flagged(gpu_forms):
     for node in trt.graph.node:
         if node.domain == TRT_DOMAIN and node.op_type in INDEX_INPUTS:
             i = max(INDEX_INPUTS[node.op_type])
-            narrowed.append(helper.make_node("Cast", [node.input[i]], [f"{node.name}/int32"], name=f"{node.name}/int32",
-                                             to=TensorProto.INT32))  # fmt: skip
+            narrowed.append(
+                helper.make_node(
+                    "Cast", [node.input[i]], [f"{node.name}/int32"], name=f"{node.name}/int32", to=TensorProto.INT32
+                )
+            )
             node.input[i] = f"{node.name}/int32"
     trt.graph.node.extend(narrowed)  # (order does not matter to inference)
     problems = operator_problems(trt)
@@ -363,8 +425,14 @@ def test_int32_ids_in_the_canonical_graph_are_widened():
 
 def test_an_fp8_kv_cache_has_no_tensorrt_form(gpu_forms):
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
-    proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=CAP, fp8=ckpt.spec,
-                         precision=Precision("bfloat16", "float8e4m3fn"))  # fmt: skip
+    proto = build_target(
+        ckpt.model,
+        variant="standard",
+        mode="greedy",
+        max_seq_len=CAP,
+        fp8=ckpt.spec,
+        precision=Precision("bfloat16", "float8e4m3fn"),
+    )
     with pytest.raises(UserError, match="float32/float16/bfloat16 caches only") as err:
         to_tensorrt(proto)
     assert err.value.field == "quantization.kv_cache" and "trtllm" in err.value.allowed
@@ -374,8 +442,9 @@ def test_an_operator_outside_the_support_matrix_is_flagged():
     model = to_tensorrt(_hand_graph())
     assert operator_problems(model) == []
     model.graph.node.append(helper.make_node("Unique", ["out"], ["uniq"], name="uniq"))  # "N" in the 10.15 table
-    assert operator_problems(model) == ["node 'uniq' (Unique): not in TensorRT 10.15's ONNX support matrix as we "
-                                        "record it"]  # fmt: skip
+    assert operator_problems(model) == [
+        "node 'uniq' (Unique): not in TensorRT 10.15's ONNX support matrix as we record it"
+    ]
 
 
 def test_the_runtime_binds_the_index_inputs_as_int64(gpu_forms):
@@ -389,8 +458,9 @@ def test_the_runtime_binds_the_index_inputs_as_int64(gpu_forms):
         producer = {o: n for n in trt.graph.node for o in n.output}
         inputs = {v.name for v in trt.graph.input}
         graph = "eagle" if name == "eagle" else "target"
-        io = contract_io_dtypes(graph, Precision("float32", "float32"), layers=1, rejection="rejection" in name,
-                                medusa=name == "medusa")  # fmt: skip
+        io = contract_io_dtypes(
+            graph, Precision("float32", "float32"), layers=1, rejection="rejection" in name, medusa=name == "medusa"
+        )
         fed = set()
         for node in trt.graph.node:
             if node.domain == TRT_DOMAIN and node.op_type in INDEX_INPUTS:

@@ -40,10 +40,16 @@ C, V, HEADS = 256, 4096, 5
 MEDUSA_KEYS = {k for h in range(HEADS) for k in (f"{h}.0.linear.weight", f"{h}.0.linear.bias", f"{h}.1.weight")}
 # Upstream EAGLE-1 `Model` state dict: no input_layernorm in layer 0, no final norm, no lm_head.
 EAGLE_KEYS = {
-    "embed_tokens.weight", "fc.weight", "fc.bias",
-    "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
-    "layers.0.self_attn.v_proj.weight", "layers.0.self_attn.o_proj.weight",
-    "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
+    "embed_tokens.weight",
+    "fc.weight",
+    "fc.bias",
+    "layers.0.self_attn.q_proj.weight",
+    "layers.0.self_attn.k_proj.weight",
+    "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight",
+    "layers.0.mlp.up_proj.weight",
+    "layers.0.mlp.down_proj.weight",
     "layers.0.post_attention_layernorm.weight",
 }
 
@@ -79,8 +85,13 @@ def test_base_loads_with_transformers(base):
     prompt = _humaneval_prompts()[0]
     ids = tokenizer(prompt).input_ids
     assert ids[0] == tokenizer.bos_token_id and tokenizer.decode(ids, skip_special_tokens=True) == prompt
-    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-                 "tokenizer_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ):
         assert (FIXTURE / "base" / name).is_file(), name
 
 
@@ -167,10 +178,20 @@ def test_drafters_predict_the_base_on_heldout_text(base):
 
 
 def _tiny_cfg(layers: int = 1) -> LlamaConfig:
-    return LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=layers,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=4, rms_norm_eps=1e-5,
-                       rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
-                       max_position_embeddings=64)
+    return LlamaConfig(
+        vocab_size=50,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=4,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling=None,
+        tie_word_embeddings=False,
+        max_position_embeddings=64,
+    )
 
 
 def _random_draft(layers: int = 1) -> EagleDraft:
@@ -189,9 +210,14 @@ def _upstream_eagle_forward(sd: dict, cfg: LlamaConfig, tokens, hidden, pos):
     from transformers import LlamaConfig as HFConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv
 
-    hf = HFConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
-                  num_key_value_heads=cfg.num_key_value_heads, rope_theta=cfg.rope_theta, head_dim=cfg.head_dim,
-                  max_position_embeddings=cfg.max_position_embeddings)
+    hf = HFConfig(
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        rope_theta=cfg.rope_theta,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+    )
     B, T = tokens.shape
     H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
 
@@ -207,8 +233,9 @@ def _upstream_eagle_forward(sd: dict, cfg: LlamaConfig, tokens, hidden, pos):
         k = (n @ sd[p + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
         v = (n @ sd[p + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        att = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, H // KV), repeat_kv(v, H // KV),
-                                                               is_causal=True)
+        att = torch.nn.functional.scaled_dot_product_attention(
+            q, repeat_kv(k, H // KV), repeat_kv(v, H // KV), is_causal=True
+        )
         x = x + att.transpose(1, 2).reshape(B, T, H * D) @ sd[p + "self_attn.o_proj.weight"].T
         n = rms_norm(x, sd[p + "post_attention_layernorm.weight"])
         mlp = torch.nn.functional.silu(n @ sd[p + "mlp.gate_proj.weight"].T) * (n @ sd[p + "mlp.up_proj.weight"].T)
@@ -269,8 +296,9 @@ def test_medusa_heads_compute_resblock_then_projection():
 
 def _write_medusa(dir_: Path, tensors: dict, num_heads: int = 2) -> Path:
     dir_.mkdir(parents=True, exist_ok=True)
-    (dir_ / "config.json").write_text(json.dumps({"medusa_num_heads": num_heads, "medusa_num_layers": 1,
-                                                  "base_model_name_or_path": "x"}))
+    (dir_ / "config.json").write_text(
+        json.dumps({"medusa_num_heads": num_heads, "medusa_num_layers": 1, "base_model_name_or_path": "x"})
+    )
     save_file(tensors, str(dir_ / "medusa_lm_head.safetensors"))
     return dir_
 
@@ -313,7 +341,9 @@ def test_load_eagle_rejects_bad_checkpoints(tmp_path):
     with pytest.raises(UserError, match="another target"):
         load_eagle(_write_eagle(tmp_path / "ok2", draft), embed + 1.0)
     with pytest.raises(UserError, match="missing key"):
-        load_eagle(_write_eagle(tmp_path / "missing", draft, {k: v for k, v in no_embed.items() if k != "fc.bias"}), embed)
+        load_eagle(
+            _write_eagle(tmp_path / "missing", draft, {k: v for k, v in no_embed.items() if k != "fc.bias"}), embed
+        )
     extra = {**no_embed, "layers.0.input_layernorm.weight": torch.ones(16)}  # upstream has none in layer 0
     with pytest.raises(UserError, match="unexpected key"):
         load_eagle(_write_eagle(tmp_path / "extra", draft, extra), embed)
@@ -343,8 +373,9 @@ def test_factory_rerun_reproduces_the_fixture(tmp_path):
     """Full rerun (~20 min on 2 cores): same tokenizer, same measurements as the committed fixture."""
     out = tmp_path / "tiny-llama3"
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_fixture.py"), "--out", str(out)],
-                   check=True, env=env, cwd=REPO)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_fixture.py"), "--out", str(out)], check=True, env=env, cwd=REPO
+    )
     assert (out / "base" / "tokenizer.json").read_bytes() == (FIXTURE / "base" / "tokenizer.json").read_bytes()
     new, old = (json.loads((d / "metrics.json").read_text()) for d in (out, FIXTURE))
     assert new["data"] == old["data"]
@@ -359,8 +390,9 @@ def test_factory_rerun_reproduces_the_fixture(tmp_path):
 def test_factory_quick_run(tmp_path):
     """The toy-size run exercises every phase and writes a loadable fixture."""
     out = tmp_path / "quick"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_fixture.py"), "--quick", "--out", str(out)],
-                   check=True, cwd=REPO)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_fixture.py"), "--quick", "--out", str(out)], check=True, cwd=REPO
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["heldout"]["humaneval_prompts"] == 164
     assert load_medusa(out / "medusa").num_heads == HEADS

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from builder.data.humaneval import heldout_prompts
-from builder.stages.decoders import build_decoder
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import generate
+from builder.stages.decoders import build_decoder
 from tests.unit.model_utils import hf_float64
 from tests.unit.test_lossless import assert_lossless
 
@@ -22,17 +22,22 @@ ENGINE = "onnxruntime"  # the default CPU engine; tests/unit/test_lossless.py co
 
 REPO = Path(__file__).resolve().parents[2]
 NEW, PROMPTS = 64, 20
-RECIPES = {"medusa": "tiny-llama3-medusa.yaml", "eagle-1": "tiny-llama3-eagle1.yaml",
-           "eagle-2": "tiny-llama3-eagle2.yaml", "lookahead": "tiny-llama3-lookahead.yaml",
-           "ngram": "tiny-llama3-ngram.yaml"}
+RECIPES = {
+    "medusa": "tiny-llama3-medusa.yaml",
+    "eagle-1": "tiny-llama3-eagle1.yaml",
+    "eagle-2": "tiny-llama3-eagle2.yaml",
+    "lookahead": "tiny-llama3-lookahead.yaml",
+    "ngram": "tiny-llama3-ngram.yaml",
+}
 
 
 @pytest.fixture(scope="module")
 def hf_pair():
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(REPO / "tests/fixtures/tiny-llama3/base", torch_dtype=torch.float32,
-                                             attn_implementation="sdpa").eval()
+    model = LlamaForCausalLM.from_pretrained(
+        REPO / "tests/fixtures/tiny-llama3/base", torch_dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
     return model, hf_float64(model)
 
 
@@ -50,7 +55,7 @@ def test_plain_equals_hf_on_the_fixture(plain, hf_pair):
     model.generation_config.eos_token_id = None
     for p, ours in zip(prompts, outs):
         x = torch.tensor([p])
-        ref = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False)[0, len(p):]
+        ref = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False)[0, len(p) :]
         assert_lossless(hf_pair, p, ref.tolist(), ours, "fixture plain vs HF")
 
 

@@ -34,9 +34,13 @@ from tests.unit.test_lossless import assert_lossless
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS, NEW = 3, 32
 METHODS = ("none", "lookahead", "medusa", "eagle1", "eagle2")
-TINY_RECIPES = {"none": "tiny-llama3-none.yaml", "lookahead": "tiny-llama3-lookahead.yaml",
-                "medusa": "tiny-llama3-medusa.yaml", "eagle1": "tiny-llama3-eagle1.yaml",
-                "eagle2": "tiny-llama3-eagle2.yaml"}  # fmt: skip
+TINY_RECIPES = {
+    "none": "tiny-llama3-none.yaml",
+    "lookahead": "tiny-llama3-lookahead.yaml",
+    "medusa": "tiny-llama3-medusa.yaml",
+    "eagle1": "tiny-llama3-eagle1.yaml",
+    "eagle2": "tiny-llama3-eagle2.yaml",
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +89,19 @@ def hf_greedy(hf, prompts) -> list[list[int]]:
     for p in prompts:
         x = torch.tensor([p])
         with torch.no_grad():
-            y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False,
-                               eos_token_id=None)  # fmt: skip
-        outs.append(y[0, len(p):].tolist())
+            y = model.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False, eos_token_id=None
+            )
+        outs.append(y[0, len(p) :].tolist())
     return outs
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "regime.json"}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "regime.json"
+    }
 
 
 # -- the files ----------------------------------------------------------------------------------------
@@ -136,19 +144,27 @@ def test_source_weights_sit_unchanged_and_no_tensor_is_all_zero(record):
     for k in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"):
         np.testing.assert_array_equal(out[k], src[k])
     for i, pos in enumerate(layer_positions(4, record["spec"]["num_layers"])):
-        for name in ("self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight",
-                     "mlp.up_proj.weight", "input_layernorm.weight"):  # fmt: skip
+        for name in (
+            "self_attn.q_proj.weight",
+            "self_attn.o_proj.weight",
+            "mlp.down_proj.weight",
+            "mlp.up_proj.weight",
+            "input_layernorm.weight",
+        ):
             s = src[f"model.layers.{i}.{name}"]
             block = out[f"model.layers.{pos}.{name}"][tuple(slice(0, n) for n in s.shape)]
             np.testing.assert_array_equal(block, s, err_msg=f"layer {i} → {pos}: {name}")
 
 
-@pytest.mark.parametrize("bad, field", [
-    (dict(num_heads=30), "num_heads"),  # not 4 query heads per KV head: source heads would change KV head
-    (dict(num_heads=32, num_kv_heads=16), "num_heads"),
-    (dict(intermediate_size=100), "intermediate_size"),
-    (dict(num_layers=2), "num_layers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(num_heads=30), "num_heads"),  # not 4 query heads per KV head: source heads would change KV head
+        (dict(num_heads=32, num_kv_heads=16), "num_heads"),
+        (dict(intermediate_size=100), "intermediate_size"),
+        (dict(num_layers=2), "num_layers"),
+    ],
+)
 def test_spec_that_would_change_the_function_is_refused(bad, field):
     cfg = json.loads((SOURCE / "base" / "config.json").read_text())
     with pytest.raises(UserError) as err:
@@ -168,7 +184,12 @@ def test_bench_and_run_know_both_fixtures_by_name():
         assert len({r.recipe.model.checkpoint for r in loaded}) == 1
         spec = [r.recipe.speculative for r in loaded]
         assert [(s.method, getattr(s, "version", None)) for s in spec] == [
-            ("lookahead", None), ("eagle", 2), ("eagle", 1), ("medusa", None), ("ngram", None)]
+            ("lookahead", None),
+            ("eagle", 2),
+            ("eagle", 1),
+            ("medusa", None),
+            ("ngram", None),
+        ]
     assert resolve_recipes(["regime-llama3-none"], REPO / "recipes") == [REPO / "recipes" / "regime-llama3-none.yaml"]
     with pytest.raises(UserError) as err:
         resolve_recipes(["regime-llama4"], REPO / "recipes")
@@ -188,8 +209,12 @@ def test_logits_and_hidden_states_equal_the_source(hf, prompts):
         with torch.no_grad():
             ref, ref64, out, out64 = (m(x, output_hidden_states=True) for m in (tiny, tiny64, big, big64))
         assert_close_to_float64(out.logits, ref.logits, ref64.logits, what=f"prompt {i} logits")
-        assert_close_to_float64(out.hidden_states[-1], ref.hidden_states[-1], ref64.hidden_states[-1],
-                                what=f"prompt {i} final hidden state (what the drafters read)")  # fmt: skip
+        assert_close_to_float64(
+            out.hidden_states[-1],
+            ref.hidden_states[-1],
+            ref64.hidden_states[-1],
+            what=f"prompt {i} final hidden state (what the drafters read)",
+        )
         scale = float(ref64.logits.abs().max())
         assert float((out64.logits - ref64.logits).abs().max()) <= 2**10 * unit_roundoff(torch.float64) * scale
 
@@ -219,8 +244,9 @@ def test_hf_greedy_equals_the_source(hf, prompts, hf_greedy):
     for p, ours in zip(prompts, hf_greedy):
         x = torch.tensor([p])
         with torch.no_grad():
-            ref = tiny.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False,
-                                eos_token_id=None)[0, len(p):].tolist()  # fmt: skip
+            ref = tiny.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=NEW, do_sample=False, eos_token_id=None
+            )[0, len(p) :].tolist()
         assert_lossless((tiny, tiny64), p, ref, ours, "regime HF greedy vs tiny HF greedy")
 
 
@@ -316,8 +342,9 @@ def test_every_method_is_lossless_long(hf, cache):
     for p, g in zip(long_prompts, plain):
         x = torch.tensor([p])
         with torch.no_grad():
-            ref = big.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=64, do_sample=False,
-                               eos_token_id=None)[0, len(p):].tolist()  # fmt: skip
+            ref = big.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=64, do_sample=False, eos_token_id=None
+            )[0, len(p) :].tolist()
         assert_lossless((tiny, tiny64), p, ref, g.token_ids, "regime plain vs HF")
     for method in METHODS[1:]:
         for p, base, g in zip(long_prompts, plain, _runs(f"regime-llama3-{method}.yaml", long_prompts, cache, new=64)):

@@ -35,9 +35,14 @@ def run_ort(combo: probes.Combo) -> dict[str, torch.Tensor]:
     return {n: torch.from_numpy(np.asarray(o)) for n, o in zip(combo.outputs, outs)}
 
 
-@pytest.mark.parametrize("combos, name", [(probes.rope_combos, "onnx/int64 ids"),
-                                          (probes.kv_update_combos, "onnx/int64/float32/separate"),
-                                          (probes.attention_combos, "onnx/float32")])  # fmt: skip
+@pytest.mark.parametrize(
+    "combos, name",
+    [
+        (probes.rope_combos, "onnx/int64 ids"),
+        (probes.kv_update_combos, "onnx/int64/float32/separate"),
+        (probes.attention_combos, "onnx/float32"),
+    ],
+)
 def test_onnx_runtime_agrees_with_the_probe_reference_and_a_perturbed_answer_is_refused(combos, name):
     combo = next(c for c in combos() if c.name == name)
     got = run_ort(combo)

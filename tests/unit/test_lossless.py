@@ -99,17 +99,27 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
         medusa = dict(medusa=random_medusa(model), medusa_topk=int(tree.rank.max()) + 1)
         if bits is not None:
             medusa["medusa_nbits"] = bits
-    nodes = {"none": 1, "lookahead": LookaheadDrafter(4, 4, 4).max_nodes, "eagle2": EAGLE2.total_nodes + 1,
-             "ngram": NgramDrafter(*NGRAM).max_nodes,
-             "ngram-shared": NgramDrafter(*NGRAM).max_nodes}.get(method, 64)  # fmt: skip
+    nodes = {
+        "none": 1,
+        "lookahead": LookaheadDrafter(4, 4, 4).max_nodes,
+        "eagle2": EAGLE2.total_nodes + 1,
+        "ngram": NgramDrafter(*NGRAM).max_nodes,
+        "ngram-shared": NgramDrafter(*NGRAM).max_nodes,
+    }.get(method, 64)
     if kind == "torch":
         engine: Any = TorchEngine(model, max_seq_len=MAX_SEQ, max_batch_size=batch, **(medusa or {}))
     else:
-        engine = target_engine(model, cache, max_seq_len=MAX_SEQ, max_nodes=nodes, max_batch_size=batch, **(medusa or {}))
+        engine = target_engine(
+            model, cache, max_seq_len=MAX_SEQ, max_nodes=nodes, max_batch_size=batch, **(medusa or {})
+        )
     if method in ("none", "lookahead", "medusa", "ngram", "ngram-shared"):
-        return engine, {"none": lambda: None, "lookahead": lambda: LookaheadDrafter(4, 4, 4),
-                        "medusa": lambda: MedusaDrafter(tree), "ngram": lambda: NgramDrafter(*NGRAM),
-                        "ngram-shared": NgramFactory((*NGRAM, True, True))}[method]  # fmt: skip
+        return engine, {
+            "none": lambda: None,
+            "lookahead": lambda: LookaheadDrafter(4, 4, 4),
+            "medusa": lambda: MedusaDrafter(tree),
+            "ngram": lambda: NgramDrafter(*NGRAM),
+            "ngram-shared": NgramFactory((*NGRAM, True, True)),
+        }[method]
     draft = random_eagle(model)
     if method.endswith("-vocab"):  # a draft vocabulary: a random half of the tokens (builder.speculative.eagle.vocab)
         V = model.cfg.vocab_size
@@ -120,8 +130,15 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
     if kind == "torch":
         net: Any = TorchEagleNet(draft, top_k, MAX_SEQ + tentative + 1, batch)
     else:
-        net = eagle_net(draft, model.lm_head.weight, cache, top_k=top_k, capacity=MAX_SEQ + tentative + 1,
-                        max_batch_size=batch, nbits=bits)  # fmt: skip
+        net = eagle_net(
+            draft,
+            model.lm_head.weight,
+            cache,
+            top_k=top_k,
+            capacity=MAX_SEQ + tentative + 1,
+            max_batch_size=batch,
+            nbits=bits,
+        )
     return engine, lambda: EagleDrafter(net, shape)
 
 

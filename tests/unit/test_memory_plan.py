@@ -13,7 +13,6 @@ import json
 from tests.unit.recipe_helpers import run
 
 
-
 def plan(recipe: str, *sets: str) -> dict:
     args = ["plan", "--json", recipe]
     for s in sets:
@@ -41,8 +40,13 @@ def test_llama3_70b_fp8_tp4_h100_trtllm_eagle():
     net = V * C + layer + C + C // 4 * 2 * C + C // 4 + V // 4 * C  # embedding, layer, post norm, fc (+ bias), LM head
     nets = 4 * (net * 2 + 2 * 4)
     comps = {c["name"]: c["bytes"] for c in m["components"]}
-    assert comps == {"decoder": decoder, "norms": norms, "embed_tokens": embed, "lm_head": lm_head,
-                     "eagle_nets (× 4)": nets}
+    assert comps == {
+        "decoder": decoder,
+        "norms": norms,
+        "embed_tokens": embed,
+        "lm_head": lm_head,
+        "eagle_nets (× 4)": nets,
+    }
     assert nets == 12_486_524_960  # 11.63 GiB per rank: four nets' copies of the embedding dominate
     # KV: 80 target layers + 4 EagleNet layers, 8/4 = 2 KV heads per rank, 128 dims, FP8
     assert m["kv_bytes_per_token"] == 2 * 84 * 2 * 128 == 43_008
@@ -50,8 +54,14 @@ def test_llama3_70b_fp8_tp4_h100_trtllm_eagle():
 
 
 def test_70b_bf16_on_one_h100_is_refused():
-    result = run("plan", "recipes/llama3-70b-tp1-h200-fp8-none.yaml", "--set", "quantization.mode=none",
-                 "--set", "target.device=h100")
+    result = run(
+        "plan",
+        "recipes/llama3-70b-tp1-h200-fp8-none.yaml",
+        "--set",
+        "quantization.mode=none",
+        "--set",
+        "target.device=h100",
+    )
     assert result.exit_code == 2
     # 80 layers · 855,638,016 params · 2 B = 127.5 GiB of decoder weights alone
     assert "do not fit" in result.stderr and "Traceback" not in result.stderr
@@ -66,8 +76,13 @@ def test_medusa_heads_cost_their_lm_heads():
 
 
 def test_pipeline_parallel_counts_the_heavier_stage():
-    m = plan("recipes/llama3-70b-tp1-h200-fp8-none.yaml", "parallelism.pp=2", "target.gpus=2", "target.backend=trtllm",
-             "quantization.kv_cache=fp8")["memory"]  # (the own-backend deploy keeps a bf16 cache)
+    m = plan(
+        "recipes/llama3-70b-tp1-h200-fp8-none.yaml",
+        "parallelism.pp=2",
+        "target.gpus=2",
+        "target.backend=trtllm",
+        "quantization.kv_cache=fp8",
+    )["memory"]  # (the own-backend deploy keeps a bf16 cache)
     comps = {c["name"]: c["params"] for c in m["components"]}
     assert comps["decoder"] == 40 * 855_638_016
     assert m["kv_bytes_per_token"] == 2 * 40 * 8 * 128

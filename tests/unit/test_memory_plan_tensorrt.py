@@ -44,12 +44,19 @@ def test_llama3_8b_fp8_h100_by_hand():
     r = plan("recipes/llama3-8b-1xh100-fp8-none.yaml")
     m = r["memory"]
     cap = 4096 + 24  # max_seq_len + the default Lookahead's 1 + 23 nodes (more than none's 1)
-    scales = 32 * ((32 + 2 * 8) * 128 + 2 * 14336 + 2 + 4) * 2  # per layer: QKV and gate/up per column, o, down, 4 inputs
+    scales = (
+        32 * ((32 + 2 * 8) * 128 + 2 * 14336 + 2 + 4) * 2
+    )  # per layer: QKV and gate/up per column, o, down, 4 inputs
     decoder = 32 * LAYER_8B * 1 + scales  # FP8: one byte per weight
     norms, embed, rope = (2 * 32 + 1) * 4096 * 2, 128256 * 4096 * 2, cap * 128 * 2  # bf16
     comps = {c["name"]: (c["dtype"], c["bytes"]) for c in m["components"]}
-    assert comps == {"decoder": ("fp8", decoder), "norms": ("bf16", norms), "embed_tokens": ("bf16", embed),
-                     "lm_head": ("bf16", embed), "rope tables": ("bf16", rope)}  # greedy only: one engine
+    assert comps == {
+        "decoder": ("fp8", decoder),
+        "norms": ("bf16", norms),
+        "embed_tokens": ("bf16", embed),
+        "lm_head": ("bf16", embed),
+        "rope tables": ("bf16", rope),
+    }  # greedy only: one engine
     assert m["weight_bytes"] == 6_979_321_856 + 2_228_608 + 532_480 + 2 * 1_050_673_152 + 1_054_720 == 9_084_483_968
     # bf16 KV: TensorRT's KV-cache update keeps no FP8 cache (validate refuses kv_cache: fp8 on this backend)
     assert m["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131_072
@@ -82,7 +89,9 @@ def test_llama3_70b_fp8_h200_eagle_by_hand():
     assert comps["eagle_draft"] == (2 * 8192 * 8192 + 8192 + LAYER_70B + 2 * 8192) * 2  # fc + bias, layer, 2 norms
     assert comps["eagle embed_tokens"] == comps["eagle lm_head (the target's)"] == 128256 * 8192 * 2
     assert comps["eagle rope tables"] == cap_e * 128 * 2
-    assert m["kv_bytes_per_token"] == 2 * 80 * 8 * 128 * 2 == 327_680 and m["draft_kv_bytes_per_token"] == 2 * 8 * 128 * 2
+    assert (
+        m["kv_bytes_per_token"] == 2 * 80 * 8 * 128 * 2 == 327_680 and m["draft_kv_bytes_per_token"] == 2 * 8 * 128 * 2
+    )
     assert m["kv_budget_bytes"] == 12 * (cap * 327_680 + cap_e * 4096) == 16_550_313_984
     row = 2 * (2 * 8192 + 3 * 28672)
     # the draft graph's prefill computes log-softmax top-K at every row: logits bf16 + fp32 + log-probs fp32
@@ -93,7 +102,9 @@ def test_llama3_70b_fp8_h200_eagle_by_hand():
 def test_bf16_70b_on_one_h200_does_not_fit():
     result = run("plan", "recipes/llama3-70b-tp1-h200-fp8-none.yaml", "--set", "quantization.mode=none")
     assert result.exit_code == 2  # 80 · 855,638,016 · 2 B = 127.5 GiB of weights + 16 slots of bf16 KV + scratch
-    assert "do not fit" in result.stderr and "slots of 4120 tokens" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "do not fit" in result.stderr and "slots of 4120 tokens" in result.stderr and "Traceback" not in result.stderr
+    )
 
 
 def test_the_table_says_what_it_assumed():
@@ -102,9 +113,17 @@ def test_the_table_says_what_it_assumed():
     assert "KV allocated: 16 slots" in out and "scratch eagle/prefill" in out
 
 
-@pytest.mark.parametrize("recipe", ["llama3-8b-1xh100-fp8-none", "llama3-8b-1xh100-fp8-medusa",
-                                    "llama3-8b-1xh100-fp8-eagle", "llama3-8b-1xh100-fp8-lookahead",
-                                    "tiny-llama3-eagle1", "tiny-llama3-eagle2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "llama3-8b-1xh100-fp8-none",
+        "llama3-8b-1xh100-fp8-medusa",
+        "llama3-8b-1xh100-fp8-eagle",
+        "llama3-8b-1xh100-fp8-lookahead",
+        "tiny-llama3-eagle1",
+        "tiny-llama3-eagle2",
+    ],
+)
 def test_capacities_are_the_export_stages(recipe):
     """CAP and CAP_e as the export stage sizes the graphs (`builder.stages.export`)."""
     loaded = load_recipe(f"recipes/{recipe}.yaml")
@@ -145,11 +164,22 @@ def test_cpu_plan_is_what_onnx_runtime_holds():
 def test_gpu_plan_is_what_the_bfloat16_fp8_graph_holds():
     """The tiny fixture as a GPU recipe (bf16, FP8 weights, bf16 KV — the own TensorRT backend keeps no FP8 KV):
     FP8 bytes exactly, bfloat16 bytes up to the scales (counted per output column: at most)."""
-    m = plan("recipes/tiny-llama3-fp8.yaml", "target.device=h100", "target.backend=tensorrt", "model.dtype=bf16",
-             "quantization.kv_cache=model_dtype")["memory"]  # fmt: skip
+    m = plan(
+        "recipes/tiny-llama3-fp8.yaml",
+        "target.device=h100",
+        "target.backend=tensorrt",
+        "model.dtype=bf16",
+        "quantization.kv_cache=model_dtype",
+    )["memory"]
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
-    proto = build_target(ckpt.model, variant="standard", mode="greedy", max_seq_len=m["tokens_per_sequence"],
-                         fp8=ckpt.spec, precision=Precision("bfloat16", "bfloat16"))  # fmt: skip
+    proto = build_target(
+        ckpt.model,
+        variant="standard",
+        mode="greedy",
+        max_seq_len=m["tokens_per_sequence"],
+        fp8=ckpt.spec,
+        precision=Precision("bfloat16", "bfloat16"),
+    )
     have = _initializer_bytes(proto)
     comps = {c["name"]: c for c in m["components"]}
     assert have[TensorProto.FLOAT8E4M3FN] == comps["decoder"]["params"]  # one byte per weight

@@ -58,10 +58,20 @@ def component_of(name: str) -> str:
 @functools.lru_cache(maxsize=None)
 def written(tp: int, fp8: bool, parallel: bool, levels: int, non_leaves: int, draft_len: int) -> Path:
     out = scratch_dir("trtspec-plan-ckpt-") / "ckpt"
-    req = CheckpointRequest(FIX / "base", tp, 1, "float16", "eagle", draft_dir=FIX / "eagle", max_draft_len=draft_len,
-                            num_eagle_layers=levels, max_non_leaves_per_layer=non_leaves,
-                            fp8_dir=fixture_fp8("fp8")[0] if fp8 else None, kv_cache_fp8=fp8,
-                            use_parallel_embedding=parallel)  # fmt: skip
+    req = CheckpointRequest(
+        FIX / "base",
+        tp,
+        1,
+        "float16",
+        "eagle",
+        draft_dir=FIX / "eagle",
+        max_draft_len=draft_len,
+        num_eagle_layers=levels,
+        max_non_leaves_per_layer=non_leaves,
+        fp8_dir=fixture_fp8("fp8")[0] if fp8 else None,
+        kv_cache_fp8=fp8,
+        use_parallel_embedding=parallel,
+    )
     convert_checkpoint(req, out)
     return out
 
@@ -78,8 +88,8 @@ def test_plan_equals_the_rank_files_bytes(tp, fp8, parallel):
     draft_len = max_draft_len(recipe, loaded.dir_of(tree_field(recipe)))
     plan = plan_memory(recipe, arch, draft_len, levels, draft_architecture(loaded))
     comps = {c.name.split(" ")[0]: c.bytes for c in plan.components}
-    from builder.speculative.choices import load_choices
     from builder.recipe.resolve import tree_choices_spec
+    from builder.speculative.choices import load_choices
 
     depth, non_leaves = eagle_tree_numbers(load_choices(tree_choices_spec(recipe), loaded.dir_of(tree_field(recipe))))
     assert depth == levels  # the checkpoint stage's num_eagle_layers is the plan's EagleNet count

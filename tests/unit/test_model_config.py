@@ -13,13 +13,32 @@ from builder.model.config import Llama3RopeScaling, LlamaConfig
 
 # Meta-Llama-3.1-8B-Instruct's config.json as published (transformers 4 spelling), trimmed of token ids.
 LLAMA31_8B = {
-    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
-    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32,
-    "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
     "vocab_size": 128256,
 }
 
@@ -45,10 +64,18 @@ def test_llama31_transformers4_spelling() -> None:
 
 
 def test_transformers5_rope_parameters_spelling() -> None:
-    raw = _with(rope_scaling=None, rope_theta=None,
-                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                 "original_max_position_embeddings": 8192})
+    raw = _with(
+        rope_scaling=None,
+        rope_theta=None,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
     assert LlamaConfig.from_hf_dict(raw) == LlamaConfig.from_hf_dict(LLAMA31_8B)
 
 
@@ -74,10 +101,16 @@ def test_llama3_without_scaling_and_explicit_head_dim() -> None:
         (dict(architectures=None, model_type=None), "architectures", "missing"),
         (dict(architectures=None, model_type="mistral"), "model_type", "llama"),
         (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling.rope_type", "llama3"),
-        (dict(rope_scaling=None, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
-         "rope_parameters.rope_type", "default, llama3"),
-        (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}),
-         "rope_scaling.high_freq_factor", "missing"),
+        (
+            dict(rope_scaling=None, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
+            "rope_parameters.rope_type",
+            "default, llama3",
+        ),
+        (
+            dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}),
+            "rope_scaling.high_freq_factor",
+            "missing",
+        ),
         (dict(hidden_act="gelu"), "hidden_act", "silu"),
         (dict(attention_bias=True), "attention_bias", "false"),
         (dict(num_key_value_heads=5), "num_key_value_heads", "multiple"),

@@ -41,8 +41,9 @@ class Cached:
     def run(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:  # -> logits [n, V], hidden [n, C] fp32
         n = len(ids)
         start = self.cache.reserve(n)
-        logits, hidden = self.model(torch.tensor([ids]), torch.arange(start, start + n)[None],
-                                    causal_mask(n, past=start), self.cache, start)  # fmt: skip
+        logits, hidden = self.model(
+            torch.tensor([ids]), torch.arange(start, start + n)[None], causal_mask(n, past=start), self.cache, start
+        )
         self.cache.commit_all()
         return logits[0].float(), hidden[0].float()
 
@@ -124,15 +125,25 @@ def test_greedy_decode_matches_hf_generate(pair, hf64) -> None:
     for length in (1, 5, 17):
         prompt = torch.randint(0, engine.vocab_size, (length,), generator=gen).tolist()
         with torch.no_grad():
-            ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, length, dtype=torch.long),
-                                 max_new_tokens=32, min_new_tokens=32, do_sample=False)[0, length:].tolist()
+            ref = model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, length, dtype=torch.long),
+                max_new_tokens=32,
+                min_new_tokens=32,
+                do_sample=False,
+            )[0, length:].tolist()
         assert len(set(ref)) > 8, "degenerate reference (a one-token loop) would prove little"
         ours = greedy(engine, prompt, 32)
         if ours != ref:
             k = next(i for i, (a, b) in enumerate(zip(ours, ref)) if a != b)
             seen = prompt + ref[:k]
-            assert_near_tie(ours[k], ref[k], hf_logits(model, seen)[-1], hf_logits(hf64, seen)[-1],
-                            what=f"greedy, prompt length {length}, new token {k}")
+            assert_near_tie(
+                ours[k],
+                ref[k],
+                hf_logits(model, seen)[-1],
+                hf_logits(hf64, seen)[-1],
+                what=f"greedy, prompt length {length}, new token {k}",
+            )
 
 
 def test_bf16_engine_is_as_close_as_hf_bf16(pair, hf64, tmp_path) -> None:
@@ -147,8 +158,9 @@ def test_bf16_engine_is_as_close_as_hf_bf16(pair, hf64, tmp_path) -> None:
         hf = copy.deepcopy(model).to(torch.bfloat16)(ids[None], output_hidden_states=True)
         ref = hf64(ids[None], output_hidden_states=True)
     assert_close_to_float64(logits, hf.logits[0], ref.logits[0], what="bf16 logits", dtype=torch.bfloat16)
-    assert_close_to_float64(hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="bf16 hidden",
-                            dtype=torch.bfloat16)
+    assert_close_to_float64(
+        hidden, hf.hidden_states[-1][0], ref.hidden_states[-1][0], what="bf16 hidden", dtype=torch.bfloat16
+    )
 
 
 def test_config_of_saved_checkpoint(pair) -> None:

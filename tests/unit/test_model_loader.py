@@ -72,8 +72,10 @@ def test_tied_checkpoint_has_no_lm_head_and_shares_embeddings(tmp_path) -> None:
 
 def test_tied_checkpoint_with_a_different_lm_head_is_rejected(tmp_path) -> None:
     path = save_checkpoint(hf_model(seed=4, **TINY["gqa_llama3_tied"]), tmp_path / "tied")
-    rewrite(path / "model.safetensors",
-            lambda t: t.__setitem__("lm_head.weight", torch.zeros_like(t["model.embed_tokens.weight"])))
+    rewrite(
+        path / "model.safetensors",
+        lambda t: t.__setitem__("lm_head.weight", torch.zeros_like(t["model.embed_tokens.weight"])),
+    )
     with pytest.raises(UserError, match="lm_head.weight differs") as info:
         load_model(path)
     assert info.value.field == "lm_head.weight"
@@ -84,13 +86,21 @@ def test_tied_checkpoint_with_a_different_lm_head_is_rejected(tmp_path) -> None:
     [
         (lambda t: t.pop("model.layers.1.mlp.up_proj.weight"), "model.layers.1.mlp.up_proj.weight", "missing key"),
         (lambda t: t.pop("lm_head.weight"), "lm_head.weight", "missing key"),
-        (lambda t: t.__setitem__("model.layers.0.self_attn.rotary_emb.inv_freq", torch.ones(8)),
-         "model.layers.0.self_attn.rotary_emb.inv_freq", "unexpected key"),
-        (lambda t: t.__setitem__("model.layers.0.self_attn.k_proj.weight", torch.zeros(16, 64)),
-         "model.layers.0.self_attn.k_proj.weight", "wrong shape for 'model.layers.0.self_attn.k_proj.weight': "
-         "(16, 64), config.json implies (32, 64)"),
-        (lambda t: t.__setitem__("model.norm.weight", torch.zeros(64, dtype=torch.int32)),
-         "model.norm.weight", "expected a floating-point tensor"),
+        (
+            lambda t: t.__setitem__("model.layers.0.self_attn.rotary_emb.inv_freq", torch.ones(8)),
+            "model.layers.0.self_attn.rotary_emb.inv_freq",
+            "unexpected key",
+        ),
+        (
+            lambda t: t.__setitem__("model.layers.0.self_attn.k_proj.weight", torch.zeros(16, 64)),
+            "model.layers.0.self_attn.k_proj.weight",
+            "wrong shape for 'model.layers.0.self_attn.k_proj.weight': (16, 64), config.json implies (32, 64)",
+        ),
+        (
+            lambda t: t.__setitem__("model.norm.weight", torch.zeros(64, dtype=torch.int32)),
+            "model.norm.weight",
+            "expected a floating-point tensor",
+        ),
     ],
     ids=["missing", "missing_lm_head", "unexpected", "wrong_shape", "int_dtype"],
 )
@@ -109,8 +119,9 @@ def test_truncated_or_corrupt_file(single, tmp_path, damage) -> None:
     path = copy_of(single, tmp_path / "ckpt")
     file = path / "model.safetensors"
     data = file.read_bytes()
-    file.write_bytes({"truncate": data[: len(data) - 100], "garbage_header": b"\xff" * 64 + data[64:],
-                      "empty": b""}[damage])
+    file.write_bytes(
+        {"truncate": data[: len(data) - 100], "garbage_header": b"\xff" * 64 + data[64:], "empty": b""}[damage]
+    )
     with pytest.raises(UserError, match="corrupt or truncated safetensors file") as info:
         load_model(path)
     assert info.value.location == str(file)

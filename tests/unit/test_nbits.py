@@ -3,8 +3,6 @@ graph run in ONNX Runtime against NumPy over the dequantized weights, within the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -62,11 +60,13 @@ def _model(weights: dict[str, np.ndarray]) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
     inits.append(numpy_helper.from_array(np.full(64, 0.5, np.float32), "scale"))
     f = TensorProto.FLOAT
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [3, 64]),
-                                           helper.make_tensor_value_info("xh", f, [2, 3, 64])],
-                              [helper.make_tensor_value_info(n, f, None)
-                               for n in ("y_matmul", "y_gemm", "y_heads", "z", "x_scaled")],
-                              inits)  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", f, [3, 64]), helper.make_tensor_value_info("xh", f, [2, 3, 64])],
+        [helper.make_tensor_value_info(n, f, None) for n in ("y_matmul", "y_gemm", "y_heads", "z", "x_scaled")],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -88,13 +88,17 @@ def _bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("bits", [8, 4])
 def test_rewritten_graph_matches_numpy_over_the_dequantized_weights(bits, tmp_path):
     rng = np.random.default_rng(0)
-    weights = {"w": rng.standard_normal((64, 96)).astype(np.float32) * 0.1,
-               "wg": rng.standard_normal((64, 40)).astype(np.float32) * 0.1,
-               "bias": rng.standard_normal(40).astype(np.float32),
-               "wh": rng.standard_normal((2, 64, 48)).astype(np.float32) * 0.1}  # fmt: skip
+    weights = {
+        "w": rng.standard_normal((64, 96)).astype(np.float32) * 0.1,
+        "wg": rng.standard_normal((64, 40)).astype(np.float32) * 0.1,
+        "bias": rng.standard_normal(40).astype(np.float32),
+        "wh": rng.standard_normal((2, 64, 48)).astype(np.float32) * 0.1,
+    }
     model = _model(weights)
-    feeds = {"x": rng.standard_normal((3, 64)).astype(np.float32),
-             "xh": rng.standard_normal((2, 3, 64)).astype(np.float32)}  # fmt: skip
+    feeds = {
+        "x": rng.standard_normal((3, 64)).astype(np.float32),
+        "xh": rng.standard_normal((2, 3, 64)).astype(np.float32),
+    }
     z_float = _run(model, feeds)[3]
     assert quantize_matmuls(model, bits, tmp_path, lambda name: name.startswith("drafter/")) == 3
     ops = [n.op_type for n in model.graph.node]
@@ -106,9 +110,11 @@ def test_rewritten_graph_matches_numpy_over_the_dequantized_weights(bits, tmp_pa
     x, xh = feeds["x"], feeds["xh"]
     deq = {k: quantize_blocks(weights[k], bits)[2] for k in ("w", "wg")}
     deq["wh"] = np.stack([quantize_blocks(weights["wh"][h], bits)[2] for h in range(2)])
-    for got, want, tol, what in ((y_matmul, x @ deq["w"], _bound(x, deq["w"]), "MatMul"),
-                                 (y_gemm, x @ deq["wg"] + weights["bias"], _bound(x, deq["wg"]), "Gemm"),
-                                 (y_heads, xh @ deq["wh"], _bound(xh, deq["wh"]), "per head")):  # fmt: skip
+    for got, want, tol, what in (
+        (y_matmul, x @ deq["w"], _bound(x, deq["w"]), "MatMul"),
+        (y_gemm, x @ deq["wg"] + weights["bias"], _bound(x, deq["wg"]), "Gemm"),
+        (y_heads, xh @ deq["wh"], _bound(xh, deq["wh"]), "per head"),
+    ):
         assert got.shape == want.shape, what
         assert np.all(np.abs(got - want) <= tol), (what, float(np.max(np.abs(got - want) - tol)))
     # the bound is tight enough to tell a wrong layout (the heads swapped)

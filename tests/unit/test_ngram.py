@@ -26,15 +26,24 @@ import numpy as np
 import pytest
 
 from builder.speculative.engine import PrefillResult, StepResult, check_draft
-from builder.speculative.ngram.drafter import ADAPT_AFTER, ADAPT_FLOOR, ADAPT_START, ADAPT_UP, SCAN, NgramDrafter, NgramState
-from builder.speculative.ngram.drafter import NgramFactory
+from builder.speculative.ngram.drafter import (
+    ADAPT_AFTER,
+    ADAPT_FLOOR,
+    ADAPT_START,
+    ADAPT_UP,
+    SCAN,
+    NgramDrafter,
+    NgramFactory,
+    NgramState,
+)
 from builder.speculative.ngram.pool import POOL_DRAFT, POOL_MIN_MATCH, SharedPool
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def brute_continuations(text: list[int], max_draft: int, max_match: int, min_match: int, candidates: int,
-                        limit: int) -> list[tuple[int, ...]]:  # fmt: skip
+def brute_continuations(
+    text: list[int], max_draft: int, max_match: int, min_match: int, candidates: int, limit: int
+) -> list[tuple[int, ...]]:
     """The lookup rule by scanning: the longest suffix n (max_match..min_match) that occurred before, then the
     `limit` tokens after each earlier occurrence (latest first, at most SCAN read), copied with overlap."""
     size = len(text)
@@ -183,14 +192,16 @@ def test_adaptive_length_rises_on_full_acceptance_and_falls_to_what_was_accepted
 
 def test_the_text_learned_is_the_prompt_and_the_decoded_output() -> None:
     """Through the real decoding loop (torch reference engine): the drafter's text = prompt + generated tokens."""
-    from builder.speculative.decoding import generate
-    from tests.unit.test_lossless import torch_method
-    from tests.unit.speculative_models import make_hf_llama
-    from builder.model.loader import load_model
     import tempfile
+
+    from builder.model.loader import load_model
+    from builder.speculative.decoding import generate
+    from tests.unit.speculative_models import make_hf_llama
+    from tests.unit.test_lossless import torch_method
 
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(make_hf_llama(Path(tmp) / "m"))
+
     class Kept(NgramDrafter):
         def release(self, seq: int) -> None:
             self.kept = self._seqs[seq]  # the sequence's state as the loop lets it go
@@ -265,8 +276,9 @@ def test_shared_pool_drafts_only_where_the_own_text_has_none() -> None:
             assert got == own and not a.pooled
             continue
         room = min(POOL_DRAFT, 10, 1 << 30 if budget is None else budget - 1)
-        want = brute_pool([pool.tokens[x:y] for x, y in zip([0, *pool.ends[:-1]], pool.ends)], a.text, 4,
-                          POOL_MIN_MATCH, room)  # fmt: skip
+        want = brute_pool(
+            [pool.tokens[x:y] for x, y in zip([0, *pool.ends[:-1]], pool.ends)], a.text, 4, POOL_MIN_MATCH, room
+        )
         assert got == [root, *want] and a.pooled == bool(want)
         if want:
             pooled += 1
@@ -348,8 +360,9 @@ def test_a_pool_looks_up_what_the_drafter_does() -> None:
 
 
 def _trtspec(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "builder.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_recipe_errors_name_the_field_and_exit_2(tmp_path: Path) -> None:
@@ -357,17 +370,39 @@ def test_recipe_errors_name_the_field_and_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "speculative.min_match" in r.stderr and "allowed: 1..5" in r.stderr
     assert "Traceback" not in r.stderr
     rec = tmp_path / "r.yaml"
-    rec.write_text(f"extends: [{REPO}/recipes/llama3-8b-1xh100-fp8-trtllm-lookahead.yaml]\n"
-                   "speculative: {method: ngram, verification: greedy}\n")  # fmt: skip
+    rec.write_text(
+        f"extends: [{REPO}/recipes/llama3-8b-1xh100-fp8-trtllm-lookahead.yaml]\n"
+        "speculative: {method: ngram, verification: greedy}\n"
+    )
     r = _trtspec("validate", str(rec))
-    assert r.returncode == 2 and "speculative.method" in r.stderr and "allowed: none, medusa, eagle, lookahead" in r.stderr
+    assert (
+        r.returncode == 2 and "speculative.method" in r.stderr and "allowed: none, medusa, eagle, lookahead" in r.stderr
+    )
 
 
 def test_method_ngram_runs_on_any_recipe(tmp_path: Path) -> None:
-    r = _trtspec("generate", "recipes/tiny-llama3-medusa.yaml", "--prompt-ids", "5,6,7,5,6,7,5,6", "--max-new-tokens",
-                 "24", "--method", "ngram", "--json")  # fmt: skip
+    r = _trtspec(
+        "generate",
+        "recipes/tiny-llama3-medusa.yaml",
+        "--prompt-ids",
+        "5,6,7,5,6,7,5,6",
+        "--max-new-tokens",
+        "24",
+        "--method",
+        "ngram",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     ngram = json.loads(r.stdout)
-    r = _trtspec("generate", "recipes/tiny-llama3-medusa.yaml", "--prompt-ids", "5,6,7,5,6,7,5,6", "--max-new-tokens",
-                 "24", "--method", "none", "--json")  # fmt: skip
+    r = _trtspec(
+        "generate",
+        "recipes/tiny-llama3-medusa.yaml",
+        "--prompt-ids",
+        "5,6,7,5,6,7,5,6",
+        "--max-new-tokens",
+        "24",
+        "--method",
+        "none",
+        "--json",
+    )
     assert ngram["method"].startswith("ngram(") and ngram["token_ids"] == json.loads(r.stdout)["token_ids"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.unit.model_utils import TINY, hf_float64, hf_model, rope_table, torch_threads
-from tests.unit.numerics import K, TRUSTED_ULPS, assert_close_to_float64, assert_near_tie, unit_roundoff
+from tests.unit.numerics import TRUSTED_ULPS, K, assert_close_to_float64, assert_near_tie, unit_roundoff
 
 U = unit_roundoff(torch.float32)
 

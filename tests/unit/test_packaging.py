@@ -41,8 +41,14 @@ def container(version: str) -> dict:
 
 def _env(python: str, extra: str = "") -> dict[str, str]:
     env = dict(default_environment())
-    env.update(python_version=".".join(python.split(".")[:2]), python_full_version=python, sys_platform="linux",
-               platform_system="Linux", platform_machine="x86_64", extra=extra)  # fmt: skip
+    env.update(
+        python_version=".".join(python.split(".")[:2]),
+        python_full_version=python,
+        sys_platform="linux",
+        platform_system="Linux",
+        platform_machine="x86_64",
+        extra=extra,
+    )
     return env
 
 
@@ -61,8 +67,12 @@ def _bounds(spec: SpecifierSet) -> list[Version]:
     for s in spec:
         v = Version(s.version.removesuffix(".*"))
         rel = list(v.release) + [0] * (3 - len(v.release))
-        out += [v, Version(".".join(map(str, rel[:2] + [rel[2] + 1]))),
-                Version(".".join(map(str, [rel[0], rel[1] + 1, 0]))), Version(f"{rel[0] + 1}.0.0")]  # fmt: skip
+        out += [
+            v,
+            Version(".".join(map(str, rel[:2] + [rel[2] + 1]))),
+            Version(".".join(map(str, [rel[0], rel[1] + 1, 0]))),
+            Version(f"{rel[0] + 1}.0.0"),
+        ]
         if any(rel):  # just below the bound: 3 -> 2.9999, 0.38.0 -> 0.37.9999
             i = max(k for k, x in enumerate(rel) if x)
             below = rel[:i] + [rel[i] - 1, 9999]
@@ -218,7 +228,9 @@ def test_setup_pins_what_it_installs_by_name_and_restamps_on_a_new_lock() -> Non
         if line.lstrip().startswith("#") or "triton-stub-site" in line:
             continue  # the Python-backend stub's own NumPy 1.x goes to its own folder, outside the lock
         for name, version in re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', line):
-            assert pins.get(canonicalize_name(name)) == version, f"setup.sh: {name}=={version}, the lock: {pins.get(name)}"
+            assert pins.get(canonicalize_name(name)) == version, (
+                f"setup.sh: {name}=={version}, the lock: {pins.get(name)}"
+            )
     want = next(line for line in setup.splitlines() if line.startswith("want="))
     assert "$CONSTRAINTS" in want and "pyproject.toml" in want
 

@@ -23,8 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    run = subprocess.run([sys.executable, "-m", "plugins.tree_verify.compile_check", "--arch", "90"], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "plugins.tree_verify.compile_check", "--arch", "90"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     lines = [line for line in run.stdout.splitlines() if "cubin" in line]
     assert len(lines) == 3 * 3 * 2, run.stdout  # kernels × logits dtypes × modes

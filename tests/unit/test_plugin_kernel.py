@@ -122,11 +122,13 @@ def test_kernel_argmax_ties_across_blocks_and_chunks():
 
 def test_kernel_rejects_contract_violations():
     with pytest.raises(ValueError, match="tokens: dtype int64"):
-        kernel.tree_verify_triton(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.int64),
-                                  torch.zeros(1, 1, 1, dtype=torch.int32))  # fmt: skip
+        kernel.tree_verify_triton(
+            torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 1, 1, dtype=torch.int32)
+        )
     with pytest.raises(ValueError, match="paths: shape \\[1, 1\\] has rank 2"):  # one tree per sequence
-        kernel.tree_verify_triton(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.int32),
-                                  torch.zeros(1, 1, dtype=torch.int32))  # fmt: skip
+        kernel.tree_verify_triton(
+            torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32)
+        )
 
 
 # -- untrusted inputs (contract.py, "Untrusted index inputs") --------------------------------------------------
@@ -199,8 +201,10 @@ def test_kernel_untrusted_indices_by_hand():
     logits = torch.zeros(3, 4, 6)
     logits[:, [0, 1, 2, 3], [2, 3, 4, 1]] = 1.0
     tokens = torch.tensor([[0, 2, 3, 6], [0, 2, 3, 1], [0, -7, 2, 3]], dtype=torch.int32)
-    paths = torch.tensor([[[77, 1, 2, 3], [0, -1, -1, -1]], [[0, -5, 1, 2], [0, 1, 4, 2]],
-                          [[0, 1, 2, 3], [0, 2, 0, 2**31 - 1]]], dtype=torch.int32)  # fmt: skip
+    paths = torch.tensor(
+        [[[77, 1, 2, 3], [0, -1, -1, -1]], [[0, -5, 1, 2], [0, 1, 4, 2]], [[0, 1, 2, 3], [0, 2, 0, 2**31 - 1]]],
+        dtype=torch.int32,
+    )
     want = ([3, 2, 2], [0, 1, 1], [[2, 3, 4, -1], [2, 3, -1, -1], [2, 4, -1, -1]])
     ref = tree_verify(logits, tokens, paths, untrusted=True)
     with checked_addresses():
@@ -219,8 +223,9 @@ def test_kernel_garbage_floats_never_fault(mode):
     # an all -inf row and scattered odd values (not a whole NaN block: the interpreter's argmax is NumPy's
     # nanargmax, which raises on one — an interpreter limit, not a kernel fault)
     case.logits[1, 0] = float("-inf")
-    case.logits[2] = torch.where(torch.rand(case.logits[2].shape, generator=gen) < 0.2, pick(case.logits[2].shape),
-                                 case.logits[2])  # fmt: skip
+    case.logits[2] = torch.where(
+        torch.rand(case.logits[2].shape, generator=gen) < 0.2, pick(case.logits[2].shape), case.logits[2]
+    )
     case.temperature, case.top_p = pick(case.temperature.shape), pick(case.top_p.shape)
     case.uniforms, case.draft_probs = pick(case.uniforms.shape), pick(case.draft_probs.shape)
     _assert_in_bounds(case, _run(case, block_v=8, split=2))

@@ -30,13 +30,15 @@ def test_trt_plugin_type_checks(work):
 
 def test_mypy_rejects_tensorrt_api_misuse(work):
     bad = work / "misuse.py"
-    bad.write_text(textwrap.dedent("""\
+    bad.write_text(
+        textwrap.dedent("""\
         def f() -> None:
             import tensorrt as trt
             import tensorrt.plugin as trtp
             trtp.from_shape_expr((1,))
             trt.DataType.INT33
-    """))
+    """)
+    )
     result = typecheck.run_mypy([bad], work)
     assert result.returncode == 1
     assert 'Missing positional argument "dtype" in call to "from_shape_expr"' in result.stdout
@@ -70,10 +72,12 @@ def test_the_plugin_stub_matches_the_recorded_tensorrt_plugin_api():
 
 def test_the_stub_check_rejects_names_and_signatures_tensorrt_lacks():
     real = typecheck.recorded_api()["versions"]["10.16.1.11"]["api"]
-    bad = (STUB.replace("dtype: trt.DataType) -> TensorDesc", "dt: trt.DataType) -> TensorDesc")
-           .replace("    @property\n    def data_ptr(self) -> int: ...", "    def data_ptr(self) -> int: ...")
-           .replace("def impl(plugin_id: str)", "def implement(plugin_id: str)")
-           .replace("class Shape:", "class Shapes:"))  # fmt: skip
+    bad = (
+        STUB.replace("dtype: trt.DataType) -> TensorDesc", "dt: trt.DataType) -> TensorDesc")
+        .replace("    @property\n    def data_ptr(self) -> int: ...", "    def data_ptr(self) -> int: ...")
+        .replace("def impl(plugin_id: str)", "def implement(plugin_id: str)")
+        .replace("class Shape:", "class Shapes:")
+    )
     assert bad.count("\n") == STUB.count("\n") - 1 and bad != STUB
     assert sorted(typecheck.stub_mismatches(typecheck.stub_api(bad), real)) == [
         "Tensor.data_ptr (self): tensorrt.plugin has property",
@@ -84,7 +88,7 @@ def test_the_stub_check_rejects_names_and_signatures_tensorrt_lacks():
 
 
 def test_plugin_api_reads_public_api_definitions_and_their_bases():
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         def public_api(): ...
         class Base:
             def numel(self): ...
@@ -102,12 +106,18 @@ def test_plugin_api_reads_public_api_definitions_and_their_bases():
             @public_api()
             def aot(plugin_id, tactic=None): ...
         def not_exported(): ...
-    ''')
+    """)
     assert typecheck.plugin_api({"m.py": source}) == {
         "functions": {"aot": "plugin_id, tactic="},
-        "classes": {"Desc": {"numel": "(self)", "shape": "property", "like": "(self, *args, deep=, **kw)",
-                             "from_tuple": "classmethod (cls, t)"}},
-    }  # fmt: skip
+        "classes": {
+            "Desc": {
+                "numel": "(self)",
+                "shape": "property",
+                "like": "(self, *args, deep=, **kw)",
+                "from_tuple": "classmethod (cls, t)",
+            }
+        },
+    }
 
 
 def test_the_recorded_api_is_what_the_wheels_hold():
@@ -119,8 +129,10 @@ def test_the_recorded_api_is_what_the_wheels_hold():
     data = typecheck.recorded_api()["versions"]
     wheels = [folder / rec["wheel"] for rec in data.values()]
     if not all(w.is_file() for w in wheels):
-        pytest.skip(f"the tensorrt-cu13-bindings wheels {sorted(w.name for w in wheels)} are not in "
-                    "$TRTSPEC_TENSORRT_WHEELS (offline): the recorded API stands in for them")  # fmt: skip
+        pytest.skip(
+            f"the tensorrt-cu13-bindings wheels {sorted(w.name for w in wheels)} are not in "
+            "$TRTSPEC_TENSORRT_WHEELS (offline): the recorded API stands in for them"
+        )
     for wheel in wheels:
         rec = typecheck.wheel_record(wheel)
         assert rec == data[rec["version"]], wheel.name

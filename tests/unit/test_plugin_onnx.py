@@ -19,8 +19,11 @@ from plugins.tree_verify.reference import VerifyResult
 from plugins.verify_checks.cases import Case, compare, edge_case, random_case
 
 HIDDEN = 8
-_LOGITS_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16,
-                torch.bfloat16: TensorProto.BFLOAT16}  # fmt: skip
+_LOGITS_TYPE = {
+    torch.float32: TensorProto.FLOAT,
+    torch.float16: TensorProto.FLOAT16,
+    torch.bfloat16: TensorProto.BFLOAT16,
+}
 
 
 def _model(vocab: int, mode: Mode, dtype: torch.dtype, weight: np.ndarray) -> onnx.ModelProto:

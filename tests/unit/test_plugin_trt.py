@@ -87,13 +87,30 @@ def test_registration_follows_the_contract(fake_trt):
 
 def test_output_shapes_and_formats(fake_trt):
     desc = fake_trt.plugin.TensorDesc
-    dims = {"logits": ("B", "T", "V"), "tokens": ("B", "T"), "paths": ("B", "P", "W"), "uniforms": ("B", "W"),
-            "draft_probs": ("B", "T"), "temperature": ("B",), "top_p": ("B",)}  # fmt: skip
+    dims = {
+        "logits": ("B", "T", "V"),
+        "tokens": ("B", "T"),
+        "paths": ("B", "P", "W"),
+        "uniforms": ("B", "W"),
+        "draft_probs": ("B", "T"),
+        "temperature": ("B",),
+        "top_p": ("B",),
+    }
     outs = fake_trt.registered[f"register {PLUGIN_ID}"](*(desc(dims[n], "X") for n in INPUT_NAMES), mode=mode_field(1))
     assert [(o.shape_expr, o.dtype) for o in outs] == [(("B",), "INT32"), (("B",), "INT32"), (("B", "W"), "INT32")]
     (combo,) = fake_trt.registered[f"autotune {PLUGIN_ID}"](*(desc() for _ in INPUT_NAMES), outputs=outs)
-    assert combo.io_types.replace(" ", "").split(",") == ["FP32|FP16|BF16", "INT32", "INT32", "FP32", "FP32",
-                                                            "FP32", "FP32", "INT32", "INT32", "INT32"]  # fmt: skip
+    assert combo.io_types.replace(" ", "").split(",") == [
+        "FP32|FP16|BF16",
+        "INT32",
+        "INT32",
+        "FP32",
+        "FP32",
+        "FP32",
+        "FP32",
+        "INT32",
+        "INT32",
+        "INT32",
+    ]
 
 
 def test_register_without_tensorrt_names_the_install(monkeypatch):

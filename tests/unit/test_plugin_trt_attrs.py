@@ -75,16 +75,23 @@ def test_the_annotation_is_an_int32_array_under_tensorrts_rule():
         array_dtype(np.ndarray)
 
 
-@pytest.mark.parametrize("value,mode", [
-    (np.array([0], np.int32), Mode.GREEDY), (np.array([[1]], np.int64), Mode.REJECTION), (1, Mode.REJECTION),
-    (np.int32(0), Mode.GREEDY),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value,mode",
+    [
+        (np.array([0], np.int32), Mode.GREEDY),
+        (np.array([[1]], np.int64), Mode.REJECTION),
+        (1, Mode.REJECTION),
+        (np.int32(0), Mode.GREEDY),
+    ],
+)
 def test_mode_from_attr_takes_every_form_a_release_passes(value, mode):
     assert mode_from_attr(value) is mode
 
 
-@pytest.mark.parametrize("value", [np.array([0, 1], np.int32), np.array([], np.int32), np.array([1.0]), 1.0, "1",
-                                   True, np.array([7], np.int32)])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [np.array([0, 1], np.int32), np.array([], np.int32), np.array([1.0]), 1.0, "1", True, np.array([7], np.int32)],
+)
 def test_mode_from_attr_refuses_anything_else(value):
     with pytest.raises(ValueError):
         mode_from_attr(value)

@@ -119,8 +119,15 @@ def pickled(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pickled")
     medusa_cfg = json.loads((FIX / "medusa" / "config.json").read_text())
     st = load_file(FIX / "medusa" / "medusa_lm_head.safetensors")
-    heads = _filled(upstream_medusa(medusa_cfg["medusa_num_heads"], medusa_cfg["medusa_num_layers"],
-                                    medusa_cfg["hidden_size"], medusa_cfg["vocab_size"]), st)  # fmt: skip
+    heads = _filled(
+        upstream_medusa(
+            medusa_cfg["medusa_num_heads"],
+            medusa_cfg["medusa_num_layers"],
+            medusa_cfg["hidden_size"],
+            medusa_cfg["vocab_size"],
+        ),
+        st,
+    )
     medusa = _copy_configs(FIX / "medusa", root / "medusa")
     torch.save(heads.state_dict(), medusa / "medusa_lm_head.pt")
 
@@ -138,13 +145,15 @@ def pickled(tmp_path_factory) -> dict[str, Path]:
 
     from huggingface_hub import constants, split_torch_state_dict_into_shards
 
-    split = split_torch_state_dict_into_shards(state, filename_pattern=constants.PYTORCH_WEIGHTS_FILE_PATTERN,
-                                               max_shard_size="8MB")  # fmt: skip
+    split = split_torch_state_dict_into_shards(
+        state, filename_pattern=constants.PYTORCH_WEIGHTS_FILE_PATTERN, max_shard_size="8MB"
+    )
     sharded = _copy_configs(FIX / "base", root / "sharded")
     for name, keys in split.filename_to_tensors.items():
         torch.save({k: state[k] for k in keys}, sharded / name)
-    (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": split.metadata,
-                                                                      "weight_map": split.tensor_to_filename}))
+    (sharded / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"metadata": split.metadata, "weight_map": split.tensor_to_filename})
+    )
     assert split.is_sharded and len(split.filename_to_tensors) > 1
     return {"medusa": medusa, "eagle": eagle, "base": base, "sharded": sharded}
 
@@ -165,8 +174,10 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 
 def test_upstream_key_names_are_the_fixtures(pickled):
     """The pickles hold upstream's names (their modules loaded the fixture strictly), in the published dtype."""
-    for pt, st in (("medusa/medusa_lm_head.pt", "medusa/medusa_lm_head.safetensors"),
-                   ("eagle/pytorch_model.bin", "eagle/model.safetensors")):  # fmt: skip
+    for pt, st in (
+        ("medusa/medusa_lm_head.pt", "medusa/medusa_lm_head.safetensors"),
+        ("eagle/pytorch_model.bin", "eagle/model.safetensors"),
+    ):
         role, name = pt.split("/")
         _assert_same(torch.load(pickled[role] / name, weights_only=True), load_file(FIX / st))
     eagle = torch.load(pickled["eagle"] / "pytorch_model.bin", weights_only=True)
@@ -183,10 +194,13 @@ def test_pickled_drafts_load_only_with_the_opt_in(pickled, target):
         load_eagle(pickled["eagle"], embed, head, opt_in="speculative.allow_pickle")
     assert info.value.field == "speculative.allow_pickle"
 
-    _assert_same(load_medusa(pickled["medusa"], allow_pickle=True).state_dict(),
-                 load_medusa(FIX / "medusa").state_dict())  # fmt: skip
-    _assert_same(load_eagle(pickled["eagle"], embed, head, allow_pickle=True).state_dict(),
-                 load_eagle(FIX / "eagle", embed, head).state_dict())  # fmt: skip
+    _assert_same(
+        load_medusa(pickled["medusa"], allow_pickle=True).state_dict(), load_medusa(FIX / "medusa").state_dict()
+    )
+    _assert_same(
+        load_eagle(pickled["eagle"], embed, head, allow_pickle=True).state_dict(),
+        load_eagle(FIX / "eagle", embed, head).state_dict(),
+    )
 
 
 @pytest.mark.parametrize("layout", ["base", "sharded"])
@@ -259,12 +273,26 @@ def test_safetensors_beside_a_pickle_win(pickled, tmp_path):
 
 
 def test_validate_names_the_field_and_the_file(pickled):
-    cases = [("tiny-llama3-medusa.yaml", f"speculative.checkpoint={pickled['medusa']}", "speculative.allow_pickle",
-              pickled["medusa"] / "medusa_lm_head.pt"),
-             ("tiny-llama3-eagle1.yaml", f"speculative.checkpoint={pickled['eagle']}", "speculative.allow_pickle",
-              pickled["eagle"] / "pytorch_model.bin"),
-             ("tiny-llama3.yaml", f"model.checkpoint={pickled['sharded']}", "model.allow_pickle",
-              pickled["sharded"] / "pytorch_model.bin.index.json")]  # fmt: skip
+    cases = [
+        (
+            "tiny-llama3-medusa.yaml",
+            f"speculative.checkpoint={pickled['medusa']}",
+            "speculative.allow_pickle",
+            pickled["medusa"] / "medusa_lm_head.pt",
+        ),
+        (
+            "tiny-llama3-eagle1.yaml",
+            f"speculative.checkpoint={pickled['eagle']}",
+            "speculative.allow_pickle",
+            pickled["eagle"] / "pytorch_model.bin",
+        ),
+        (
+            "tiny-llama3.yaml",
+            f"model.checkpoint={pickled['sharded']}",
+            "model.allow_pickle",
+            pickled["sharded"] / "pytorch_model.bin.index.json",
+        ),
+    ]
     for name, override, field, file in cases:
         for command in ("validate", "plan"):
             result = run(command, str(RECIPES / name), "--set", override)
@@ -318,8 +346,16 @@ def test_hub_draft_is_refused_at_the_load_stage(pickled, tmp_path, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     _hub(tmp_path / "hub", "org/eagle-bin", pickled["eagle"])
-    args = ["build", str(RECIPES / "tiny-llama3-eagle1.yaml"), "--until", "load", "--cache-dir", str(tmp_path / "c"),
-            "--set", "speculative.checkpoint=hf://org/eagle-bin"]  # fmt: skip
+    args = [
+        "build",
+        str(RECIPES / "tiny-llama3-eagle1.yaml"),
+        "--until",
+        "load",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--set",
+        "speculative.checkpoint=hf://org/eagle-bin",
+    ]
     assert run("validate", *args[1:2], *args[-2:]).exit_code == 0  # nothing local to look at
     refused = run(*args)
     assert refused.exit_code == 2, refused.output
@@ -330,17 +366,37 @@ def test_hub_draft_is_refused_at_the_load_stage(pickled, tmp_path, monkeypatch):
 
 def _generate(recipe: str, *overrides: str) -> dict:
     sets = [a for o in overrides for a in ("--set", o)]
-    result = run("generate", str(RECIPES / recipe), "--engine", "torch", "--prompt", "def fib(n):",
-                 "--max-new-tokens", "24", "--json", *sets)  # fmt: skip
+    result = run(
+        "generate",
+        str(RECIPES / recipe),
+        "--engine",
+        "torch",
+        "--prompt",
+        "def fib(n):",
+        "--max-new-tokens",
+        "24",
+        "--json",
+        *sets,
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("recipe,overrides", [
-    ("tiny-llama3-medusa.yaml", ("speculative.checkpoint={medusa}", "speculative.allow_pickle=true")),
-    ("tiny-llama3-eagle1.yaml", ("speculative.checkpoint={eagle}", "speculative.allow_pickle=true",
-                                 "model.checkpoint={sharded}", "model.allow_pickle=true")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe,overrides",
+    [
+        ("tiny-llama3-medusa.yaml", ("speculative.checkpoint={medusa}", "speculative.allow_pickle=true")),
+        (
+            "tiny-llama3-eagle1.yaml",
+            (
+                "speculative.checkpoint={eagle}",
+                "speculative.allow_pickle=true",
+                "model.checkpoint={sharded}",
+                "model.allow_pickle=true",
+            ),
+        ),
+    ],
+)
 def test_generate_from_pickles_equals_the_safetensors_run(pickled, recipe, overrides):
     """Same tensors ⇒ the same greedy tokens and the same acceptance at every step (the torch reference)."""
     full_vocab = ("speculative.draft_vocab=null",) if "eagle" in recipe else ()  # (skips counting the vocabulary)
@@ -355,16 +411,20 @@ def test_trtllm_checkpoint_from_a_pickled_draft_is_the_same(pickled, tmp_path):
     recipe = str(RECIPES / "tiny-llama3-trtllm-eagle1.yaml")
     common = ["--until", "checkpoint", "--json", "--quiet"]
     outs = {}
-    for name, extra in (("st", []), ("bin", ["--set", f"speculative.checkpoint={pickled['eagle']}",
-                                             "--set", "speculative.allow_pickle=true"])):  # fmt: skip
+    for name, extra in (
+        ("st", []),
+        ("bin", ["--set", f"speculative.checkpoint={pickled['eagle']}", "--set", "speculative.allow_pickle=true"]),
+    ):
         result = run("build", recipe, "--cache-dir", str(tmp_path / name), *common, *extra)
         assert result.exit_code == 0, result.output
         outs[name] = {r["stage"]: Path(r["output"]) for r in json.loads(result.stdout)["stages"]}
     source = json.loads((outs["bin"]["load"] / "source.json").read_text())
     assert source["draft"]["safetensors"] == "safetensors/draft" and "safetensors" not in source["model"]
     for rank in sorted(p.name for p in outs["st"]["checkpoint"].glob("rank*.safetensors")):
-        with safe_open(str(outs["st"]["checkpoint"] / rank), "pt") as a, \
-             safe_open(str(outs["bin"]["checkpoint"] / rank), "pt") as b:  # fmt: skip
+        with (
+            safe_open(str(outs["st"]["checkpoint"] / rank), "pt") as a,
+            safe_open(str(outs["bin"]["checkpoint"] / rank), "pt") as b,
+        ):
             assert set(a.keys()) == set(b.keys()) and any(k.startswith("eagle_nets") for k in a.keys())
             for key in a.keys():
                 assert torch.equal(a.get_tensor(key), b.get_tensor(key)), key
@@ -383,11 +443,14 @@ def test_convert_draft_writes_what_loads_without_the_opt_in(pickled, target, tmp
         assert result.exit_code == 0, result.output
         assert not list((tmp_path / out).glob("*.pt")) and not list((tmp_path / out).glob("*.bin"))
         assert (tmp_path / out / "config.json").read_bytes() == (pickled[role] / "config.json").read_bytes()
-    _assert_same(load_eagle(tmp_path / "e", embed, head).state_dict(),
-                 load_eagle(FIX / "eagle", embed, head).state_dict())  # fmt: skip
+    _assert_same(
+        load_eagle(tmp_path / "e", embed, head).state_dict(), load_eagle(FIX / "eagle", embed, head).state_dict()
+    )
     _assert_same(load_file(tmp_path / "e" / "model.safetensors"), load_file(FIX / "eagle" / "model.safetensors"))
-    _assert_same(load_file(tmp_path / "m" / "medusa_lm_head.safetensors"),
-                 load_file(FIX / "medusa" / "medusa_lm_head.safetensors"))  # fmt: skip
+    _assert_same(
+        load_file(tmp_path / "m" / "medusa_lm_head.safetensors"),
+        load_file(FIX / "medusa" / "medusa_lm_head.safetensors"),
+    )
     shards = set(json.loads((tmp_path / "t" / "model.safetensors.index.json").read_text())["weight_map"].values())
     n = len(set(json.loads((pickled["sharded"] / "pytorch_model.bin.index.json").read_text())["weight_map"].values()))
     assert sorted(shards) == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)] and n > 1
@@ -401,8 +464,17 @@ def test_convert_draft_from_a_recipe_uses_its_opt_in(pickled, tmp_path):
     where = f"speculative.checkpoint={pickled['medusa']}"
     refused = run("convert-draft", recipe, "--set", where, "--out", str(tmp_path / "a"))
     assert refused.exit_code == 2 and "speculative.allow_pickle: medusa_lm_head.pt is a pickle" in refused.stderr
-    result = run("convert-draft", recipe, "--set", where, "--set", "speculative.allow_pickle=true",
-                 "--out", str(tmp_path / "a"), "--json")  # fmt: skip
+    result = run(
+        "convert-draft",
+        recipe,
+        "--set",
+        where,
+        "--set",
+        "speculative.allow_pickle=true",
+        "--out",
+        str(tmp_path / "a"),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["written"] == ["medusa_lm_head.safetensors"]
     ok = run("validate", recipe, "--set", f"speculative.checkpoint={tmp_path / 'a'}")
@@ -418,8 +490,9 @@ def test_convert_draft_shared_resblocks_and_atomicity(tmp_path):
     heads = upstream_medusa(2, 2, 8, 11)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "config.json").write_text(json.dumps({"medusa_num_heads": 2, "medusa_num_layers": 2,
-                                                 "base_model_name_or_path": "x"}))  # fmt: skip
+    (src / "config.json").write_text(
+        json.dumps({"medusa_num_heads": 2, "medusa_num_layers": 2, "base_model_name_or_path": "x"})
+    )
     torch.save(heads.state_dict(), src / "medusa_lm_head.pt")
     assert run("convert-draft", str(src), "--allow-pickle").exit_code == 0  # default: <dir>-safetensors beside it
     out = tmp_path / "src-safetensors"

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -32,8 +31,11 @@ from builder.cli import cli
 ROOT = Path(__file__).resolve().parents[2]
 PYENV = Path("/root/.pyenv/versions")
 PYTHONS = {"3.12": PYENV / "3.12.1" / "bin" / "python", "3.13": PYENV / "3.13.0" / "bin" / "python"}
-RECIPES = ("recipes/tiny-llama3.yaml", "recipes/llama3-8b-1xh100-fp8-eagle.yaml",
-           "recipes/llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml")  # fmt: skip
+RECIPES = (
+    "recipes/tiny-llama3.yaml",
+    "recipes/llama3-8b-1xh100-fp8-eagle.yaml",
+    "recipes/llama3-70b-tp4-h100-fp8-trtllm-eagle.yaml",
+)
 SOURCES = ("pyproject.toml", "README.md", "builder", "plugins", "triton_repo")
 DONE = ".trtspec-core-ready"
 
@@ -94,8 +96,11 @@ def _host_plan(recipe: str, cache: Path) -> dict:
 def _comparable(plan: dict) -> dict:
     """A plan without what depends on the installed tools (stage and upstream keys hash their versions) or on paths."""
     drop = ("key", "upstream", "output", "cached")
-    return {**plan, "recipe": Path(plan["recipe"]).name,
-            "stages": [{k: v for k, v in s.items() if k not in drop} for s in plan["stages"]]}
+    return {
+        **plan,
+        "recipe": Path(plan["recipe"]).name,
+        "stages": [{k: v for k, v in s.items() if k not in drop} for s in plan["stages"]],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +109,9 @@ def src(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("minor", sorted(PYTHONS))
-def test_core_install_runs_validate_plan_schema_doctor_and_the_bundle_scripts(minor: str, src: Path,
-                                                                              tmp_path: Path) -> None:
+def test_core_install_runs_validate_plan_schema_doctor_and_the_bundle_scripts(
+    minor: str, src: Path, tmp_path: Path
+) -> None:
     python = PYTHONS[minor]
     if not python.is_file():
         pytest.skip(f"no Python {minor} at {python}")

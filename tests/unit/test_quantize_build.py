@@ -18,8 +18,14 @@ RECIPE = str(REPO / "recipes" / "tiny-llama3-fp8.yaml")
 
 
 def trtspec(*args: str, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "builder.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)},
+    )
 
 
 def test_fp8_recipe_builds_reports_and_generates(tmp_path: Path) -> None:
@@ -37,19 +43,28 @@ def test_fp8_recipe_builds_reports_and_generates(tmp_path: Path) -> None:
 
     info = json.loads((folders["quantize"] / "quantize.json").read_text())  # calibrated where this host allows
     where = "cuda" if torch.cuda.is_available() else "cpu"  # the recipe's model.dtype is fp32 either way
-    assert info["source"] == "calibrated" and (info["placement"]["device"], info["placement"]["dtype"]) == \
-        (where, "float32") and info["placement"]["fits"]  # fmt: skip
+    assert (
+        info["source"] == "calibrated"
+        and (info["placement"]["device"], info["placement"]["dtype"]) == (where, "float32")
+        and info["placement"]["fits"]
+    )
     assert info["modelopt"]["supported"] == ">=0.37,<0.48" and info["modelopt"]["config_form"] == "list"
     report = json.loads((folders["export"] / "quality.json").read_text())
     assert (folders["export"] / "quality.md").read_text().startswith("# FP8 quality")
     assert report["num_prompts"] >= 20 and all(v > 1 for v in report["perplexity"].values())
     greedy = report["greedy"]
     assert 0 <= greedy["token_agreement"] <= 1 and len(greedy["first_divergence"]) == report["num_prompts"]
-    assert set(report["methods"]) == {"none", "lookahead(W=4,N=4,G=4)", "eagle-2(V=1024)"}  # the recipe drafts over 1024 tokens
+    assert set(report["methods"]) == {
+        "none",
+        "lookahead(W=4,N=4,G=4)",
+        "eagle-2(V=1024)",
+    }  # the recipe drafts over 1024 tokens
     for row in report["methods"].values():
         assert row["fp32"]["tau"] >= 1 and row["fp8"]["tau"] >= 1
-    print(f"FP8 vs fp32: perplexity {report['perplexity']}, greedy agreement {greedy['token_agreement']}, "
-          f"τ {[(m, r['fp32']['tau'], r['fp8']['tau']) for m, r in report['methods'].items()]}")
+    print(
+        f"FP8 vs fp32: perplexity {report['perplexity']}, greedy agreement {greedy['token_agreement']}, "
+        f"τ {[(m, r['fp32']['tau'], r['fp8']['tau']) for m, r in report['methods'].items()]}"
+    )
     g = trtspec("generate", RECIPE, "--prompt", "def add(a, b):", "--max-new-tokens", "16", "--json", cache=tmp_path)
     assert g.returncode == 0, g.stderr
     out = json.loads(g.stdout)

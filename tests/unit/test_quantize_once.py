@@ -28,8 +28,15 @@ from tests.unit.fp8_oracle import BASE, codes_to_float, half_ulp, one_rounding, 
 from tests.unit.scratch import scratch_dir
 from tests.unit.test_quantize_ptq import fixture_fp8
 
-GROUPS = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gate_up", "up_proj": "gate_up",
-          "o_proj": "o_proj", "down_proj": "down_proj"}  # fmt: skip
+GROUPS = {
+    "q_proj": "qkv",
+    "k_proj": "qkv",
+    "v_proj": "qkv",
+    "gate_proj": "gate_up",
+    "up_proj": "gate_up",
+    "o_proj": "o_proj",
+    "down_proj": "down_proj",
+}
 H, KV, D = 8, 2, 32  # the fixture's heads, KV heads, head size
 
 
@@ -56,8 +63,11 @@ def fp8_file(folder: Path) -> dict[str, np.ndarray]:
 def group_scale(layer: int, group: str) -> np.float32:
     """float32(max over the group's original weights of max|w| / 448)."""
     members = [m for m, g in GROUPS.items() if g == group]
-    path = {m: f"model.layers.{layer}.{'self_attn' if m.endswith(('q_proj', 'k_proj', 'v_proj', 'o_proj')) else 'mlp'}"
-            f".{m}.weight" for m in members}  # fmt: skip
+    path = {
+        m: f"model.layers.{layer}.{'self_attn' if m.endswith(('q_proj', 'k_proj', 'v_proj', 'o_proj')) else 'mlp'}"
+        f".{m}.weight"
+        for m in members
+    }
     amax = max(float(np.abs(original()[p]).max()) for p in path.values())
     return np.float32(amax / 448)
 
@@ -120,14 +130,20 @@ def test_trtllm_checkpoint_weights_are_one_rounding_of_the_original(tp):
         t = fp8_file_rank(trtllm(tp, fixture_fp8()[0]), r)
         for i in range(4):
             p, hf = f"transformer.layers.{i}.", f"model.layers.{i}."
-            qkv = np.concatenate([rank_rows(o[hf + "self_attn.q_proj.weight"], "q", tp, r),
-                                  rank_rows(o[hf + "self_attn.k_proj.weight"], "kv", tp, r),
-                                  rank_rows(o[hf + "self_attn.v_proj.weight"], "kv", tp, r)])  # fmt: skip
-            want = {"attention.qkv": (qkv, "qkv"),
-                    "attention.dense": (rank_rows(o[hf + "self_attn.o_proj.weight"], "cols", tp, r), "o_proj"),
-                    "mlp.fc": (rank_rows(o[hf + "mlp.gate_proj.weight"], "rows", tp, r), "gate_up"),
-                    "mlp.gate": (rank_rows(o[hf + "mlp.up_proj.weight"], "rows", tp, r), "gate_up"),
-                    "mlp.proj": (rank_rows(o[hf + "mlp.down_proj.weight"], "cols", tp, r), "down_proj")}  # fmt: skip
+            qkv = np.concatenate(
+                [
+                    rank_rows(o[hf + "self_attn.q_proj.weight"], "q", tp, r),
+                    rank_rows(o[hf + "self_attn.k_proj.weight"], "kv", tp, r),
+                    rank_rows(o[hf + "self_attn.v_proj.weight"], "kv", tp, r),
+                ]
+            )
+            want = {
+                "attention.qkv": (qkv, "qkv"),
+                "attention.dense": (rank_rows(o[hf + "self_attn.o_proj.weight"], "cols", tp, r), "o_proj"),
+                "mlp.fc": (rank_rows(o[hf + "mlp.gate_proj.weight"], "rows", tp, r), "gate_up"),
+                "mlp.gate": (rank_rows(o[hf + "mlp.up_proj.weight"], "rows", tp, r), "gate_up"),
+                "mlp.proj": (rank_rows(o[hf + "mlp.down_proj.weight"], "cols", tp, r), "down_proj"),
+            }
             for name, (w, group) in want.items():
                 s = t[f"{p}{name}.weights_scaling_factor"]
                 assert s.shape == (1,) and s[0] == group_scale(i, group), f"rank {r} {name}: not the shared scale"
@@ -138,8 +154,10 @@ def fp8_file_rank(folder: Path, rank: int) -> dict[str, np.ndarray]:
     """rank{N}.safetensors as NumPy (FP8 as uint8 codes)."""
     from safetensors.torch import load_file
 
-    return {k: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.float().numpy()
-            for k, t in load_file(str(folder / f"rank{rank}.safetensors")).items()}  # fmt: skip
+    return {
+        k: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.float().numpy()
+        for k, t in load_file(str(folder / f"rank{rank}.safetensors")).items()
+    }
 
 
 def test_onnx_graph_holds_the_same_bytes_and_one_scale_per_fused_group():
@@ -155,8 +173,10 @@ def test_onnx_graph_holds_the_same_bytes_and_one_scale_per_fused_group():
     inits = {t.name: t for t in proto.graph.initializer}
     t = fp8_file(fixture_fp8()[0])
     for i in range(4):
-        for name, parts in (("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-                            ("gate_up", ("mlp.gate_proj", "mlp.up_proj"))):  # fmt: skip
+        for name, parts in (
+            ("qkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+            ("gate_up", ("mlp.gate_proj", "mlp.up_proj")),
+        ):
             data = numpy_helper.to_array(inits[f"layer{i}/{name}_fp8"]).view(np.uint8)  # [C, Σout]
             want = np.concatenate([t[f"model.layers.{i}.{m}.weight"] for m in parts]).T
             assert np.array_equal(data, want), f"layer {i} {name}: not the checkpoint's bytes"

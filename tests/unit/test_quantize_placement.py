@@ -52,8 +52,10 @@ def test_70b_spreads_over_the_recipes_gpus_in_bf16():
     assert (four.device, four.gpus, four.dtype) == ("cuda", 4, "bfloat16")  # the recipe's 4 of the host's 8
     assert four.weight_bytes == 70_553_706_496 * 2 and four.fits
     assert four.max_memory == {i: H100 - 2 * GIB - act for i in range(4)}  # device_map="auto" budget per GPU
-    assert four.describe() == (f"4 × H100, bfloat16: weights {four.weight_bytes / GIB:.2f} GiB + activations "
-                               f"{act / GIB:.2f} GiB of {4 * (H100 - 2 * GIB) / GIB:.2f} GiB")  # fmt: skip
+    assert four.describe() == (
+        f"4 × H100, bfloat16: weights {four.weight_bytes / GIB:.2f} GiB + activations "
+        f"{act / GIB:.2f} GiB of {4 * (H100 - 2 * GIB) / GIB:.2f} GiB"
+    )
     # one H200: 131.4 GiB of bf16 weights + 3.3 GiB activations + 2 GiB reserve < 140.4 GiB
     assert place(L70, HostFacts((H200,), 0, "H200"), "bfloat16", 1, 1024).fits
     # one H100: does not fit (the quantize stage and `trtspec plan` refuse it)

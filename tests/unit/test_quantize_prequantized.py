@@ -29,7 +29,7 @@ import torch
 
 from builder.errors import UserError
 from builder.quantize import prequantized
-from tests.unit.fp8_oracle import EXCLUDE, BASE, codes_to_float, half_ulp, one_rounding, published_fp8
+from tests.unit.fp8_oracle import BASE, EXCLUDE, codes_to_float, half_ulp, one_rounding, published_fp8
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,12 +130,19 @@ def test_convert_dequantizes_what_the_recipe_excludes_and_drops_unwanted_kv_scal
 def write_recipe(root: Path, name: str, checkpoint: Path, **over) -> Path:
     import yaml
 
-    data = {"model": {"family": "llama3", "checkpoint": str(checkpoint), "dtype": "fp32"},
-            "quantization": {"mode": "fp8", "kv_cache": "fp8"}, "target": {"device": "cpu"},
-            "speculative": {"method": "lookahead", "window": 1, "ngram": 3, "verification_set": 1,
-                            "verification": "greedy"},
-            "build": {"max_batch_size": 2, "max_input_len": 512, "max_seq_len": 1024,
-                      "max_num_tokens": 2048}}  # fmt: skip
+    data = {
+        "model": {"family": "llama3", "checkpoint": str(checkpoint), "dtype": "fp32"},
+        "quantization": {"mode": "fp8", "kv_cache": "fp8"},
+        "target": {"device": "cpu"},
+        "speculative": {
+            "method": "lookahead",
+            "window": 1,
+            "ngram": 3,
+            "verification_set": 1,
+            "verification": "greedy",
+        },
+        "build": {"max_batch_size": 2, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 2048},
+    }
     for dotted, value in over.items():
         *path, leaf = dotted.split("__")
         node = data
@@ -148,15 +155,22 @@ def write_recipe(root: Path, name: str, checkpoint: Path, **over) -> Path:
 
 
 def trtspec(*args: str, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], capture_output=True, text=True, timeout=600,
-                          cwd=REPO, env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "builder.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={**os.environ, "TRTSPEC_CACHE_DIR": str(cache)},
+    )
 
 
 def test_recipe_must_say_fp8_and_kv_needs_the_checkpoints_scales(tmp_path: Path) -> None:
     from tests.unit.recipe_helpers import run
 
-    none = write_recipe(tmp_path, "none.yaml", published_fp8("fp8"), quantization__mode="none",
-                        quantization__kv_cache="model_dtype")  # fmt: skip
+    none = write_recipe(
+        tmp_path, "none.yaml", published_fp8("fp8"), quantization__mode="none", quantization__kv_cache="model_dtype"
+    )
     for cmd in (["plan", str(none)], ["build", str(none), "--until", "load", "--cache-dir", str(tmp_path / "c")]):
         r = run(*cmd)
         assert r.exit_code == 2 and "quantization.mode" in r.stderr and "(allowed: fp8)" in r.stderr, r.stderr
@@ -179,8 +193,8 @@ def ort_build(tmp_path_factory):
 
 
 def test_onnxruntime_builds_without_calibration_and_generates_the_references_greedy_tokens(ort_build) -> None:
-    from builder.quantize.checkpoint import read_fp8_checkpoint
     from builder.model.llama import causal_mask
+    from builder.quantize.checkpoint import read_fp8_checkpoint
     from builder.quantize.reference import Fp8KVCache, fake_quant_model
     from builder.stages.parts import stop_ids
 
@@ -196,16 +210,27 @@ def test_onnxruntime_builds_without_calibration_and_generates_the_references_gre
     ref = fake_quant_model(ckpt.model, ckpt.spec).double()
     cfg, n, compared = ckpt.cfg, 20, 0
     for prompt in ([17, 250, 9, 1023, 44, 3], [5, 6, 7, 8]):
-        g = trtspec("generate", str(recipe), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(n),
-                    "--method", "none", "--json", cache=cache)  # fmt: skip
+        g = trtspec(
+            "generate",
+            str(recipe),
+            "--prompt-ids",
+            ",".join(map(str, prompt)),
+            "--max-new-tokens",
+            str(n),
+            "--method",
+            "none",
+            "--json",
+            cache=cache,
+        )
         assert g.returncode == 0, g.stderr
         got = json.loads(g.stdout)["token_ids"]
         assert len(got) == n or got[-1] in stop_ids(published_fp8("fp8"))  # all asked for, or ended by EOS
         ids = list(prompt)
         for i, token in enumerate(got):  # greedy by recomputation: the float64 FP8 reference, KV rounded as written
             s = len(ids)
-            kv = Fp8KVCache(ckpt.spec, cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, s,
-                            torch.float64)  # fmt: skip
+            kv = Fp8KVCache(
+                ckpt.spec, cfg.num_hidden_layers, 1, cfg.num_key_value_heads, cfg.head_dim, s, torch.float64
+            )
             with torch.no_grad():
                 logits, _ = ref(torch.tensor([ids]), torch.arange(s)[None], causal_mask(s), kv, 0)
             want = int(logits[0, -1].argmax())
@@ -217,15 +242,21 @@ def test_onnxruntime_builds_without_calibration_and_generates_the_references_gre
             ids.append(want)
             compared += 1
         else:
-            assert ids[len(prompt):] == got
+            assert ids[len(prompt) :] == got
     assert compared >= n  # not vacuous: at least one prompt's worth of tokens checked
 
 
 def test_trtllm_checkpoint_stage_builds_from_it(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    recipe = write_recipe(tmp_path, "trtllm.yaml", published_fp8("fp8"), model__dtype="fp16", trtllm={"version": "1.2.1"},
-                          target={"device": "h100", "gpus": 1, "backend": "trtllm"})  # fmt: skip
+    recipe = write_recipe(
+        tmp_path,
+        "trtllm.yaml",
+        published_fp8("fp8"),
+        model__dtype="fp16",
+        trtllm={"version": "1.2.1"},
+        target={"device": "h100", "gpus": 1, "backend": "trtllm"},
+    )
     cache = tmp_path / "cache"
     r = trtspec("build", str(recipe), "--cache-dir", str(cache), "--until", "checkpoint", "--json", cache=cache)
     assert r.returncode == 0, r.stderr
@@ -236,8 +267,9 @@ def test_trtllm_checkpoint_stage_builds_from_it(tmp_path: Path) -> None:
     for i in range(4):
         qkv = torch.cat([q[f"model.layers.{i}.self_attn.{p}_proj.weight"].view(torch.uint8) for p in "qkv"])
         assert torch.equal(t[f"transformer.layers.{i}.attention.qkv.weight"].view(torch.uint8), qkv)
-        assert float(t[f"transformer.layers.{i}.attention.qkv.weights_scaling_factor"]) == \
-            float(q[f"model.layers.{i}.self_attn.q_proj.weight_scale"])  # fmt: skip
+        assert float(t[f"transformer.layers.{i}.attention.qkv.weights_scaling_factor"]) == float(
+            q[f"model.layers.{i}.self_attn.q_proj.weight_scale"]
+        )
 
 
 def test_tensorrt_build_stops_at_the_engine_with_everything_before_built(tmp_path: Path) -> None:
@@ -248,8 +280,14 @@ def test_tensorrt_build_stops_at_the_engine_with_everything_before_built(tmp_pat
 
     if missing() is None:
         pytest.skip("TensorRT is installed here: the build would not stop")
-    recipe = write_recipe(tmp_path, "trt.yaml", published_fp8("fp8"), model__dtype="fp16",
-                          quantization__kv_cache="model_dtype", target={"device": "h100", "gpus": 1})  # fmt: skip
+    recipe = write_recipe(
+        tmp_path,
+        "trt.yaml",
+        published_fp8("fp8"),
+        model__dtype="fp16",
+        quantization__kv_cache="model_dtype",
+        target={"device": "h100", "gpus": 1},
+    )
     cache = tmp_path / "cache"
     r = trtspec("build", str(recipe), "--cache-dir", str(cache), "--json", cache=cache)
     assert r.returncode == 3, r.stderr

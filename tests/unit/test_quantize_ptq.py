@@ -51,8 +51,9 @@ def test_calibration_shapes_and_sources(tmp_path: Path) -> None:
     tok = load_tokenizer(BASE)
     ids = calibration_ids(tok, "builtin:stdlib", REPO, num_samples=3, seq_len=32)
     assert [len(s) for s in ids] == [32, 32, 32]
-    (tmp_path / "cal.jsonl").write_text("\n".join(json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n"})
-                                                  for i in range(40)) + "\n")  # fmt: skip
+    (tmp_path / "cal.jsonl").write_text(
+        "\n".join(json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n"}) for i in range(40)) + "\n"
+    )
     ids = calibration_ids(tok, "cal.jsonl", tmp_path, num_samples=2, seq_len=16)
     assert [len(s) for s in ids] == [16, 16]
     with pytest.raises(UserError, match="needs num_samples"):
@@ -152,23 +153,45 @@ def test_reader_refuses_a_damaged_checkpoint(tmp_path: Path) -> None:
 # nvidia-modelopt 0.37.0 (TensorRT-LLM 1.2.x's line), modelopt/torch/quantization/config.py: lines 147-161
 # (_default_disabled_quantizer_cfg), 181-188 (FP8_DEFAULT_CFG), 336-346 (FP8_KV_CFG), as data.
 _OLD_DISABLED = {
-    "nn.BatchNorm1d": {"*": {"enable": False}}, "nn.BatchNorm2d": {"*": {"enable": False}},
-    "nn.BatchNorm3d": {"*": {"enable": False}}, "nn.LeakyReLU": {"*": {"enable": False}},
-    "*lm_head*": {"enable": False}, "*proj_out.*": {"enable": False}, "*block_sparse_moe.gate*": {"enable": False},
-    "*router*": {"enable": False}, "*mlp.gate.*": {"enable": False}, "*mlp.shared_expert_gate.*": {"enable": False},
-    "*output_layer*": {"enable": False}, "output.*": {"enable": False}, "default": {"enable": False},
-}  # fmt: skip
-OLD_FP8_DEFAULT_CFG = {"quant_cfg": {"*weight_quantizer": {"num_bits": (4, 3), "axis": None},
-                                     "*input_quantizer": {"num_bits": (4, 3), "axis": None}, **_OLD_DISABLED},
-                       "algorithm": "max"}  # fmt: skip
-OLD_FP8_KV_CFG = {"quant_cfg": {"*[kv]_bmm_quantizer": {"num_bits": (4, 3), "axis": None, "enable": True},
-                                "default": {"enable": False}}, "algorithm": "max"}  # fmt: skip
+    "nn.BatchNorm1d": {"*": {"enable": False}},
+    "nn.BatchNorm2d": {"*": {"enable": False}},
+    "nn.BatchNorm3d": {"*": {"enable": False}},
+    "nn.LeakyReLU": {"*": {"enable": False}},
+    "*lm_head*": {"enable": False},
+    "*proj_out.*": {"enable": False},
+    "*block_sparse_moe.gate*": {"enable": False},
+    "*router*": {"enable": False},
+    "*mlp.gate.*": {"enable": False},
+    "*mlp.shared_expert_gate.*": {"enable": False},
+    "*output_layer*": {"enable": False},
+    "output.*": {"enable": False},
+    "default": {"enable": False},
+}
+OLD_FP8_DEFAULT_CFG = {
+    "quant_cfg": {
+        "*weight_quantizer": {"num_bits": (4, 3), "axis": None},
+        "*input_quantizer": {"num_bits": (4, 3), "axis": None},
+        **_OLD_DISABLED,
+    },
+    "algorithm": "max",
+}
+OLD_FP8_KV_CFG = {
+    "quant_cfg": {
+        "*[kv]_bmm_quantizer": {"num_bits": (4, 3), "axis": None, "enable": True},
+        "default": {"enable": False},
+    },
+    "algorithm": "max",
+}
 
 # the quantizers modelopt puts on an HF Llama layer and the LM head (TensorQuantizer module names)
-LINEARS = [f"model.layers.0.self_attn.{p}_proj" for p in "qkvo"] + [f"model.layers.0.mlp.{p}_proj" for p in
-                                                                     ("gate", "up", "down")] + ["lm_head"]  # fmt: skip
-QUANTIZERS = [f"{m}.{q}_quantizer" for m in LINEARS for q in ("weight", "input", "output")] + \
-    [f"model.layers.0.self_attn.{p}_bmm_quantizer" for p in "qkv"]  # fmt: skip
+LINEARS = (
+    [f"model.layers.0.self_attn.{p}_proj" for p in "qkvo"]
+    + [f"model.layers.0.mlp.{p}_proj" for p in ("gate", "up", "down")]
+    + ["lm_head"]
+)
+QUANTIZERS = [f"{m}.{q}_quantizer" for m in LINEARS for q in ("weight", "input", "output")] + [
+    f"model.layers.0.self_attn.{p}_bmm_quantizer" for p in "qkv"
+]
 
 
 def enabled(cfg: dict) -> dict[str, tuple]:
@@ -184,9 +207,16 @@ def enabled(cfg: dict) -> dict[str, tuple]:
         order = [("*", entries["default"])] if "default" in entries else []
         order += [(k, v) for k, v in entries.items() if k != "default" and not k.startswith("nn.")]
     else:
-        order = [(e["quantizer_name"], {"enable": e["enable"]} if "enable" in e and "cfg" not in e else
-                  {**e.get("cfg", {}), **({"enable": e["enable"]} if "enable" in e else {})})
-                 for e in entries if "parent_class" not in e]  # fmt: skip
+        order = [
+            (
+                e["quantizer_name"],
+                {"enable": e["enable"]}
+                if "enable" in e and "cfg" not in e
+                else {**e.get("cfg", {}), **({"enable": e["enable"]} if "enable" in e else {})},
+            )
+            for e in entries
+            if "parent_class" not in e
+        ]
     state: dict[str, tuple | None] = {q: None for q in QUANTIZERS}
     for pattern, attrs in order:
         for q in QUANTIZERS:

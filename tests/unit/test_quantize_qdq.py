@@ -34,8 +34,16 @@ from builder.export.qdq import FP8, FP8_MAX, Fp8Spec
 from builder.export.target import build_target
 from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.quantize.reference import Fp8KVCache, e4m3_round, fake_quant_model
-from tests.unit.test_export_harness import (Session, ancestors, assert_close, assert_ranked_like, leaf_paths,
-                                            ort_bound, pad_paths, sequence_mask)  # fmt: skip
+from tests.unit.test_export_harness import (
+    Session,
+    ancestors,
+    assert_close,
+    assert_ranked_like,
+    leaf_paths,
+    ort_bound,
+    pad_paths,
+    sequence_mask,
+)
 from tests.unit.test_quantize_ptq import fixture_fp8
 
 CAP = 64
@@ -77,16 +85,31 @@ def _run_scenario(sess: Session, gen: np.random.Generator, vocab: int):
     """Prefill PROMPT tokens, then one step of a random NODES-node tree; returns both calls' outputs and
     the whole sequence (tokens, positions, [S, S] mask) for the reference."""
     prompt = gen.integers(0, vocab, PROMPT)
-    first = sess.run(dict(tokens=prompt[None], position_ids=np.arange(PROMPT)[None],
-                          tree_mask=np.tril(np.ones((PROMPT, PROMPT), bool))[None], past_len=np.array([0]),
-                          num_nodes=np.array([PROMPT]), verify_index=np.array([[PROMPT - 1]]),
-                          paths=np.zeros((1, 1, 1), np.int32)))  # fmt: skip
+    first = sess.run(
+        dict(
+            tokens=prompt[None],
+            position_ids=np.arange(PROMPT)[None],
+            tree_mask=np.tril(np.ones((PROMPT, PROMPT), bool))[None],
+            past_len=np.array([0]),
+            num_nodes=np.array([PROMPT]),
+            verify_index=np.array([[PROMPT - 1]]),
+            paths=np.zeros((1, 1, 1), np.int32),
+        )
+    )
     parents = [-1] + [int(gen.integers(max(0, i - 2), i)) for i in range(1, NODES)]
     mask, depth = ancestors(parents)
     nodes = gen.integers(0, vocab, NODES)
-    second = sess.run(dict(tokens=nodes[None], position_ids=(PROMPT + depth)[None], tree_mask=mask[None],
-                           past_len=np.array([PROMPT]), num_nodes=np.array([NODES]),
-                           verify_index=np.arange(NODES)[None], paths=pad_paths([leaf_paths(parents)])))  # fmt: skip
+    second = sess.run(
+        dict(
+            tokens=nodes[None],
+            position_ids=(PROMPT + depth)[None],
+            tree_mask=mask[None],
+            past_len=np.array([PROMPT]),
+            num_nodes=np.array([NODES]),
+            verify_index=np.arange(NODES)[None],
+            paths=pad_paths([leaf_paths(parents)]),
+        )
+    )
     tokens = np.concatenate([prompt, nodes])
     positions = np.concatenate([np.arange(PROMPT), PROMPT + depth])
     return first, second, tokens, positions, sequence_mask(PROMPT, mask)
@@ -139,9 +162,16 @@ def test_qdq_graph_follows_the_float64_fp8_reference(tmp_path: Path, variant: st
     forced = _forced(tags, first, second, cfg.num_key_value_heads)
     *ref64, seen64 = _reference(model, spec, torch.float64, tokens, positions, seq_mask, forced)
     *ref32, seen32 = _reference(model, spec, torch.float32, tokens, positions, seq_mask, forced)
-    scales = {f"layer{i}/{s}": float(spec.linears[f"layers.{i}.{m}"].input_scale) for i in range(cfg.num_hidden_layers)
-              for s, m in (("qkv", "self_attn.q_proj"), ("o_proj", "self_attn.o_proj"), ("gate_up", "mlp.gate_proj"),
-                           ("down_proj", "mlp.down_proj"))}  # fmt: skip
+    scales = {
+        f"layer{i}/{s}": float(spec.linears[f"layers.{i}.{m}"].input_scale)
+        for i in range(cfg.num_hidden_layers)
+        for s, m in (
+            ("qkv", "self_attn.q_proj"),
+            ("o_proj", "self_attn.o_proj"),
+            ("gate_up", "mlp.gate_proj"),
+            ("down_proj", "mlp.down_proj"),
+        )
+    }
     for i, (ks, vs) in spec.kv_scales.items():
         scales[f"layer{i}/k_cache"], scales[f"layer{i}/v_cache"] = ks, vs
     assert set(seen64) == set(forced) == set(scales)
@@ -170,8 +200,11 @@ def test_canonical_graph_holds_fp8_weights_and_standard_qdq(tmp_path: Path) -> N
             assert helper.get_attribute_value(next(a for a in n.attribute if a.name == "saturate")) == 1
     res = write_models(proto, tmp_path / "g", "target", {})
     ort_model = onnx.load(str(res.ort), load_external_data=False)
-    weight_dq = [n for n in ort_model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in
-                 {t.name for t in ort_model.graph.initializer}]  # fmt: skip
+    weight_dq = [
+        n
+        for n in ort_model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {t.name for t in ort_model.graph.initializer}
+    ]
     assert not weight_dq  # the ORT twin spells them Cast · scale (folded by ORT at load)
     casts = [n for n in ort_model.graph.node if n.op_type == "Cast" and n.name.endswith("/cast")]
     assert len(casts) == len(fp8_inits)
@@ -184,8 +217,10 @@ def test_a_wrong_input_scale_is_caught(tmp_path: Path) -> None:
 
     ckpt = read_fp8_checkpoint(fixture_fp8()[0])
     lin = ckpt.spec.linears["layers.1.self_attn.o_proj"]
-    bad = Fp8Spec({**ckpt.spec.linears, "layers.1.self_attn.o_proj": replace(lin, input_scale=lin.input_scale * 1.01)},
-                  ckpt.spec.kv_scales)  # fmt: skip
+    bad = Fp8Spec(
+        {**ckpt.spec.linears, "layers.1.self_attn.o_proj": replace(lin, input_scale=lin.input_scale * 1.01)},
+        ckpt.spec.kv_scales,
+    )
     cfg = ckpt.cfg
     path, tags = export_tagged(ckpt.model, bad, "standard", tmp_path / "bad")
     sess = Session(path, 1, cfg.num_hidden_layers, cfg.num_key_value_heads, CAP, cfg.head_dim)

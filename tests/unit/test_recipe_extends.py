@@ -29,7 +29,10 @@ def test_list_of_parents_merge_in_order(tmp_path):
 
 def test_changing_method_replaces_the_section(tmp_path):
     write(tmp_path / "a.yaml", good())  # medusa with num_heads, tree...
-    write(tmp_path / "b.yaml", "extends: a.yaml\nspeculative: {method: lookahead, window: 2, ngram: 3, verification_set: 1}\n")
+    write(
+        tmp_path / "b.yaml",
+        "extends: a.yaml\nspeculative: {method: lookahead, window: 2, ngram: 3, verification_set: 1}\n",
+    )
     r = load_recipe(tmp_path / "b.yaml").recipe
     assert r.speculative.method == "lookahead" and r.speculative.draft_len == 1 + (2 - 1 + 1) * 2
 
@@ -88,12 +91,18 @@ def test_set_can_switch_method(tmp_path):
     assert r.speculative.method == "lookahead"
 
 
-@pytest.mark.parametrize("override,expect", [
-    ("build.max_batch_size=many", "--set build.max_batch_size=many:1:1: build.max_batch_size: Input should be a valid integer"),
-    ("build.nonsense=1", "build.nonsense: unknown field"),
-    ("novalue", "expected dotted.path=value"),
-    ("model.dtype.x=1", "model.dtype: invalid value"),
-])
+@pytest.mark.parametrize(
+    "override,expect",
+    [
+        (
+            "build.max_batch_size=many",
+            "--set build.max_batch_size=many:1:1: build.max_batch_size: Input should be a valid integer",
+        ),
+        ("build.nonsense=1", "build.nonsense: unknown field"),
+        ("novalue", "expected dotted.path=value"),
+        ("model.dtype.x=1", "model.dtype: invalid value"),
+    ],
+)
 def test_bad_overrides(tmp_path, override, expect):
     path = write(tmp_path / "r.yaml", good())
     result = run("validate", str(path), "--set", override)

@@ -11,18 +11,21 @@ import time
 import numpy as np
 import pytest
 
-from tests.unit.scheduler_fakes import Sink, _long, _scheduler, _wait
-from tests.unit.scheduler_fakes import reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import Sink, _long, _scheduler, _wait, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.jobs import Job
-
 
 
 def test_relay_inputs_keep_their_dtypes_and_bytes():
     from triton_repo.relay import decode_inputs, encode_inputs
 
-    sent = {"text_input": np.array([b"caf\xc3\xa9 \xff"], dtype=object), "max_tokens": np.array([7], np.int32),
-            "temperature": np.array([0.25], np.float32), "stream": np.array([True]), "seed": np.array([2**40], np.int64),
-            "stop": np.array([b"a", b"bc"], dtype=object)}  # fmt: skip
+    sent = {
+        "text_input": np.array([b"caf\xc3\xa9 \xff"], dtype=object),
+        "max_tokens": np.array([7], np.int32),
+        "temperature": np.array([0.25], np.float32),
+        "stream": np.array([True]),
+        "seed": np.array([2**40], np.int64),
+        "stop": np.array([b"a", b"bc"], dtype=object),
+    }
     import json
 
     got = decode_inputs(json.loads(json.dumps(encode_inputs(sent))))
@@ -55,7 +58,9 @@ def test_relay_streams_cancels_by_hanging_up_and_reports_a_dead_server(tmp_path)
     server = RelayServer(tmp_path / "s.sock", on_request).start()
     try:
         msgs = list(relay_request(tmp_path / "s.sock", {"max_tokens": np.array([3], np.int32)}, {"x": 1.5}, "r1"))
-        assert [m["text"] for m in msgs] == ["t0", "t1", "t2", ""] and msgs[0]["id"] == "r1" and msgs[0]["p"] == {"x": 1.5}
+        assert (
+            [m["text"] for m in msgs] == ["t0", "t1", "t2", ""] and msgs[0]["id"] == "r1" and msgs[0]["p"] == {"x": 1.5}
+        )
         socks: list = []
         it = relay_request(tmp_path / "s.sock", {"max_tokens": np.array([500], np.int32)}, {}, "r2", socks)
         next(it)

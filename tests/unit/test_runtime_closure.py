@@ -29,8 +29,12 @@ from triton_repo import runtime as R
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOTSTRAP = ROOT / "triton_repo" / "models" / "model.py"
-GPU_MODULES = ("builder.engines.tensorrt", "plugins.tree_verify.kernel", "plugins.tree_verify.reference",
-               "plugins.tree_verify.trt_plugin")  # fmt: skip
+GPU_MODULES = (
+    "builder.engines.tensorrt",
+    "plugins.tree_verify.kernel",
+    "plugins.tree_verify.reference",
+    "plugins.tree_verify.trt_plugin",
+)
 
 SYNTHETIC = {  # a source tree exercising every import form the walker must follow (or not)
     "triton_repo/__init__.py": "",
@@ -38,16 +42,23 @@ SYNTHETIC = {  # a source tree exercising every import form the walker must foll
     "triton_repo/models/front.py": "import numpy\nfrom triton_repo import jobs\n",
     "triton_repo/models/spec_decoder.py": (
         "from typing import TYPE_CHECKING\nfrom .. import tensors\nif TYPE_CHECKING:\n    from builder import hidden\n"
-        "else:\n    pass\n\ndef load():\n    from builder.engines.tensorrt.folder import open_engine\n"),
+        "else:\n    pass\n\ndef load():\n    from builder.engines.tensorrt.folder import open_engine\n"
+    ),
     "triton_repo/models/preprocessing.py": "import triton_repo.request as r\n",
     "triton_repo/models/postprocessing.py": "",
     "triton_repo/jobs.py": "from builder.speculative.decoding import Request\n",
-    "triton_repo/tensors.py": "", "triton_repo/request.py": "", "triton_repo/unused.py": "",
-    "builder/__init__.py": "", "builder/hidden.py": "", "builder/export/__init__.py": "",
+    "triton_repo/tensors.py": "",
+    "triton_repo/request.py": "",
+    "triton_repo/unused.py": "",
+    "builder/__init__.py": "",
+    "builder/hidden.py": "",
+    "builder/export/__init__.py": "",
     "builder/export/tensorrt.py": "import onnx\n",
-    "builder/speculative/__init__.py": "", "builder/speculative/decoding.py": "from .engine import Engine\n",
+    "builder/speculative/__init__.py": "",
+    "builder/speculative/decoding.py": "from .engine import Engine\n",
     "builder/speculative/engine.py": "",
-    "builder/engines/__init__.py": "", "builder/engines/tensorrt/__init__.py": "",
+    "builder/engines/__init__.py": "",
+    "builder/engines/tensorrt/__init__.py": "",
     "builder/engines/tensorrt/folder.py": "def build_folder():\n    from builder.export.tensorrt import write\n",
 }
 
@@ -58,11 +69,23 @@ def test_the_closure_walker_on_a_hand_made_tree(tmp_path):
         (tmp_path / rel).write_text(text)
     got = R.closure(tmp_path)
     assert set(got) == {
-        "triton_repo", "triton_repo.models", "triton_repo.models.front", "triton_repo.models.spec_decoder",
-        "triton_repo.models.preprocessing", "triton_repo.models.postprocessing", "triton_repo.jobs",
-        "triton_repo.tensors", "triton_repo.request", "builder", "builder.speculative", "builder.speculative.decoding",
-        "builder.speculative.engine", "builder.engines", "builder.engines.tensorrt", "builder.engines.tensorrt.folder",
-    }  # not: unused (never imported), hidden (TYPE_CHECKING), export.tensorrt (a BUILD_ONLY edge)  # fmt: skip
+        "triton_repo",
+        "triton_repo.models",
+        "triton_repo.models.front",
+        "triton_repo.models.spec_decoder",
+        "triton_repo.models.preprocessing",
+        "triton_repo.models.postprocessing",
+        "triton_repo.jobs",
+        "triton_repo.tensors",
+        "triton_repo.request",
+        "builder",
+        "builder.speculative",
+        "builder.speculative.decoding",
+        "builder.speculative.engine",
+        "builder.engines",
+        "builder.engines.tensorrt",
+        "builder.engines.tensorrt.folder",
+    }  # not: unused (never imported), hidden (TYPE_CHECKING), export.tensorrt (a BUILD_ONLY edge)
     assert got["builder.speculative.engine"] == "builder.speculative.decoding"  # who brought it in
     assert got["builder.engines.tensorrt.folder"] == "triton_repo.models.spec_decoder"
     assert sorted(R.runtime_files(tmp_path))[0] == "builder/__init__.py"
@@ -80,12 +103,17 @@ def test_stale_names_what_the_source_tree_would_copy_differently(tmp_path):
     (src / "builder/speculative/batch.py").write_text("")
     (src / "builder/speculative/decoding.py").write_text("from .batch import rows\n")  # engine.py dropped, batch new
     (src / "triton_repo/tensors.py").write_text("X = 1\n")
-    assert sorted(R.stale(tmp_path / "rt", src)) == sorted([
-        "builder/speculative/batch.py: new in the source tree",
-        "builder/speculative/engine.py: no longer part of the runtime",
-        "builder/speculative/decoding.py: changed in the source tree",
-        "triton_repo/tensors.py: changed in the source tree"])  # fmt: skip
-    assert R.stale(tmp_path / "nowhere", src)[0].endswith("No such file or directory: '" + str(tmp_path / "nowhere" / R.MANIFEST) + "'")
+    assert sorted(R.stale(tmp_path / "rt", src)) == sorted(
+        [
+            "builder/speculative/batch.py: new in the source tree",
+            "builder/speculative/engine.py: no longer part of the runtime",
+            "builder/speculative/decoding.py: changed in the source tree",
+            "triton_repo/tensors.py: changed in the source tree",
+        ]
+    )
+    assert R.stale(tmp_path / "nowhere", src)[0].endswith(
+        "No such file or directory: '" + str(tmp_path / "nowhere" / R.MANIFEST) + "'"
+    )
 
 
 def _chain(found: dict[str, str | None], module: str) -> str:
@@ -101,7 +129,9 @@ def test_the_closure_holds_the_models_and_stays_in_the_serving_scope():
     for m in found:
         assert R.module_file(m).is_file(), m
     outside = [_chain(found, m) for m in found if not R.in_scope(m)]
-    assert not outside, "serving would import build code (narrow the import, or widen SCOPE saying why): " + "; ".join(outside)
+    assert not outside, "serving would import build code (narrow the import, or widen SCOPE saying why): " + "; ".join(
+        outside
+    )
     assert "builder.engines.tensorrt.folder" in found and "builder.export.tensorrt" not in found  # BUILD_ONLY cut
     assert "plugins.tree_verify.trt_plugin" in found  # a TensorRT folder registers the plugin again when it opens
 
@@ -144,12 +174,24 @@ def test_the_copy_is_byte_identical_and_its_manifest_catches_changes(tmp_path):
     edited.write_text(edited.read_text() + "\n# edited\n")
     removed.unlink()
     found = R.problems(dst)
-    assert len(found) == 2 and any("scheduler.py: changed" in p for p in found) and any("rows.py: missing" in p for p in found)
+    assert (
+        len(found) == 2
+        and any("scheduler.py: changed" in p for p in found)
+        and any("rows.py: missing" in p for p in found)
+    )
 
 
 def test_absolute_path_finder():
-    texts = ['x: "/work/main/.venv/lib"', 'y: "engine"', 'z: "text/plain"', "w: '[[1, 64]]'", "u: http://a/b",
-             'v: "[\\"/opt/x y/site-packages\\"]"', "`<model>/1/model.py`, n / 2", "/srv/repo"]
+    texts = [
+        'x: "/work/main/.venv/lib"',
+        'y: "engine"',
+        'z: "text/plain"',
+        "w: '[[1, 64]]'",
+        "u: http://a/b",
+        'v: "[\\"/opt/x y/site-packages\\"]"',
+        "`<model>/1/model.py`, n / 2",
+        "/srv/repo",
+    ]
     assert R.absolute_paths(texts) == ["/work/main/.venv/lib", "/opt/x y/site-packages", "/srv/repo"]
     assert R.absolute_paths([BOOTSTRAP.read_text(encoding="utf-8")]) == []
 
@@ -207,8 +249,24 @@ def test_a_copy_far_from_the_source_tree_serves_alone_without_gpu_packages(tiny_
     R.copy_runtime(home / R.FOLDER)
     prompt, n = [5, 17, 301, 42, 7], 24
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-I", "-c", CHILD, str(home / "model.py"), str(tiny_engine), json.dumps(prompt),
-                          str(n), *R.closure()], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            CHILD,
+            str(home / "model.py"),
+            str(tiny_engine),
+            json.dumps(prompt),
+            str(n),
+            *R.closure(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     runtime = str((home / R.FOLDER).resolve())
@@ -218,8 +276,18 @@ def test_a_copy_far_from_the_source_tree_serves_alone_without_gpu_packages(tiny_
         gpu = module.startswith(GPU_MODULES) and missing.partition(".")[0] in R.GPU_THIRD_PARTY
         assert stub or gpu, (module, missing)
     assert "builder.engines.tensorrt.folder" in out["files"]  # the TensorRT host layer itself imports without a GPU
-    res = CliRunner().invoke(cli, ["generate", str(ROOT / "recipes/tiny-llama3.yaml"), "--prompt-ids",
-                                   ",".join(map(str, prompt)), "--max-new-tokens", str(n), "--json"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "generate",
+            str(ROOT / "recipes/tiny-llama3.yaml"),
+            "--prompt-ids",
+            ",".join(map(str, prompt)),
+            "--max-new-tokens",
+            str(n),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     want = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["tokens"] == want["token_ids"] and len(out["tokens"]) > 0

@@ -33,8 +33,9 @@ PROMPT = [1, 5, 3]
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    path = make_hf_llama(tmp_path_factory.mktemp("v8") / "m", vocab=V, hidden=32, layers=1, heads=4, kv_heads=2,
-                         std=0.5, seed=7)
+    path = make_hf_llama(
+        tmp_path_factory.mktemp("v8") / "m", vocab=V, hidden=32, layers=1, heads=4, kv_heads=2, std=0.5, seed=7
+    )
     return load_model(path)
 
 
@@ -94,8 +95,11 @@ def test_loop_samples_follow_the_target(model, method, kind, tmp_path):
         engine = TorchEngine(model, max_seq_len=64, **medusa)
     else:
         engine = target_engine(model, tmp_path, max_seq_len=32, max_nodes=16, **medusa)
-    make = {"none": lambda: None, "medusa": lambda: MedusaDrafter(tree),
-            "lookahead": lambda: LookaheadDrafter(2, 3, 2)}[method]
+    make = {
+        "none": lambda: None,
+        "medusa": lambda: MedusaDrafter(tree),
+        "lookahead": lambda: LookaheadDrafter(2, 3, 2),
+    }[method]
     counts = sample(engine, make, TEMP)
     p = chi2_pvalue(counts, exact_law(model, TEMP), N)
     assert p > 1e-4, f"{method}: samples do not follow the target (χ² p = {p:.2e})"

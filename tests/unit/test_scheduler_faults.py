@@ -18,12 +18,10 @@ import time
 import pytest
 
 from builder.speculative.decoding import Decoder, Request
-from tests.unit.scheduler_fakes import Sink, _give_back, _long, _scheduler, _wait
-from tests.unit.scheduler_fakes import reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import Sink, _give_back, _long, _scheduler, _wait, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine
 from triton_repo.jobs import Job, Overloaded, Unavailable
 from triton_repo.scheduler import Scheduler
-
 
 # -- the scheduler --------------------------------------------------------------------------------------
 
@@ -258,9 +256,14 @@ def test_fake_pb_exporter_sends_increases_changes_and_every_observation():
     ex.close(flush=False)
     values["trtspec_steps_total"] = 9
     ex.flush()  # closed: nothing sent any more
-    assert FakePbUtils.calls == [("obs", "trtspec_tau", 1.5), ("obs", "trtspec_tau", 2.0),
-                                 ("inc", "trtspec_steps_total", "", 5.0), ("inc", "trtspec_requests_ended_total", "length", 3.0),
-                                 ("set", "trtspec_requests_active", 2.0), ("set", "trtspec_requests_active", 0.0)]  # fmt: skip
+    assert FakePbUtils.calls == [
+        ("obs", "trtspec_tau", 1.5),
+        ("obs", "trtspec_tau", 2.0),
+        ("inc", "trtspec_steps_total", "", 5.0),
+        ("inc", "trtspec_requests_ended_total", "length", 3.0),
+        ("set", "trtspec_requests_active", 2.0),
+        ("set", "trtspec_requests_active", 0.0),
+    ]
     FakePbUtils.calls.clear()
     lazy = {"trtspec_front_cancels_total": 0}
     ex = Exporter(FakePbUtils, FRONT, {"model": "f"}, lambda: lazy, eager=False)

@@ -18,10 +18,8 @@ from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, EngineBroken
 from builder.speculative.engine import Draft, SamplingBatch, check_paths, root_only
 from builder.stages.decoders import build_decoder
-from tests.unit.scheduler_fakes import RECIPE, _give_back
-from tests.unit.scheduler_fakes import reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import RECIPE, _give_back, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine
-
 
 # -- the batched engine -----------------------------------------------------------------------------------
 
@@ -81,8 +79,12 @@ def test_the_engine_refuses_bad_paths_before_any_kv_moves(ort, want, reqs):
     seq = dec.add([reqs[3]])[0]
     root = seq.gen.token_ids[-1]
     good = root_only(root)
-    bad = Draft(np.array([root, 5, 6], np.int64), np.tril(np.ones((3, 3), bool)), np.array([0, 1, 2]),
-                np.array([[0, 2, -1]], np.int32))  # node 2 sits at depth 2, not 1
+    bad = Draft(
+        np.array([root, 5, 6], np.int64),
+        np.tril(np.ones((3, 3), bool)),
+        np.array([0, 1, 2]),
+        np.array([[0, 2, -1]], np.int32),
+    )  # node 2 sits at depth 2, not 1
     committed = engine.committed_len(seq.id)
     with pytest.raises(ValueError, match="depth"):
         engine.step([seq.id], [bad], SamplingBatch.all_greedy(1, 3))
@@ -98,11 +100,20 @@ BAD_PATHS = {
     "below -1": (CHAIN, [0, 1, 2], [[0, -2, -1]], "node indices"),
     "node after padding": (CHAIN, [0, 1, 2], [[0, -1, 2]], "padding"),
     "skips a level": (CHAIN, [0, 1, 2], [[0, 2, -1]], "depth"),
-    "not an ancestor": (np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool), [0, 1, 1], [[0, 1, -1], [0, 2, -1], [0, 1, 2]],
-                        "depth"),
-    "attends a node off the path": (np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], bool), [0, 1, 1], [[0, 2, -1]], "exactly"),
+    "not an ancestor": (
+        np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool),
+        [0, 1, 1],
+        [[0, 1, -1], [0, 2, -1], [0, 1, 2]],
+        "depth",
+    ),
+    "attends a node off the path": (
+        np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], bool),
+        [0, 1, 1],
+        [[0, 2, -1]],
+        "exactly",
+    ),
     "misses an ancestor": (np.array([[1, 0, 0], [1, 1, 0], [0, 1, 1]], bool), [0, 1, 2], [[0, 1, 2]], "exactly"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_PATHS))
@@ -115,7 +126,9 @@ def test_check_paths_refuses(case):
 
 def test_check_paths_accepts_trees_lookahead_branches_and_dtypes():
     tree = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], bool)  # root; a, b; a -> c
-    check_paths(Draft(np.arange(4, dtype=np.int64), tree, np.array([0, 1, 1, 2]), np.array([[0, 1, 3], [0, 2, -1]], np.int32)))
+    check_paths(
+        Draft(np.arange(4, dtype=np.int64), tree, np.array([0, 1, 1, 2]), np.array([[0, 1, 3], [0, 2, -1]], np.int32))
+    )
     check_paths(root_only(7))
     with pytest.raises(ValueError, match="int32"):
         check_paths(Draft(np.arange(4, dtype=np.int64), tree, np.array([0, 1, 1, 2]), np.array([[0, 1, 3]], np.int64)))

@@ -25,9 +25,14 @@ def test_keys_record_the_installed_tool_versions():
     assert stage.inputs["tools"]["onnxruntime"] == metadata.version("onnxruntime")
 
 
-@pytest.mark.parametrize("tool,changed", [("onnx", {"export", "engine", "repo"}),
-                                          ("nvidia-modelopt", {"quantize", "export", "engine", "repo"}),
-                                          ("tritonclient", {"repo"})])
+@pytest.mark.parametrize(
+    "tool,changed",
+    [
+        ("onnx", {"export", "engine", "repo"}),
+        ("nvidia-modelopt", {"quantize", "export", "engine", "repo"}),
+        ("tritonclient", {"repo"}),
+    ],
+)
 def test_a_tool_upgrade_rebuilds_its_stages_and_their_dependents(monkeypatch, tool, changed):
     before = keys("recipes/tiny-llama3-fp8.yaml")
     real = plan.tool_versions

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from builder.engines.tensorrt import lock, timing
 from builder.engines.tensorrt import build as trt_build
+from builder.engines.tensorrt import lock, timing
 from builder.engines.tensorrt.folder import Settings, build_folder
 from builder.errors import UserError
 from builder.export.contract import EAGLE, FP8, TARGET, Precision
@@ -68,8 +68,13 @@ def install_builder(fake, export: Path, wrong: dict[str, str] | None = None, mea
         def _tensors(self, io: str) -> list:
             g = fake.graphs[self.name]
             specs = g.contract.specs(io, layers=g.layers, rejection=g.rejection)  # the parser keeps unread inputs
-            return [types.SimpleNamespace(name=s.name, dtype=DType((wrong or {}).get(s.name) or trt_build.TRT_TYPES[
-                g.precision.resolve(s.dtype)])) for s in specs]  # fmt: skip
+            return [
+                types.SimpleNamespace(
+                    name=s.name,
+                    dtype=DType((wrong or {}).get(s.name) or trt_build.TRT_TYPES[g.precision.resolve(s.dtype)]),
+                )
+                for s in specs
+            ]
 
         num_inputs = property(lambda self: len(self._tensors("inputs")))
         num_outputs = property(lambda self: len(self._tensors("outputs")))
@@ -137,16 +142,29 @@ def export(fake_trt, tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(trt_build, "device_facts", lambda: dict(H200))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     folder = tmp_path / "export"
-    for name, graph in (("target-greedy", target_graph()), ("target-rejection", target_graph(rejection=True)),
-                        ("eagle", eagle_graph())):  # fmt: skip
+    for name, graph in (
+        ("target-greedy", target_graph()),
+        ("target-rejection", target_graph(rejection=True)),
+        ("eagle", eagle_graph()),
+    ):
         (folder / name).mkdir(parents=True)
         fake_trt.graphs[name] = graph
-    info = {"variant": "standard", "capacity": 24, "max_seq_len": 18, "medusa": None, "eagle": EAGLE_INFO,
-            "drafter": {"method": "eagle", "version": 1, "choices": [[0], [1], [0, 0]]}, "fp8": False,
-            "precision": Precision("bfloat16", FP8).as_dict(),
-            "draft_precision": Precision("bfloat16", "bfloat16").as_dict(),
-            "tensorrt": {"greedy": "target-greedy/target.trt.onnx", "rejection": "target-rejection/target.trt.onnx",
-                         "eagle": "eagle/eagle.trt.onnx"}}  # fmt: skip
+    info = {
+        "variant": "standard",
+        "capacity": 24,
+        "max_seq_len": 18,
+        "medusa": None,
+        "eagle": EAGLE_INFO,
+        "drafter": {"method": "eagle", "version": 1, "choices": [[0], [1], [0, 0]]},
+        "fp8": False,
+        "precision": Precision("bfloat16", FP8).as_dict(),
+        "draft_precision": Precision("bfloat16", "bfloat16").as_dict(),
+        "tensorrt": {
+            "greedy": "target-greedy/target.trt.onnx",
+            "rejection": "target-rejection/target.trt.onnx",
+            "eagle": "eagle/eagle.trt.onnx",
+        },
+    }
     (folder / "export.json").write_text(json.dumps(info))
     (tmp_path / "tok").mkdir()
     shutil.copy(TOKENIZER, tmp_path / "tok" / "tokenizer.json")
@@ -165,8 +183,10 @@ def test_timing_cache_path_is_per_tensorrt_and_gpu_under_xdg_cache_home(tmp_path
     assert timing.cache_path("10.15.1.29", "NVIDIA H200", (9, 0)) == want
     assert timing.cache_root({"HOME": "/home/u"}) == Path("/home/u/.cache/trtspec/timing")  # XDG unset
     assert timing.cache_root({"HOME": "/home/u", "XDG_CACHE_HOME": "rel"}) == Path("/home/u/.cache/trtspec/timing")
-    assert timing.cache_path("10.16.1.11", "NVIDIA H100 80GB HBM3", [9, 0], root=tmp_path).name == \
-        "10.16.1.11-NVIDIA_H100_80GB_HBM3-sm90.cache"
+    assert (
+        timing.cache_path("10.16.1.11", "NVIDIA H100 80GB HBM3", [9, 0], root=tmp_path).name
+        == "10.16.1.11-NVIDIA_H100_80GB_HBM3-sm90.cache"
+    )
 
 
 def test_timing_cache_write_is_atomic(tmp_path, monkeypatch):
@@ -194,15 +214,19 @@ def test_FakeTensorRT_no_GPU_build_folder_timing_cache_lock_and_precision(fake_t
     meta = build(export, tmp_path / "out")
     assert loaded[0] == b"timed by an earlier build"  # loaded before the first build
     assert timing.read(cache).decode().splitlines() == sorted(
-        ["timed by an earlier build", "timed by the other build"] + [f"timed {g} on {FAKE_VERSION}" for g in
-                                                                     ("eagle", "target-greedy", "target-rejection")])
+        ["timed by an earlier build", "timed by the other build"]
+        + [f"timed {g} on {FAKE_VERSION}" for g in ("eagle", "target-greedy", "target-rejection")]
+    )
     assert not list(cache.parent.glob(".*.tmp")) and not list((tmp_path / "out").rglob("*.cache"))
     assert str(tmp_path / "out") not in json.dumps(meta)  # no build-host path of the cache in engine.json
     assert meta["engines"]["greedy"]["timing_cache"]["file"] == cache.name
     assert meta["precision"] == {"act": "bfloat16", "kv": FP8} and meta["draft_precision"]["kv"] == "bfloat16"
-    assert meta["tensorrt"] == {"version": FAKE_VERSION, "device": H200["device"], "compute_capability": [9, 0],
-                                "plugin": {"id": "trtspec::TreeVerify", "sha256": lock.plugin_sha256(),
-                                           "files": list(lock.PLUGIN_FILES)}}  # fmt: skip
+    assert meta["tensorrt"] == {
+        "version": FAKE_VERSION,
+        "device": H200["device"],
+        "compute_capability": [9, 0],
+        "plugin": {"id": "trtspec::TreeVerify", "sha256": lock.plugin_sha256(), "files": list(lock.PLUGIN_FILES)},
+    }
     assert meta["engines"]["greedy"]["io"]["past_key_0"]["dtype"] == "FP8"
     assert meta["engines"]["eagle"]["io"]["hidden_in"]["dtype"] == "BF16"
     assert meta["engines"]["rejection"]["device_memory_max_bytes"] == 5000
@@ -265,8 +289,12 @@ def test_plugin_digest_follows_the_plugin_code(tmp_path):
 def test_contract_io_dtypes_cover_every_graph_of_an_export():
     from builder.engines.tensorrt.folder import graph_io_dtypes, precisions
 
-    info = {"medusa": None, "eagle": EAGLE_INFO, "precision": Precision("float16", FP8).as_dict(),
-            "draft_precision": Precision("float16", "float16").as_dict()}  # fmt: skip
+    info = {
+        "medusa": None,
+        "eagle": EAGLE_INFO,
+        "precision": Precision("float16", FP8).as_dict(),
+        "draft_precision": Precision("float16", "float16").as_dict(),
+    }
     got = graph_io_dtypes(info, {"layers": 2}, precisions(info))
     assert set(got) == {"greedy", "rejection", "eagle"}
     assert set(got["greedy"]) == {s.name for io in ("inputs", "outputs") for s in TARGET.specs(io, layers=2)}

@@ -20,7 +20,7 @@ import math
 import sys
 import types
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -173,8 +173,10 @@ class FakeContext:
         assert set(self.addresses) == set(self.engine.dtypes), set(self.engine.dtypes) ^ set(self.addresses)
         assert set(self.shapes) == self.engine.inputs
         self.executed.append(stream_handle)
-        views = {n: at(ptr, self.get_tensor_shape(n), numpy_dtype(self.engine.dtype_names[n]))
-                 for n, ptr in self.addresses.items()}  # fmt: skip
+        views = {
+            n: at(ptr, self.get_tensor_shape(n), numpy_dtype(self.engine.dtype_names[n]))
+            for n, ptr in self.addresses.items()
+        }
         self.engine.graph.compute(views, self.engine.graph.layers)
         return True
 
@@ -225,7 +227,8 @@ class FakeTensorRT:
         mod.Builder = object  # probe.missing() asks for it
         mod.TensorIOMode = types.SimpleNamespace(INPUT="INPUT", OUTPUT="OUTPUT")
         mod.ExecutionContextAllocationStrategy = types.SimpleNamespace(
-            STATIC="STATIC", ON_PROFILE_CHANGE="ON_PROFILE_CHANGE", USER_MANAGED="USER_MANAGED")
+            STATIC="STATIC", ON_PROFILE_CHANGE="ON_PROFILE_CHANGE", USER_MANAGED="USER_MANAGED"
+        )
 
         class Logger:
             WARNING, ERROR = 2, 1
@@ -246,6 +249,7 @@ class FakeTensorRT:
 
         mod.Logger, mod.Runtime = Logger, Runtime
         plugin = self.plugin = types.ModuleType("tensorrt.plugin")
+
         def recorder(kind: str) -> Callable[..., Any]:
             def decorator(plugin_id: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
                 def record(f: Any) -> Any:
@@ -365,8 +369,25 @@ def _stub_classes(work: Path) -> dict[str, dict[str, str]]:
 
 
 FAKE_AS = {FakeEngine: "ICudaEngine", FakeContext: "IExecutionContext"}  # fake class -> the stub class it imitates
-FAKE_OWN = {"graph", "trt", "names", "inputs", "dims", "dtype_names", "dtypes", "contexts", "engine", "strategy",
-            "memory", "memory_history", "profile", "profile_streams", "shapes", "addresses", "executed"}  # bookkeeping
+FAKE_OWN = {
+    "graph",
+    "trt",
+    "names",
+    "inputs",
+    "dims",
+    "dtype_names",
+    "dtypes",
+    "contexts",
+    "engine",
+    "strategy",
+    "memory",
+    "memory_history",
+    "profile",
+    "profile_streams",
+    "shapes",
+    "addresses",
+    "executed",
+}  # bookkeeping
 
 
 def test_FakeTensorRT_offers_only_names_tensorrt_stubs_declare(tmp_path):

@@ -26,8 +26,24 @@ def work(tmp_path_factory):
 
 def test_the_tensorrt_adapter_type_checks_strictly(work):
     names = {Path(f).name for f in typecheck.FILES}
-    assert {"build.py", "runtime.py", "target.py", "eagle.py", "folder.py", "profiles.py", "probe.py", "device.py",
-            "kv.py", "timing.py", "lock.py", "batched.py", "bindings.py", "shortcuts.py", "eagle_host.py", "opened.py"} <= names  # fmt: skip
+    assert {
+        "build.py",
+        "runtime.py",
+        "target.py",
+        "eagle.py",
+        "folder.py",
+        "profiles.py",
+        "probe.py",
+        "device.py",
+        "kv.py",
+        "timing.py",
+        "lock.py",
+        "batched.py",
+        "bindings.py",
+        "shortcuts.py",
+        "eagle_host.py",
+        "opened.py",
+    } <= names
     result = typecheck.run(typecheck.FILES, work)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"no issues found in {len(typecheck.FILES)} source files" in result.stdout
@@ -35,7 +51,8 @@ def test_the_tensorrt_adapter_type_checks_strictly(work):
 
 def test_mypy_rejects_tensorrt_api_misuse(work):
     bad = work / "misuse.py"
-    bad.write_text(textwrap.dedent("""\
+    bad.write_text(
+        textwrap.dedent("""\
         def f() -> None:
             import tensorrt as trt
             builder = trt.Builder(trt.Logger(trt.Logger.WARNING))
@@ -52,29 +69,35 @@ def test_mypy_rejects_tensorrt_api_misuse(work):
             shared.set_device_memory(engine.device_memory_size_v2)
             engine.get_device_memory_size_for_profile(0).bit_length()
             engine.device_memory_size_v3
-    """))
+    """)
+    )
     out = typecheck.run([bad], work).stdout
-    for message in ('Argument 1 to "create_network" of "Builder" has incompatible type "NetworkDefinitionCreationFlag"; '
-                    'expected "int"',
-                    'Missing positional argument "ignore_mismatch" in call to "set_timing_cache"',
-                    'Argument 2 to "set_shape" of "IOptimizationProfile" has incompatible type "tuple[int, int]"; '
-                    'expected "Dims"',
-                    'Missing positional argument "config" in call to "build_serialized_network"',
-                    'Missing positional argument "stream_handle" in call to "execute_async_v3"',
-                    '"type[ExecutionContextAllocationStrategy]" has no attribute "USER_MANAGE"',
-                    'Missing positional argument "size" in call to "set_device_memory" of "IExecutionContext"',
-                    '"ICudaEngine" has no attribute "device_memory_size_v3"'):  # fmt: skip
+    for message in (
+        'Argument 1 to "create_network" of "Builder" has incompatible type "NetworkDefinitionCreationFlag"; '
+        'expected "int"',
+        'Missing positional argument "ignore_mismatch" in call to "set_timing_cache"',
+        'Argument 2 to "set_shape" of "IOptimizationProfile" has incompatible type "tuple[int, int]"; expected "Dims"',
+        'Missing positional argument "config" in call to "build_serialized_network"',
+        'Missing positional argument "stream_handle" in call to "execute_async_v3"',
+        '"type[ExecutionContextAllocationStrategy]" has no attribute "USER_MANAGE"',
+        'Missing positional argument "size" in call to "set_device_memory" of "IExecutionContext"',
+        '"ICudaEngine" has no attribute "device_memory_size_v3"',
+    ):
         assert message in out, out
 
 
 BROKEN_COPIES = {  # module of the adapter -> (a call in it, the same call broken, what mypy must say)
-    "runtime.py": ("ctx.set_device_memory(self.lane.arena_ptr, self.lane.arena_bytes)",
-                "ctx.set_device_memory(self.lane.arena_ptr)",
-                'Missing positional argument "size" in call to "set_device_memory"'),
-    "build.py": ("config.set_timing_cache(cache, ignore_mismatch=False)",
-                "config.set_timing_cache(cache, mismatch=False)",
-                'Unexpected keyword argument "mismatch" for "set_timing_cache" of "IBuilderConfig"'),
-}  # fmt: skip
+    "runtime.py": (
+        "ctx.set_device_memory(self.lane.arena_ptr, self.lane.arena_bytes)",
+        "ctx.set_device_memory(self.lane.arena_ptr)",
+        'Missing positional argument "size" in call to "set_device_memory"',
+    ),
+    "build.py": (
+        "config.set_timing_cache(cache, ignore_mismatch=False)",
+        "config.set_timing_cache(cache, mismatch=False)",
+        'Unexpected keyword argument "mismatch" for "set_timing_cache" of "IBuilderConfig"',
+    ),
+}
 
 
 @pytest.mark.parametrize("name", list(BROKEN_COPIES))

@@ -25,8 +25,13 @@ from builder.engines.tensorrt.profiles import CacheDims, eagle_profiles, target_
 from builder.export.contract import EAGLE, FP8, TARGET, Precision, numpy_dtype
 from builder.speculative.engine import SamplingBatch
 from builder.speculative.tree import tree_draft, tree_from_parents
-from tests.unit.test_tensorrt_fakes import FakeCuda, FakeGraph, eagle_compute, target_compute
-from tests.unit.test_tensorrt_fakes import fake_trt  # noqa: F401 (a fixture)
+from tests.unit.test_tensorrt_fakes import (
+    FakeCuda,
+    FakeGraph,
+    eagle_compute,
+    fake_trt,  # noqa: F401 (a fixture)
+    target_compute,
+)
 
 L, KV, D, C, V, CAP, MAX_SEQ = 2, 2, 4, 8, 64, 24, 18  # a tiny model: 6 draft nodes of room
 BF16_FP8, BF16 = Precision("bfloat16", FP8), Precision("bfloat16", "bfloat16")
@@ -34,10 +39,12 @@ CACHE = CacheDims(L, KV, CAP, D)
 
 
 def target_graph(memory=(3000, 5000), rejection=False) -> FakeGraph:
-    profiles = target_profiles(max_batch_size=2, max_input_len=8, max_nodes=CAP - MAX_SEQ, cache=CACHE,
-                               rejection=rejection)  # fmt: skip
-    return FakeGraph(TARGET, BF16_FP8, L, {"CAP": CAP, "KV": KV, "D": D, "C": C}, profiles, list(memory),
-                     target_compute, rejection)  # fmt: skip
+    profiles = target_profiles(
+        max_batch_size=2, max_input_len=8, max_nodes=CAP - MAX_SEQ, cache=CACHE, rejection=rejection
+    )
+    return FakeGraph(
+        TARGET, BF16_FP8, L, {"CAP": CAP, "KV": KV, "D": D, "C": C}, profiles, list(memory), target_compute, rejection
+    )
 
 
 def eagle_graph(memory=(700, 900)) -> FakeGraph:
@@ -118,21 +125,47 @@ def test_FakeTensorRT_FakeCuda_target_prefill_and_tree_step_hand_worked(fake_trt
 def test_FakeTensorRT_FakeCuda_one_user_managed_arena_for_every_context_of_a_folder(fake_trt, tmp_path):
     from builder.engines.tensorrt.folder import open_engine
 
-    files = {"greedy": fake_trt.add(tmp_path, "target-greedy", target_graph((3000, 5000))),
-             "rejection": fake_trt.add(tmp_path, "target-rejection", target_graph((4000, 6000), rejection=True)),
-             "eagle": fake_trt.add(tmp_path, "eagle", eagle_graph((700, 900)))}  # fmt: skip
+    files = {
+        "greedy": fake_trt.add(tmp_path, "target-greedy", target_graph((3000, 5000))),
+        "rejection": fake_trt.add(tmp_path, "target-rejection", target_graph((4000, 6000), rejection=True)),
+        "eagle": fake_trt.add(tmp_path, "eagle", eagle_graph((700, 900))),
+    }
     graphs = {k: fake_trt.graphs[f.stem] for k, f in files.items()}
-    engines = {k: {"profiles": [p.as_dict() for p in g.profiles], "device_memory_bytes": g.memory,
-                   "device_memory_max_bytes": max(g.memory)} for k, g in graphs.items()}  # fmt: skip
-    meta = {"format": 1, "backend": "tensorrt", "variant": "standard", "capacity": CAP, "max_seq_len": MAX_SEQ,
-            "max_batch_size": 2, "max_input_len": 8, "model": {"layers": L, "kv_heads": KV, "head_dim": D, "hidden": C,
-            "vocab": V}, "precision": BF16_FP8.as_dict(), "draft_precision": BF16.as_dict(),
-            "target": {"greedy": files["greedy"].name, "rejection": files["rejection"].name}, "medusa": None,
-            "eagle": {"graph": files["eagle"].name, "layers": 1, "kv_heads": KV, "head_dim": D, "hidden": C, "top_k": 3,
-                      "capacity": CAP},
-            "drafter": {"method": "eagle", "version": 1, "choices": [[0], [1], [2], [0, 0]]},
-            "tokenizer": "tokenizer.json",
-            "stop_ids": [0], "engines": engines}  # fmt: skip
+    engines = {
+        k: {
+            "profiles": [p.as_dict() for p in g.profiles],
+            "device_memory_bytes": g.memory,
+            "device_memory_max_bytes": max(g.memory),
+        }
+        for k, g in graphs.items()
+    }
+    meta = {
+        "format": 1,
+        "backend": "tensorrt",
+        "variant": "standard",
+        "capacity": CAP,
+        "max_seq_len": MAX_SEQ,
+        "max_batch_size": 2,
+        "max_input_len": 8,
+        "model": {"layers": L, "kv_heads": KV, "head_dim": D, "hidden": C, "vocab": V},
+        "precision": BF16_FP8.as_dict(),
+        "draft_precision": BF16.as_dict(),
+        "target": {"greedy": files["greedy"].name, "rejection": files["rejection"].name},
+        "medusa": None,
+        "eagle": {
+            "graph": files["eagle"].name,
+            "layers": 1,
+            "kv_heads": KV,
+            "head_dim": D,
+            "hidden": C,
+            "top_k": 3,
+            "capacity": CAP,
+        },
+        "drafter": {"method": "eagle", "version": 1, "choices": [[0], [1], [2], [0, 0]]},
+        "tokenizer": "tokenizer.json",
+        "stop_ids": [0],
+        "engines": engines,
+    }
     (tmp_path / "engine.json").write_text(json.dumps(meta))
     cuda = FakeCuda()
     opened = open_engine(tmp_path, max_batch_size=2, cuda=cuda)
@@ -160,8 +193,19 @@ def test_FakeTensorRT_FakeCuda_the_arena_grows_for_a_later_engine_and_contexts_f
     first = (lane.arena_ptr, lane.arena_bytes)
     assert first[1] == 500 and lane.generation == 1
     path = fake_trt.add(tmp_path, "eagle", eagle_graph((700, 900)))
-    TrtEagleNet(path, eagle_graph().profiles, layers=1, kv_heads=KV, head_dim=D, hidden_size=C, top_k=3, capacity=CAP,
-                max_batch_size=2, precision=BF16, lane=lane)  # fmt: skip
+    TrtEagleNet(
+        path,
+        eagle_graph().profiles,
+        layers=1,
+        kv_heads=KV,
+        head_dim=D,
+        hidden_size=C,
+        top_k=3,
+        capacity=CAP,
+        max_batch_size=2,
+        precision=BF16,
+        lane=lane,
+    )
     assert lane.arena_bytes == 900 and lane.generation == 2
     engine.start([[1]], SamplingBatch.all_greedy(1, 1))  # the target's contexts are re-pointed before they run
     for ctx in fake_trt.engines[0].contexts:
@@ -173,8 +217,19 @@ def test_FakeTensorRT_FakeCuda_eagle_extend_and_expand(fake_trt, tmp_path):
 
     cuda = FakeCuda()
     path = fake_trt.add(tmp_path, "eagle", eagle_graph())
-    net = TrtEagleNet(path, eagle_graph().profiles, layers=1, kv_heads=KV, head_dim=D, hidden_size=C, top_k=3,
-                      capacity=CAP, max_batch_size=2, precision=BF16, lane=Lane(cuda))  # fmt: skip
+    net = TrtEagleNet(
+        path,
+        eagle_graph().profiles,
+        layers=1,
+        kv_heads=KV,
+        head_dim=D,
+        hidden_size=C,
+        top_k=3,
+        capacity=CAP,
+        max_batch_size=2,
+        precision=BF16,
+        lane=Lane(cuda),
+    )
     assert net.kv.buf.dtype == torch.bfloat16
     net.start([40, 41])
     hidden = np.arange(2 * 3 * C, dtype=np.float32).reshape(2, 3, C) / 4  # exact in bfloat16
@@ -191,8 +246,9 @@ def test_FakeTensorRT_FakeCuda_eagle_extend_and_expand(fake_trt, tmp_path):
     assert slots(cache, 0, 0, 1, range(3)) == [1, 2, 3]
     assert slots(cache, 0, 0, 0, range(4)) == [4, 5, 7, 6]  # two committed, two tentative
     with pytest.raises(ValueError, match="EAGLE draft cache full"):
-        net.expand([40], np.zeros((1, 1), np.int64), hidden[:1, :1], np.array([[2]]), CAP - 2,
-                   np.ones((1, 1, CAP), bool))  # fmt: skip
+        net.expand(
+            [40], np.zeros((1, 1), np.int64), hidden[:1, :1], np.array([[2]]), CAP - 2, np.ones((1, 1, CAP), bool)
+        )
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", FP8, "float32"])

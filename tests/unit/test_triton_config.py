@@ -13,9 +13,16 @@ pytest.importorskip("tritonclient.grpc", reason="the serve extra (tritonclient[g
 from triton_repo import tensors as T  # noqa: E402
 from triton_repo.config import Settings, all_configs, parameters, parse, pb2, render  # noqa: E402
 
-SETTINGS = Settings(model_name="tiny", instances=(2, 1, 3), decoupled=True, queue_delay_us=250,
-                    draft_schedule=((1, 64), (4, 16), (8, 1)), max_input_len=512, max_queue_size=7,
-                    request_timeout_s=12.5)  # fmt: skip
+SETTINGS = Settings(
+    model_name="tiny",
+    instances=(2, 1, 3),
+    decoupled=True,
+    queue_delay_us=250,
+    draft_schedule=((1, 64), (4, 16), (8, 1)),
+    max_input_len=512,
+    max_queue_size=7,
+    request_timeout_s=12.5,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +42,15 @@ def _check(items, table: tuple[T.Tensor, ...], inputs: bool) -> None:
             assert item.optional == t.optional, t.name
 
 
-@pytest.mark.parametrize("name,inputs,outputs", [
-    ("tiny", T.CLIENT_INPUTS, T.CLIENT_OUTPUTS),
-    ("preprocessing", T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS),
-    ("spec_decoder", T.SPEC_DECODER_INPUTS, T.SPEC_DECODER_OUTPUTS),
-    ("postprocessing", T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,inputs,outputs",
+    [
+        ("tiny", T.CLIENT_INPUTS, T.CLIENT_OUTPUTS),
+        ("preprocessing", T.PREPROCESSING_INPUTS, T.PREPROCESSING_OUTPUTS),
+        ("spec_decoder", T.SPEC_DECODER_INPUTS, T.SPEC_DECODER_OUTPUTS),
+        ("postprocessing", T.POSTPROCESSING_INPUTS, T.POSTPROCESSING_OUTPUTS),
+    ],
+)
 def test_every_tensor_round_trips(parsed, name, inputs, outputs):
     cfg = parsed[name]
     assert cfg.name == name and cfg.max_batch_size == 0
@@ -52,20 +62,38 @@ def test_every_tensor_round_trips(parsed, name, inputs, outputs):
 def test_client_tensors(parsed):
     ens = {i.name: i for i in parsed["tiny"].input}
     assert not ens["text_input"].optional and not ens["max_tokens"].optional
-    assert {n for n, i in ens.items() if i.optional} == {"temperature", "top_p", "seed", "stream", "stop", "speculate",
-                                                        "lookahead_window", "lookahead_ngram",
-                                                        "lookahead_verification_set"}  # fmt: skip
+    assert {n for n, i in ens.items() if i.optional} == {
+        "temperature",
+        "top_p",
+        "seed",
+        "stream",
+        "stop",
+        "speculate",
+        "lookahead_window",
+        "lookahead_ngram",
+        "lookahead_verification_set",
+    }
     m = pb2()
     assert ens["text_input"].data_type == m.TYPE_STRING and ens["stop"].dims == [-1]
     outs = {o.name: o.data_type for o in parsed["tiny"].output}
-    assert outs == {"text_output": m.TYPE_STRING, "output_tokens": m.TYPE_INT32, "steps": m.TYPE_INT32,
-                    "accepted_tokens": m.TYPE_INT32, "drafted_tokens": m.TYPE_INT32, "finish_reason": m.TYPE_STRING}
+    assert outs == {
+        "text_output": m.TYPE_STRING,
+        "output_tokens": m.TYPE_INT32,
+        "steps": m.TYPE_INT32,
+        "accepted_tokens": m.TYPE_INT32,
+        "drafted_tokens": m.TYPE_INT32,
+        "finish_reason": m.TYPE_STRING,
+    }
 
 
 def test_python_models(parsed):
     m = pb2()
-    for name, count, impl in (("preprocessing", 2, "preprocessing"), ("spec_decoder", 1, "spec_decoder"),
-                              ("postprocessing", 3, "postprocessing"), ("tiny", 1, "front")):
+    for name, count, impl in (
+        ("preprocessing", 2, "preprocessing"),
+        ("spec_decoder", 1, "spec_decoder"),
+        ("postprocessing", 3, "postprocessing"),
+        ("tiny", 1, "front"),
+    ):
         cfg = parsed[name]
         assert cfg.backend == "python"
         assert [(g.kind, g.count) for g in cfg.instance_group] == [(m.ModelInstanceGroup.KIND_CPU, count)]
@@ -116,7 +144,8 @@ def test_spec_decoder_on_gpus_the_others_on_the_cpu():
     s = Settings(model_name="tiny", instances=(1, 2, 1), gpus=(0, 1))
     cfgs = {name: parse(render(cfg)) for name, cfg in all_configs(s).items()}
     assert [(g.kind, g.count, list(g.gpus)) for g in cfgs["spec_decoder"].instance_group] == [
-        (m.ModelInstanceGroup.KIND_GPU, 2, [0, 1])]
+        (m.ModelInstanceGroup.KIND_GPU, 2, [0, 1])
+    ]
     for name in ("tiny", "preprocessing", "postprocessing"):
         assert [(g.kind, list(g.gpus)) for g in cfgs[name].instance_group] == [(m.ModelInstanceGroup.KIND_CPU, [])]
     assert "KIND_GPU" in render(all_configs(s)["spec_decoder"]) and "gpus: 1" in render(all_configs(s)["spec_decoder"])

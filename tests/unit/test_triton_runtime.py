@@ -16,8 +16,8 @@ from builder.speculative.decoding import Decoder, DraftSchedule, Request
 from builder.stages.decoders import build_decoder
 from triton_repo.compat import built_versions, mismatch
 from triton_repo.detok import LOOKBACK, text_delta, window
-from triton_repo.request import Limits, RequestError, parse
 from triton_repo.jobs import Chunk, Job
+from triton_repo.request import Limits, RequestError, parse
 from triton_repo.scheduler import Scheduler
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,9 @@ LIMITS = Limits(vocab=4096, max_input_len=16, max_seq_len=64, stop_ids=(1,), sam
 
 @pytest.fixture(scope="module")
 def tiny():
-    return build_decoder(load_recipe(str(REPO / "recipes" / "tiny-llama3-eagle2.yaml")), engine="torch", max_batch_size=3)
+    return build_decoder(
+        load_recipe(str(REPO / "recipes" / "tiny-llama3-eagle2.yaml")), engine="torch", max_batch_size=3
+    )
 
 
 def _encode(text: str, special: bool) -> list[int]:
@@ -40,29 +42,32 @@ def _ok(**extra) -> dict:
 GOOD = parse(_ok(), LIMITS, _encode)
 
 
-@pytest.mark.parametrize("fields,needle", [
-    ({"max_tokens": np.array([4], np.int32)}, "exactly one of"),
-    ({**_ok(), "input_ids": np.array([1, 2], np.int32)}, "exactly one of"),
-    (_ok(text_input=np.array([b""], dtype=object)), "empty prompt"),
-    (_ok(text_input=np.array([b"\xff\xfe"], dtype=object)), "UTF-8"),
-    (_ok(text_input=np.array([" ".join(["w"] * 17).encode()], dtype=object)), "at most 16"),
-    ({"input_ids": np.array([5000], np.int32), "max_tokens": np.array([4], np.int32)}, "vocabulary"),
-    (_ok(max_tokens=np.array([0], np.int32)), "max_tokens"),
-    (_ok(max_tokens=np.array([62], np.int32)), "max_tokens"),
-    (_ok(max_tokens=np.array([4.0], np.float32)), "integer"),
-    (_ok(max_tokens=np.array([4, 4], np.int32)), "one value"),
-    (_ok(temperature=np.array([-0.5], np.float32)), "temperature"),
-    (_ok(temperature=np.array([np.inf], np.float32)), "temperature"),
-    (_ok(top_p=np.array([0.0], np.float32)), "top_p"),
-    (_ok(top_p=np.array([np.nan], np.float32)), "top_p"),
-    (_ok(seed=np.array([-3], np.int64)), "seed"),
-    (_ok(stream=np.array([1], np.int32)), "BOOL"),
-    (_ok(lookahead_window=np.array([5], np.int32)), "lookahead_window"),
-    (_ok(lookahead_ngram=np.array([1], np.int32)), "lookahead_ngram"),
-    (_ok(lookahead_verification_set=np.array([-1], np.int32)), "lookahead_verification_set"),
-    (_ok(stop=np.array([b""], dtype=object)), "stop"),
-    (_ok(stop_ids=np.array([3, -1, 9999], np.int32)), "stop_ids"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields,needle",
+    [
+        ({"max_tokens": np.array([4], np.int32)}, "exactly one of"),
+        ({**_ok(), "input_ids": np.array([1, 2], np.int32)}, "exactly one of"),
+        (_ok(text_input=np.array([b""], dtype=object)), "empty prompt"),
+        (_ok(text_input=np.array([b"\xff\xfe"], dtype=object)), "UTF-8"),
+        (_ok(text_input=np.array([" ".join(["w"] * 17).encode()], dtype=object)), "at most 16"),
+        ({"input_ids": np.array([5000], np.int32), "max_tokens": np.array([4], np.int32)}, "vocabulary"),
+        (_ok(max_tokens=np.array([0], np.int32)), "max_tokens"),
+        (_ok(max_tokens=np.array([62], np.int32)), "max_tokens"),
+        (_ok(max_tokens=np.array([4.0], np.float32)), "integer"),
+        (_ok(max_tokens=np.array([4, 4], np.int32)), "one value"),
+        (_ok(temperature=np.array([-0.5], np.float32)), "temperature"),
+        (_ok(temperature=np.array([np.inf], np.float32)), "temperature"),
+        (_ok(top_p=np.array([0.0], np.float32)), "top_p"),
+        (_ok(top_p=np.array([np.nan], np.float32)), "top_p"),
+        (_ok(seed=np.array([-3], np.int64)), "seed"),
+        (_ok(stream=np.array([1], np.int32)), "BOOL"),
+        (_ok(lookahead_window=np.array([5], np.int32)), "lookahead_window"),
+        (_ok(lookahead_ngram=np.array([1], np.int32)), "lookahead_ngram"),
+        (_ok(lookahead_verification_set=np.array([-1], np.int32)), "lookahead_verification_set"),
+        (_ok(stop=np.array([b""], dtype=object)), "stop"),
+        (_ok(stop_ids=np.array([3, -1, 9999], np.int32)), "stop_ids"),
+    ],
+)
 def test_bad_requests_are_refused_with_the_field_named(fields, needle):
     with pytest.raises(RequestError, match=needle):
         parse(fields, LIMITS, _encode)
@@ -71,9 +76,17 @@ def test_bad_requests_are_refused_with_the_field_named(fields, needle):
 def test_good_requests():
     assert GOOD.request.prompt == (7, 7, 7) and GOOD.request.max_new_tokens == 4 and GOOD.text and not GOOD.stream
     assert GOOD.request.stop_ids == (1,) and GOOD.request.speculate and GOOD.request.lookahead is None
-    p = parse(_ok(lookahead_window=np.array([2], np.int32), stop=np.array([b"x y", b"z"], dtype=object),
-                  stop_ids=np.array([3, 4, -1, 5], np.int32), temperature=np.array([0.7], np.float32),
-                  stream=np.array([True])), LIMITS, _encode)  # fmt: skip
+    p = parse(
+        _ok(
+            lookahead_window=np.array([2], np.int32),
+            stop=np.array([b"x y", b"z"], dtype=object),
+            stop_ids=np.array([3, 4, -1, 5], np.int32),
+            temperature=np.array([0.7], np.float32),
+            stream=np.array([True]),
+        ),
+        LIMITS,
+        _encode,
+    )
     assert p.request.lookahead == (2, 4, 4) and p.stream
     assert p.request.stop_sequences == ((7, 7), (7, 7), (7,), (7,), (3, 4), (5,))
     assert p.request.sampling.temperature == pytest.approx(0.7)
@@ -133,9 +146,18 @@ class _Sink:
 
 def test_scheduler_joins_leaves_cancels_and_stays_exact(tiny):
     tok = tiny.tokenizer
-    prompts = ["def fibonacci(n):", "import os\n", "class Stack:", "for i in range(10):", "x = [1, 2, 3]\n",
-               "with open(p) as f:"]  # fmt: skip
-    reqs = [Request(tuple(tok.encode(p).ids), n, stop_ids=tuple(tiny.stop_ids)) for p, n in zip(prompts, [18, 7, 25, 11, 30, 14])]
+    prompts = [
+        "def fibonacci(n):",
+        "import os\n",
+        "class Stack:",
+        "for i in range(10):",
+        "x = [1, 2, 3]\n",
+        "with open(p) as f:",
+    ]
+    reqs = [
+        Request(tuple(tok.encode(p).ids), n, stop_ids=tuple(tiny.stop_ids))
+        for p, n in zip(prompts, [18, 7, 25, 11, 30, 14])
+    ]
     want = [g.token_ids for g in Decoder(tiny.engine).run(reqs)]
     decoder = Decoder(tiny.engine, tiny.make_drafter(), DraftSchedule([[1, 12], [2, 6], [3, 1]]))
     sched = Scheduler(decoder, queue_delay_s=0.001).start()

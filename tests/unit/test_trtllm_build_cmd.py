@@ -33,34 +33,92 @@ RECIPES = REPO / "recipes"
 # -- upstream's parser, as data -------------------------------------------------------------------------------
 DTYPE = ["auto", "float16", "float32", "bfloat16", "int32", "disable"]  # plugin.py DefaultPluginDtype (+ None)
 ONOFF = ["enable", "disable"]
-UPSTREAM_INT = ["--max_batch_size", "--max_input_len", "--max_seq_len", "--max_decoder_seq_len", "--max_beam_width",
-                "--max_num_tokens", "--opt_num_tokens", "--max_encoder_input_len", "--max_prompt_embedding_table_size",
-                "--max_multimodal_len", "--workers", "--max_lora_rank", "--max_draft_len", "--tokens_per_block"]
-UPSTREAM_STR = ["--checkpoint_dir", "--model_config", "--build_config", "--model_cls_file", "--model_cls_name",
-                "--output_dir", "--paged_kv_cache", "--input_timing_cache", "--output_timing_cache",
-                "--visualize_network"]
-UPSTREAM_SWITCH = ["--strip_plan", "--weight_sparsity", "--weight_streaming", "--fast_build", "--enable_debug_output",
-                   "--dry_run", "--monitor_memory", "--gather_context_logits", "--gather_generation_logits",
-                   "--gather_all_token_logits"]
+UPSTREAM_INT = [
+    "--max_batch_size",
+    "--max_input_len",
+    "--max_seq_len",
+    "--max_decoder_seq_len",
+    "--max_beam_width",
+    "--max_num_tokens",
+    "--opt_num_tokens",
+    "--max_encoder_input_len",
+    "--max_prompt_embedding_table_size",
+    "--max_multimodal_len",
+    "--workers",
+    "--max_lora_rank",
+    "--max_draft_len",
+    "--tokens_per_block",
+]
+UPSTREAM_STR = [
+    "--checkpoint_dir",
+    "--model_config",
+    "--build_config",
+    "--model_cls_file",
+    "--model_cls_name",
+    "--output_dir",
+    "--paged_kv_cache",
+    "--input_timing_cache",
+    "--output_timing_cache",
+    "--visualize_network",
+]
+UPSTREAM_SWITCH = [
+    "--strip_plan",
+    "--weight_sparsity",
+    "--weight_streaming",
+    "--fast_build",
+    "--enable_debug_output",
+    "--dry_run",
+    "--monitor_memory",
+    "--gather_context_logits",
+    "--gather_generation_logits",
+    "--gather_all_token_logits",
+]
 UPSTREAM_CHOICES = {
     "--kv_cache_type": ["continuous", "paged", "disabled"],  # KVCacheType.from_string upper-cases (modelConfig.h)
     "--profiling_verbosity": ["layer_names_only", "detailed", "none"],
     "--log_level": ["internal_error", "error", "warning", "info", "verbose", "debug", "trace"],
     "--logits_dtype": ["float16", "float32"],
     "--lora_ckpt_source": ["hf", "nemo"],
-    "--speculative_decoding_mode": ["draft_tokens_external", "lookahead_decoding", "medusa", "explicit_draft_tokens",
-                                    "eagle"],
-    "--bert_attention_plugin": DTYPE, "--gpt_attention_plugin": DTYPE,
+    "--speculative_decoding_mode": [
+        "draft_tokens_external",
+        "lookahead_decoding",
+        "medusa",
+        "explicit_draft_tokens",
+        "eagle",
+    ],
+    "--bert_attention_plugin": DTYPE,
+    "--gpt_attention_plugin": DTYPE,
     "--gemm_plugin": ["auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable"],
-    "--gemm_swiglu_plugin": ["fp8", "disable"], "--fp8_rowwise_gemm_plugin": DTYPE, "--lora_plugin": DTYPE,
-    "--moe_plugin": DTYPE, "--mamba_conv1d_plugin": DTYPE, "--nccl_plugin": DTYPE,
-    "--low_latency_gemm_plugin": ["fp8", "disable"], "--low_latency_gemm_swiglu_plugin": ["fp8", "disable"],
+    "--gemm_swiglu_plugin": ["fp8", "disable"],
+    "--fp8_rowwise_gemm_plugin": DTYPE,
+    "--lora_plugin": DTYPE,
+    "--moe_plugin": DTYPE,
+    "--mamba_conv1d_plugin": DTYPE,
+    "--nccl_plugin": DTYPE,
+    "--low_latency_gemm_plugin": ["fp8", "disable"],
+    "--low_latency_gemm_swiglu_plugin": ["fp8", "disable"],
     "--gemm_allreduce_plugin": ["float16", "bfloat16", "disable"],
-    **{f"--{name}": ONOFF for name in (
-        "dora_plugin", "context_fmha", "bert_context_fmha_fp32_acc", "remove_input_padding", "use_paged_context_fmha",
-        "use_fp8_context_fmha", "fuse_fp4_quant", "multiple_profiles", "paged_state", "streamingllm",
-        "norm_quant_fusion", "reduce_fusion", "user_buffer", "use_fused_mlp", "pp_reduce_scatter")},
-}  # fmt: skip
+    **{
+        f"--{name}": ONOFF
+        for name in (
+            "dora_plugin",
+            "context_fmha",
+            "bert_context_fmha_fp32_acc",
+            "remove_input_padding",
+            "use_paged_context_fmha",
+            "use_fp8_context_fmha",
+            "fuse_fp4_quant",
+            "multiple_profiles",
+            "paged_state",
+            "streamingllm",
+            "norm_quant_fusion",
+            "reduce_fusion",
+            "user_buffer",
+            "use_fused_mlp",
+            "pp_reduce_scatter",
+        )
+    },
+}
 
 
 def upstream_parser() -> argparse.ArgumentParser:
@@ -113,23 +171,33 @@ def test_every_shipped_trtllm_recipe_parses_with_upstream_parser(name: str) -> N
     assert not ns.gather_context_logits
 
 
-@pytest.mark.parametrize("overrides", [
-    ("quantization.mode=none", "quantization.kv_cache=model_dtype"),
-    ("trtllm.gemm_plugin=bfloat16", "quantization.mode=none", "quantization.kv_cache=model_dtype"),
-    ("trtllm.use_paged_context_fmha=false", "trtllm.use_fp8_context_fmha=false", "quantization.kv_cache=model_dtype"),
-    ("trtllm.multiple_profiles=false", "trtllm.workers=1", "model.dtype=fp16"),
-    ("model.dtype=fp32", "quantization.mode=none", "quantization.kv_cache=model_dtype"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("quantization.mode=none", "quantization.kv_cache=model_dtype"),
+        ("trtllm.gemm_plugin=bfloat16", "quantization.mode=none", "quantization.kv_cache=model_dtype"),
+        (
+            "trtllm.use_paged_context_fmha=false",
+            "trtllm.use_fp8_context_fmha=false",
+            "quantization.kv_cache=model_dtype",
+        ),
+        ("trtllm.multiple_profiles=false", "trtllm.workers=1", "model.dtype=fp16"),
+        ("model.dtype=fp32", "quantization.mode=none", "quantization.kv_cache=model_dtype"),
+    ],
+)
 def test_variants_parse_with_upstream_parser(overrides: tuple[str, ...]) -> None:
     upstream_parse(cmd_for(RECIPES / "llama3-8b-1xh100-fp8-trtllm-medusa.yaml", *overrides).argv)
 
 
-@pytest.mark.parametrize("bad", [
-    ["--use_parallel_embedding"],                       # a convert_checkpoint flag, not a build flag
-    ["--speculative_decoding_mode", "none"],            # plain decoding omits the flag
-    ["--use_paged_context_fmha", "true"],               # features take enable|disable
-    ["--gemm_plugin", "fp16"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--use_parallel_embedding"],  # a convert_checkpoint flag, not a build flag
+        ["--speculative_decoding_mode", "none"],  # plain decoding omits the flag
+        ["--use_paged_context_fmha", "true"],  # features take enable|disable
+        ["--gemm_plugin", "fp16"],
+    ],
+)
 def test_upstream_parser_data_refuses_what_trtllm_build_refuses(bad: list[str]) -> None:
     """The oracle can fail: these are not trtllm-build arguments."""
     with pytest.raises((AssertionError, argparse.ArgumentError)):
@@ -141,18 +209,21 @@ def test_upstream_parser_data_refuses_what_trtllm_build_refuses(bad: list[str]) 
 TINY = RECIPES / "tiny-llama3-trtllm-none.yaml"  # fp16, no FP8
 
 
-@pytest.mark.parametrize("override, flag, value", [
-    ("build.max_batch_size=3", "--max_batch_size", "3"),
-    ("build.max_input_len=100", "--max_input_len", "100"),
-    ("build.max_seq_len=700", "--max_seq_len", "700"),
-    ("build.max_num_tokens=4096", "--max_num_tokens", "4096"),
-    ("build.tokens_per_block=64", "--tokens_per_block", "64"),
-    ("trtllm.workers=2", "--workers", "2"),
-    ("model.dtype=bf16", "--gpt_attention_plugin", "bfloat16"),
-    ("trtllm.gemm_plugin=float16", "--gemm_plugin", "float16"),
-    ("trtllm.use_paged_context_fmha=false", "--use_paged_context_fmha", "disable"),
-    ("trtllm.multiple_profiles=false", "--multiple_profiles", "disable"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, flag, value",
+    [
+        ("build.max_batch_size=3", "--max_batch_size", "3"),
+        ("build.max_input_len=100", "--max_input_len", "100"),
+        ("build.max_seq_len=700", "--max_seq_len", "700"),
+        ("build.max_num_tokens=4096", "--max_num_tokens", "4096"),
+        ("build.tokens_per_block=64", "--tokens_per_block", "64"),
+        ("trtllm.workers=2", "--workers", "2"),
+        ("model.dtype=bf16", "--gpt_attention_plugin", "bfloat16"),
+        ("trtllm.gemm_plugin=float16", "--gemm_plugin", "float16"),
+        ("trtllm.use_paged_context_fmha=false", "--use_paged_context_fmha", "disable"),
+        ("trtllm.multiple_profiles=false", "--multiple_profiles", "disable"),
+    ],
+)
 def test_each_recipe_field_changes_exactly_its_flag(override: str, flag: str, value: str) -> None:
     before, after = flags(cmd_for(TINY)), flags(cmd_for(TINY, override))
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
@@ -169,7 +240,10 @@ def test_tp_pp_sets_workers_when_unset() -> None:
 
 def test_fp8_recipe_vs_the_same_recipe_without_fp8() -> None:
     path = RECIPES / "llama3-8b-1xh100-fp8-trtllm-none.yaml"
-    fp8, plain = flags(cmd_for(path)), flags(cmd_for(path, "quantization.mode=none", "quantization.kv_cache=model_dtype"))
+    fp8, plain = (
+        flags(cmd_for(path)),
+        flags(cmd_for(path, "quantization.mode=none", "quantization.kv_cache=model_dtype")),
+    )
     assert (fp8["--gemm_plugin"], fp8["--use_fp8_context_fmha"]) == ("fp8", "enable")
     assert (plain["--gemm_plugin"], plain["--use_fp8_context_fmha"]) == ("auto", "disable")
     assert {k for k in fp8 if fp8[k] != plain[k]} == {"--gemm_plugin", "--use_fp8_context_fmha"}
@@ -205,18 +279,28 @@ def _lookahead(w: int, n: int, g: int) -> tuple[str, ...]:
     return (f"speculative.window={w}", f"speculative.ngram={n}", f"speculative.verification_set={g}")
 
 
-@pytest.mark.parametrize("recipe, overrides, mode, draft", [
-    ("tiny-llama3-trtllm-none.yaml", (), None, None),
-    ("tiny-llama3-trtllm-medusa.yaml", ("speculative.tree=[[0], [0, 0], [1], [0, 1], [2]]",), "medusa", "5"),
-    ("tiny-llama3-trtllm-eagle1.yaml", ("speculative.tree.choices=[[0], [1], [0, 0]]",), "eagle", "3"),
-    ("tiny-llama3-trtllm-eagle1.yaml", EAGLE2, "eagle", "12"),                 # total_nodes
-    ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(4, 4, 4), "lookahead_decoding", "23"),   # 2 + 7·3
-    ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(7, 7, 7), "lookahead_decoding", "83"),   # upstream README: 5 + 13·6
-    ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(1, 4, 1), "lookahead_decoding", "5"),    # 2 + 1·3
-    ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(3, 2, 2), "lookahead_decoding", "4"),    # 0 + 4·1
-    ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(3, 1, 2), None, None),                  # 0 drafts: refused
-])  # fmt: skip
-def test_method_mode_and_draft_len(recipe: str, overrides: tuple[str, ...], mode: str | None, draft: str | None) -> None:
+@pytest.mark.parametrize(
+    "recipe, overrides, mode, draft",
+    [
+        ("tiny-llama3-trtllm-none.yaml", (), None, None),
+        ("tiny-llama3-trtllm-medusa.yaml", ("speculative.tree=[[0], [0, 0], [1], [0, 1], [2]]",), "medusa", "5"),
+        ("tiny-llama3-trtllm-eagle1.yaml", ("speculative.tree.choices=[[0], [1], [0, 0]]",), "eagle", "3"),
+        ("tiny-llama3-trtllm-eagle1.yaml", EAGLE2, "eagle", "12"),  # total_nodes
+        ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(4, 4, 4), "lookahead_decoding", "23"),  # 2 + 7·3
+        (
+            "tiny-llama3-trtllm-lookahead.yaml",
+            _lookahead(7, 7, 7),
+            "lookahead_decoding",
+            "83",
+        ),  # upstream README: 5 + 13·6
+        ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(1, 4, 1), "lookahead_decoding", "5"),  # 2 + 1·3
+        ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(3, 2, 2), "lookahead_decoding", "4"),  # 0 + 4·1
+        ("tiny-llama3-trtllm-lookahead.yaml", _lookahead(3, 1, 2), None, None),  # 0 drafts: refused
+    ],
+)
+def test_method_mode_and_draft_len(
+    recipe: str, overrides: tuple[str, ...], mode: str | None, draft: str | None
+) -> None:
     if mode is None and "lookahead" in recipe:
         with pytest.raises(UserError) as err:
             cmd_for(RECIPES / recipe, *overrides)
@@ -229,30 +313,53 @@ def test_method_mode_and_draft_len(recipe: str, overrides: tuple[str, ...], mode
 def test_static_tree_preset_draft_len_is_its_node_count() -> None:
     nodes = len(load_choices("tiny_medusa_12"))
     assert flags(cmd_for(RECIPES / "tiny-llama3-trtllm-medusa.yaml"))["--max_draft_len"] == str(nodes)
-    assert flags(cmd_for(RECIPES / "tiny-llama3-trtllm-medusa.yaml", "build.max_draft_len=20"))["--max_draft_len"] == "20"
+    assert (
+        flags(cmd_for(RECIPES / "tiny-llama3-trtllm-medusa.yaml", "build.max_draft_len=20"))["--max_draft_len"] == "20"
+    )
 
 
 # -- refusals: UserError naming the field and what is allowed -----------------------------------------------------
 
 
-@pytest.mark.parametrize("recipe, overrides, field", [
-    ("tiny-llama3-trtllm-eagle1.yaml", ("parallelism.pp=2", "target.gpus=2"), "parallelism.pp"),
-    ("tiny-llama3-trtllm-eagle1.yaml", ("trtllm.use_paged_context_fmha=false",), "trtllm.use_paged_context_fmha"),
-    ("tiny-llama3-trtllm-eagle1.yaml", ("build.max_batch_size=513", "build.max_num_tokens=65536"), "build.max_batch_size"),
-    ("tiny-llama3-trtllm-eagle1.yaml", ("speculative.version=2", "speculative.tree={type: dynamic, depth: 6, top_k: 10, "
-                                        "total_nodes: 300}", "build.max_num_tokens=65536"), "speculative.tree"),
-    ("tiny-llama3-trtllm-medusa.yaml", ("build.max_num_tokens=40",), "build.max_num_tokens"),
-    ("tiny-llama3-trtllm-none.yaml", ("build.max_input_len=2000",), "build.max_input_len"),
-    ("tiny-llama3-trtllm-lookahead.yaml", ("build.max_draft_len=24",), "build.max_draft_len"),
-    ("tiny-llama3-trtllm-medusa.yaml", ("build.max_draft_len=11",), "build.max_draft_len"),
-    ("tiny-llama3-trtllm-none.yaml", ("trtllm.gemm_plugin=fp8",), "trtllm.gemm_plugin"),
-    ("tiny-llama3-trtllm-none.yaml", ("trtllm.use_fp8_context_fmha=true",), "trtllm.use_fp8_context_fmha"),
-    ("llama3-8b-1xh100-fp8-trtllm-none.yaml", ("trtllm.use_fp8_context_fmha=false",), "trtllm.use_fp8_context_fmha"),
-    ("llama3-8b-1xh100-fp8-trtllm-none.yaml", ("quantization.kv_cache=model_dtype", "trtllm.use_fp8_context_fmha=true"),
-     "trtllm.use_fp8_context_fmha"),
-    ("llama3-8b-1xh100-fp8-trtllm-none.yaml", ("target.device=a100",), "quantization.mode"),
-    ("tiny-llama3-trtllm-none.yaml", ("target.backend=tensorrt",), "target.backend"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe, overrides, field",
+    [
+        ("tiny-llama3-trtllm-eagle1.yaml", ("parallelism.pp=2", "target.gpus=2"), "parallelism.pp"),
+        ("tiny-llama3-trtllm-eagle1.yaml", ("trtllm.use_paged_context_fmha=false",), "trtllm.use_paged_context_fmha"),
+        (
+            "tiny-llama3-trtllm-eagle1.yaml",
+            ("build.max_batch_size=513", "build.max_num_tokens=65536"),
+            "build.max_batch_size",
+        ),
+        (
+            "tiny-llama3-trtllm-eagle1.yaml",
+            (
+                "speculative.version=2",
+                "speculative.tree={type: dynamic, depth: 6, top_k: 10, total_nodes: 300}",
+                "build.max_num_tokens=65536",
+            ),
+            "speculative.tree",
+        ),
+        ("tiny-llama3-trtllm-medusa.yaml", ("build.max_num_tokens=40",), "build.max_num_tokens"),
+        ("tiny-llama3-trtllm-none.yaml", ("build.max_input_len=2000",), "build.max_input_len"),
+        ("tiny-llama3-trtllm-lookahead.yaml", ("build.max_draft_len=24",), "build.max_draft_len"),
+        ("tiny-llama3-trtllm-medusa.yaml", ("build.max_draft_len=11",), "build.max_draft_len"),
+        ("tiny-llama3-trtllm-none.yaml", ("trtllm.gemm_plugin=fp8",), "trtllm.gemm_plugin"),
+        ("tiny-llama3-trtllm-none.yaml", ("trtllm.use_fp8_context_fmha=true",), "trtllm.use_fp8_context_fmha"),
+        (
+            "llama3-8b-1xh100-fp8-trtllm-none.yaml",
+            ("trtllm.use_fp8_context_fmha=false",),
+            "trtllm.use_fp8_context_fmha",
+        ),
+        (
+            "llama3-8b-1xh100-fp8-trtllm-none.yaml",
+            ("quantization.kv_cache=model_dtype", "trtllm.use_fp8_context_fmha=true"),
+            "trtllm.use_fp8_context_fmha",
+        ),
+        ("llama3-8b-1xh100-fp8-trtllm-none.yaml", ("target.device=a100",), "quantization.mode"),
+        ("tiny-llama3-trtllm-none.yaml", ("target.backend=tensorrt",), "target.backend"),
+    ],
+)
 def test_refusals_name_the_field(recipe: str, overrides: tuple[str, ...], field: str) -> None:
     with pytest.raises(UserError) as err:
         cmd_for(RECIPES / recipe, *overrides)
@@ -274,8 +381,12 @@ def test_build_script_passes_the_exact_argv_to_a_standin_trtllm_build(tmp_path: 
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text("{}")
     (ckpt / "rank0.safetensors").write_bytes(b"w" * 100)
-    env = {**standin_env(tmp_path), "STANDIN_ARGV": str(tmp_path / "argv"), "CHECKPOINT_DIR": str(ckpt),
-           "ENGINE_DIR": str(engine)}  # fmt: skip
+    env = {
+        **standin_env(tmp_path),
+        "STANDIN_ARGV": str(tmp_path / "argv"),
+        "CHECKPOINT_DIR": str(ckpt),
+        "ENGINE_DIR": str(engine),
+    }
     subprocess.run(["bash", str(sh)], env=env, check=True, timeout=60, capture_output=True)
     got = read_argv(tmp_path / "argv")
     stage = got[got.index("--output_dir") + 1]
@@ -287,8 +398,13 @@ def test_build_script_passes_the_exact_argv_to_a_standin_trtllm_build(tmp_path: 
     assert list(engine.parent.iterdir()) == [engine]  # no stage left beside it
     engine2 = tmp_path / "c dir" / "engine"  # empty settings: the folders the command was written with
     sh2, _ = write_build_script(cmd.with_dirs(str(ckpt), str(engine2)), tmp_path / "out2")
-    subprocess.run(["bash", str(sh2)], env={**env, "CHECKPOINT_DIR": "", "ENGINE_DIR": ""}, check=True, timeout=60,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["bash", str(sh2)],
+        env={**env, "CHECKPOINT_DIR": "", "ENGINE_DIR": ""},
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
     got = read_argv(tmp_path / "argv")
     assert got[got.index("--checkpoint_dir") + 1] == str(ckpt) and (engine2 / "engine.json").is_file()
     manifest = json.loads(js.read_text())

@@ -56,7 +56,9 @@ def _cache() -> Path:
 def deployed(method: str, sets: tuple[str, ...] = ()) -> Path:
     """`trtspec deploy` of the tiny recipe, once per session (the CLI in process; cache shared)."""
     out = _cache() / f"deploy-{method}-{len(sets)}"
-    res = run("deploy", str(recipe_path(method)), *sets, "--cache-dir", str(_cache() / "cache"), "--out", str(out), "-q")
+    res = run(
+        "deploy", str(recipe_path(method)), *sets, "--cache-dir", str(_cache() / "cache"), "--out", str(out), "-q"
+    )
     assert res.exit_code == 0, res.output[-3000:]
     return out
 
@@ -80,8 +82,15 @@ def build(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def launch_env(out: Path, env: dict[str, str], **knobs: str) -> dict[str, str]:
     """launch.sh run on this host as scripts/gpu_check.sh runs it: the folders and ports from the environment."""
-    return {**env, "MODEL_REPO": str(out / "repository"), "ENGINE_DIR": str(out / "engine"), "HTTP_PORT": "18000",
-            "GRPC_PORT": "18001", "METRICS_PORT": "18002", **knobs}  # fmt: skip
+    return {
+        **env,
+        "MODEL_REPO": str(out / "repository"),
+        "ENGINE_DIR": str(out / "engine"),
+        "HTTP_PORT": "18000",
+        "GRPC_PORT": "18001",
+        "METRICS_PORT": "18002",
+        **knobs,
+    }
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -126,9 +135,16 @@ def test_deploy_build_lock_launch_with_standins(tmp_path: Path, method: str) -> 
     # ... and its files, hashed here independently
     files = {p.name: p for p in engine.iterdir() if p.name != "engine.json"}
     assert sorted(files) == ["config.json", "rank0.engine"]
-    assert lock["files"] == [{"path": n, "bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                             for n, p in sorted(files.items())]  # fmt: skip
-    assert (lock["tensorrt_llm"], lock["tensorrt"], lock["gpu"]["name"], lock["world_size"]) == (TRTLLM, TENSORRT, H100, 1)
+    assert lock["files"] == [
+        {"path": n, "bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for n, p in sorted(files.items())
+    ]
+    assert (lock["tensorrt_llm"], lock["tensorrt"], lock["gpu"]["name"], lock["world_size"]) == (
+        TRTLLM,
+        TENSORRT,
+        H100,
+        1,
+    )
     assert read_engine_manifest(engine)["files"] == lock["files"]
 
     # launch.sh: the check passes, then upstream's launch line runs (stand-in mpirun)
@@ -161,8 +177,23 @@ def test_trtspec_build_on_a_standin_gpu_host_writes_the_same_lock(tmp_path: Path
     shutil.copytree(_cache() / "cache", cache)
     env = standin_env(tmp_path)
     for args in (["build", "-q"], ["deploy", "--out", str(out), "-q"]):
-        res = subprocess.run([sys.executable, "-m", "builder.cli", args[0], str(recipe_path("none")), "--cache-dir",
-                              str(cache), *args[1:]], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "builder.cli",
+                args[0],
+                str(recipe_path("none")),
+                "--cache-dir",
+                str(cache),
+                *args[1:],
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((out / "deploy.json").read_text())["engine_included"]
     stage_lock = json.loads((out / "engine" / "engine.json").read_text())
@@ -173,8 +204,9 @@ def test_trtspec_build_on_a_standin_gpu_host_writes_the_same_lock(tmp_path: Path
     assert stage_lock.keys() == bundle_lock.keys()
     dirs = ("--checkpoint_dir", "--output_dir")
     for lock in (stage_lock, bundle_lock):
-        lock["build"]["argv"] = [w for i, w in enumerate(lock["build"]["argv"]) if w not in dirs and
-                                 lock["build"]["argv"][i - 1] not in dirs]  # fmt: skip
+        lock["build"]["argv"] = [
+            w for i, w in enumerate(lock["build"]["argv"]) if w not in dirs and lock["build"]["argv"][i - 1] not in dirs
+        ]
         lock["build"]["flags"] = [f for f in lock["build"]["flags"] if f["flag"] not in dirs]
     stage_files = {f["path"]: f for f in stage_lock.pop("files")}
     bundle_files = {f["path"]: f for f in bundle_lock.pop("files")}
@@ -211,13 +243,16 @@ def _flip(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("tamper, hashes, needles", [
-    ("bytes", "once", ("rank1.engine: sha256 differs from engine.json",)),
-    ("bytes", "always", ("rank1.engine: sha256 differs from engine.json",)),
-    ("size", "never", ("rank1.engine: ", "bytes, engine.json says")),
-    ("missing", "never", ("rank1.engine is missing",)),
-    ("unlisted", "never", ("does not list rank1.engine",)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tamper, hashes, needles",
+    [
+        ("bytes", "once", ("rank1.engine: sha256 differs from engine.json",)),
+        ("bytes", "always", ("rank1.engine: sha256 differs from engine.json",)),
+        ("size", "never", ("rank1.engine: ", "bytes, engine.json says")),
+        ("missing", "never", ("rank1.engine is missing",)),
+        ("unlisted", "never", ("does not list rank1.engine",)),
+    ],
+)
 def test_tampered_engine_is_refused(tmp_path: Path, tamper: str, hashes: str, needles: tuple[str, ...]) -> None:
     out = fresh_built(tmp_path)
     env = standin_env(tmp_path, gpus=2)
@@ -238,13 +273,16 @@ def test_tampered_engine_is_refused(tmp_path: Path, tamper: str, hashes: str, ne
     refused(sh(out / "bundle" / "launch.sh", launch_env(out, env, VERIFY_HASHES=hashes)), env, *needles)
 
 
-@pytest.mark.parametrize("host, needles", [
-    (dict(gpus=1), ("needs 2 sm90 GPU(s), found 1",)),
-    (dict(cc="8.0", gpu="NVIDIA A100-SXM4-80GB"), ("needs 2 sm90 GPU(s), found 0",)),
-    (dict(gpus=0), ("this host has TensorRT-LLM 1.2.1 / TensorRT 10.14.1.48, no GPU",)),
-    (dict(trtllm="1.2.0"), ("TensorRT-LLM differs", "this host has TensorRT-LLM 1.2.0")),
-    (dict(tensorrt="10.13.3.9"), ("TensorRT differs", "TensorRT 10.13.3.9")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "host, needles",
+    [
+        (dict(gpus=1), ("needs 2 sm90 GPU(s), found 1",)),
+        (dict(cc="8.0", gpu="NVIDIA A100-SXM4-80GB"), ("needs 2 sm90 GPU(s), found 0",)),
+        (dict(gpus=0), ("this host has TensorRT-LLM 1.2.1 / TensorRT 10.14.1.48, no GPU",)),
+        (dict(trtllm="1.2.0"), ("TensorRT-LLM differs", "this host has TensorRT-LLM 1.2.0")),
+        (dict(tensorrt="10.13.3.9"), ("TensorRT differs", "TensorRT 10.13.3.9")),
+    ],
+)
 def test_launch_refuses_another_gpu_or_version(tmp_path: Path, host: dict, needles: tuple[str, ...]) -> None:
     out = fresh_built(tmp_path)
     env = standin_env(tmp_path, **{"gpus": 2, **host})
@@ -335,11 +373,14 @@ def test_build_into_an_empty_folder_in_place(tmp_path: Path) -> None:
     assert leftovers(out) == [] and read_engine_manifest(out / "engine")["world_size"] == 2
 
 
-@pytest.mark.parametrize("host, needle", [
-    (dict(trtllm="1.2.0"), "TensorRT-LLM 1.2.0 is installed; the engine pins 1.2.1"),
-    (dict(gpus=0), "no GPU here"),
-    (dict(cc="8.0"), "the engine targets sm90"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "host, needle",
+    [
+        (dict(trtllm="1.2.0"), "TensorRT-LLM 1.2.0 is installed; the engine pins 1.2.1"),
+        (dict(gpus=0), "no GPU here"),
+        (dict(cc="8.0"), "the engine targets sm90"),
+    ],
+)
 def test_build_preflight_refuses_before_trtllm_build(tmp_path: Path, host: dict, needle: str) -> None:
     out = fresh(tmp_path)
     env = {**standin_env(tmp_path, **host), "STANDIN_ARGV": str(tmp_path / "build.argv")}
@@ -382,16 +423,23 @@ def test_every_script_knob_is_forwarded_by_docker_run(tmp_path: Path) -> None:
 def test_docker_run_serve_arguments(tmp_path: Path) -> None:
     out = deployed("none")  # the defaults name the deployed folders
     r = load_recipe(recipe_path("none"), []).recipe
-    env = {**standin_env(tmp_path), "STANDIN_DOCKER_ARGV": str(tmp_path / "docker.argv"), "HTTP_PORT": "9100",
-           "VERIFY_HASHES": "always"}  # fmt: skip
+    env = {
+        **standin_env(tmp_path),
+        "STANDIN_DOCKER_ARGV": str(tmp_path / "docker.argv"),
+        "HTTP_PORT": "9100",
+        "VERIFY_HASHES": "always",
+    }
     res = sh(out / "bundle" / "docker-run.sh", env)
     assert res.returncode == 0, res.stderr
     [argv] = docker_runs(tmp_path / "docker.argv")
     state = tmp_path / "home" / ".cache" / "trtspec" / "verified-engines"
     assert argv[:2] == ["run", "--rm"] and ("--gpus", "1") in zip(argv, argv[1:])
-    assert _pairs(argv, "-v") == [f"{out / 'repository'}:{MOUNTS['repository']}:ro",
-                                  f"{out / 'engine'}:{MOUNTS['engine']}:ro", f"{out / 'bundle'}:{MOUNTS['bundle']}:ro",
-                                  f"{state}:{MOUNTS['state']}"]  # fmt: skip
+    assert _pairs(argv, "-v") == [
+        f"{out / 'repository'}:{MOUNTS['repository']}:ro",
+        f"{out / 'engine'}:{MOUNTS['engine']}:ro",
+        f"{out / 'bundle'}:{MOUNTS['bundle']}:ro",
+        f"{state}:{MOUNTS['state']}",
+    ]
     assert _pairs(argv, "-p") == ["127.0.0.1:9100:9100", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
     assert _pairs(argv, "-e") == ["HTTP_PORT", "VERIFY_HASHES"]
     assert argv[-3:] == [r.trtllm.image, "bash", f"{MOUNTS['bundle']}/launch.sh"] and state.is_dir()
@@ -404,9 +452,15 @@ def test_docker_run_build_then_serve_with_standin_docker(tmp_path: Path) -> None
     beside ENGINE writable, renamed onto ENGINE once it holds engine.json; then `docker-run.sh` serves it."""
     out = fresh(tmp_path, "none", TP2)
     r = load_recipe(recipe_path("none"), ["parallelism.tp=2", "target.gpus=2"]).recipe
-    env = {**standin_env(tmp_path, gpus=2), "STANDIN_DOCKER_ARGV": str(tmp_path / "docker.argv"),
-           "STANDIN_DOCKER_EXEC": "1", "ENGINE": str(out / "engine"), "REPOSITORY": str(out / "repository"),
-           "CHECKPOINT": str(out / "checkpoint"), "STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    env = {
+        **standin_env(tmp_path, gpus=2),
+        "STANDIN_DOCKER_ARGV": str(tmp_path / "docker.argv"),
+        "STANDIN_DOCKER_EXEC": "1",
+        "ENGINE": str(out / "engine"),
+        "REPOSITORY": str(out / "repository"),
+        "CHECKPOINT": str(out / "checkpoint"),
+        "STATE_DIR": str(tmp_path / "state"),
+    }
     res = sh(out / "bundle" / "docker-run.sh", env, "build")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert read_engine_manifest(out / "engine")["world_size"] == 2 and leftovers(out) == []
@@ -428,8 +482,13 @@ def test_docker_run_build_then_serve_with_standin_docker(tmp_path: Path) -> None
 def test_docker_run_build_that_fails_leaves_the_engine_alone(tmp_path: Path) -> None:
     out = fresh_built(tmp_path)
     before = {p.name: p.read_bytes() for p in (out / "engine").iterdir()}
-    env = {**standin_env(tmp_path, gpus=2), "STANDIN_DOCKER_EXEC": "1", "STANDIN_BUILD_FAIL": "3",
-           "ENGINE": str(out / "engine"), "CHECKPOINT": str(out / "checkpoint")}  # fmt: skip
+    env = {
+        **standin_env(tmp_path, gpus=2),
+        "STANDIN_DOCKER_EXEC": "1",
+        "STANDIN_BUILD_FAIL": "3",
+        "ENGINE": str(out / "engine"),
+        "CHECKPOINT": str(out / "checkpoint"),
+    }
     res = sh(out / "bundle" / "docker-run.sh", env, "build")
     assert res.returncode == 3 and leftovers(out) == []
     assert {p.name: p.read_bytes() for p in (out / "engine").iterdir()} == before

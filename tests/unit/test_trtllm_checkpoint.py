@@ -22,7 +22,6 @@ from builder.errors import UserError
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint, read_checkpoint
 from tests.unit.trtllm_ckpt_helpers import FIX, NEW, SPLITS, converted, hf, prompts_and_refs, request, sources
 
-
 # ---------------------------------------------------------------- (1) weights equal HF's exactly
 
 
@@ -123,9 +122,14 @@ def _copy_fixture(tmp_path: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("tp,pp,field,match", [(3, 1, "parallelism.tp", "does not split"),
-                                               (16, 1, "parallelism.tp", "num_attention_heads"),
-                                               (1, 5, "parallelism.pp", "exceeds")])  # fmt: skip
+@pytest.mark.parametrize(
+    "tp,pp,field,match",
+    [
+        (3, 1, "parallelism.tp", "does not split"),
+        (16, 1, "parallelism.tp", "num_attention_heads"),
+        (1, 5, "parallelism.pp", "exceeds"),
+    ],
+)
 def test_bad_parallelism_is_a_user_error(tmp_path, tp, pp, field, match):
     with pytest.raises(UserError, match=match) as e:
         convert_checkpoint(CheckpointRequest(FIX / "base", tp, pp, "float32", "none"), tmp_path / "out")
@@ -139,9 +143,20 @@ def test_missing_or_wrong_draft_is_a_user_error(tmp_path):
         convert_checkpoint(CheckpointRequest(base, 1, 1, "float32", "medusa", max_draft_len=12), tmp_path / "a")
     assert e.value.field == "draft_dir"
     with pytest.raises(UserError, match="no config.json") as e:
-        convert_checkpoint(CheckpointRequest(base, 1, 1, "float32", "eagle", draft_dir=tmp_path / "nope",
-                                             max_draft_len=8, num_eagle_layers=2, max_non_leaves_per_layer=2),
-                           tmp_path / "b")  # fmt: skip
+        convert_checkpoint(
+            CheckpointRequest(
+                base,
+                1,
+                1,
+                "float32",
+                "eagle",
+                draft_dir=tmp_path / "nope",
+                max_draft_len=8,
+                num_eagle_layers=2,
+                max_non_leaves_per_layer=2,
+            ),
+            tmp_path / "b",
+        )
     with pytest.raises(UserError, match="pipeline parallelism") as e:
         convert_checkpoint(request("fixture", 1, 2, "eagle1"), tmp_path / "c")
     assert e.value.field == "parallelism.pp"

@@ -30,8 +30,8 @@ import torch
 from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.quantize.reference import e4m3_round
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint, read_checkpoint
-from tests.unit.numerics import assert_close_to_float64
 from tests.unit.fp8_oracle import published_fp8
+from tests.unit.numerics import assert_close_to_float64
 from tests.unit.scratch import scratch_dir
 from tests.unit.test_quantize_ptq import EXCLUDE, fixture_fp8
 
@@ -48,10 +48,13 @@ def fp8_dir(kv: str) -> Path:
 @functools.lru_cache(maxsize=None)
 def converted(kv: str, tp: int, method: str = "none") -> tuple[Path, dict]:
     out = scratch_dir("trtspec-trtllm-fp8-") / f"{kv}-tp{tp}-{method}"
-    extra = {"medusa": dict(draft_dir=FIX / "medusa", max_draft_len=12),
-             "eagle": dict(draft_dir=FIX / "eagle", max_draft_len=12, num_eagle_layers=3, max_non_leaves_per_layer=3)}
-    req = CheckpointRequest(FIX / "base", tp, 1, "float32", method, fp8_dir=fp8_dir(kv), kv_cache_fp8=KV[kv],
-                            **extra.get(method, {}))  # fmt: skip
+    extra = {
+        "medusa": dict(draft_dir=FIX / "medusa", max_draft_len=12),
+        "eagle": dict(draft_dir=FIX / "eagle", max_draft_len=12, num_eagle_layers=3, max_non_leaves_per_layer=3),
+    }
+    req = CheckpointRequest(
+        FIX / "base", tp, 1, "float32", method, fp8_dir=fp8_dir(kv), kv_cache_fp8=KV[kv], **extra.get(method, {})
+    )
     return out, convert_checkpoint(req, out)
 
 
@@ -124,12 +127,18 @@ def test_scales_have_upstreams_names_shapes_dtypes_and_values(kv):
         for i in range(ref.cfg.num_hidden_layers):
             p = f"transformer.layers.{i}."
             assert t[p + "attention.qkv.weight"].dtype == torch.float8_e4m3fn
-            want = {"attention.qkv": ([f"layers.{i}.self_attn.{x}_proj" for x in "qkv"]),
-                    "attention.dense": [f"layers.{i}.self_attn.o_proj"], "mlp.fc": [f"layers.{i}.mlp.gate_proj"],
-                    "mlp.gate": [f"layers.{i}.mlp.up_proj"], "mlp.proj": [f"layers.{i}.mlp.down_proj"]}  # fmt: skip
+            want = {
+                "attention.qkv": ([f"layers.{i}.self_attn.{x}_proj" for x in "qkv"]),
+                "attention.dense": [f"layers.{i}.self_attn.o_proj"],
+                "mlp.fc": [f"layers.{i}.mlp.gate_proj"],
+                "mlp.gate": [f"layers.{i}.mlp.up_proj"],
+                "mlp.proj": [f"layers.{i}.mlp.down_proj"],
+            }
             for name, sources in want.items():
-                for suffix, attr in (("weights_scaling_factor", "weight_scale"),
-                                     ("activation_scaling_factor", "input_scale")):
+                for suffix, attr in (
+                    ("weights_scaling_factor", "weight_scale"),
+                    ("activation_scaling_factor", "input_scale"),
+                ):
                     s = t[f"{p}{name}.{suffix}"]
                     assert s.dtype == torch.float32 and tuple(s.shape) == (1,), (name, suffix)
                     assert float(s) == max(float(getattr(lin[m], attr)) for m in sources), (name, suffix)
@@ -197,7 +206,17 @@ def test_fp8_lm_head_when_the_recipe_quantizes_it(tmp_path):
     assert t["lm_head.weight"].dtype == torch.float8_e4m3fn and tuple(t["lm_head.weight"].shape) == (2048, 256)
     assert float(t["lm_head.weights_scaling_factor"]) == float(ref.spec.linears["lm_head"].weight_scale)
     assert torch.equal(read_checkpoint(tmp_path / "none").model.lm_head.weight, ref.model.lm_head.weight)
-    eagle = CheckpointRequest(FIX / "base", 1, 1, "float32", "eagle", draft_dir=FIX / "eagle", max_draft_len=8,
-                              num_eagle_layers=2, max_non_leaves_per_layer=2, fp8_dir=folder)  # fmt: skip
+    eagle = CheckpointRequest(
+        FIX / "base",
+        1,
+        1,
+        "float32",
+        "eagle",
+        draft_dir=FIX / "eagle",
+        max_draft_len=8,
+        num_eagle_layers=2,
+        max_non_leaves_per_layer=2,
+        fp8_dir=folder,
+    )
     with pytest.raises(UserError, match="LM head"):
         convert_checkpoint(eagle, tmp_path / "eagle")

@@ -19,7 +19,6 @@ import torch
 from builder.trtllm.checkpoint.mapping import Mapping, pad_vocab_size, pp_layer_ranges
 from tests.unit.trtllm_ckpt_helpers import TRTLLM_1_2_RC2, converted, hf, raw_rank
 
-
 # ---------------------------------------------------------------- (3) upstream's rules as data
 
 MAPPING_PY = f"NVIDIA/TensorRT-LLM tensorrt_llm/mapping.py @ {TRTLLM_1_2_RC2}"
@@ -47,16 +46,33 @@ def test_mapping_groups_of_the_upstream_docstring():
     assert [[m.rank for m in ranks if m.tp_rank == t] for t in range(4)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
-@pytest.mark.parametrize("vocab,tp,padded", [(128256, 1, 128256), (128256, 8, 128256), (32000, 3, 32001),
-                                             (98, 4, 100), (98, 2, 98), (4096, 4, 4096), (151936, 7, 151942)])
+@pytest.mark.parametrize(
+    "vocab,tp,padded",
+    [
+        (128256, 1, 128256),
+        (128256, 8, 128256),
+        (32000, 3, 32001),
+        (98, 4, 100),
+        (98, 2, 98),
+        (4096, 4, 4096),
+        (151936, 7, 151942),
+    ],
+)
 def test_vocab_padding_is_upstreams(vocab, tp, padded):
     """`tensorrt_llm/_utils.py` pad_vocab_size: int(math.ceil(vocab_size / tp_size) * tp_size)."""
     assert pad_vocab_size(vocab, tp) == padded
 
 
 def _expected_names(L_first: int, L_last: int, first: bool, last: bool) -> set[str]:
-    per_layer = ["input_layernorm.weight", "attention.qkv.weight", "attention.dense.weight", "mlp.fc.weight",
-                 "mlp.gate.weight", "mlp.proj.weight", "post_layernorm.weight"]  # fmt: skip
+    per_layer = [
+        "input_layernorm.weight",
+        "attention.qkv.weight",
+        "attention.dense.weight",
+        "mlp.fc.weight",
+        "mlp.gate.weight",
+        "mlp.proj.weight",
+        "post_layernorm.weight",
+    ]
     names = {f"transformer.layers.{i}.{n}" for i in range(L_first if first else L_last) for n in per_layer}
     if first:
         names.add("transformer.vocab_embedding.weight")
@@ -145,35 +161,100 @@ def test_draft_tensors_sit_where_upstream_puts_them():
 
 
 LLAMA_KEYS = {  # PretrainedConfig.__init__ (modeling_utils.py @ 1.2.0rc2) + LLaMAConfig (llama/config.py @ 89fd9b74)
-    "architecture", "dtype", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
-    "logits_dtype", "norm_epsilon", "runtime_defaults", "position_embedding_type", "num_key_value_heads",
-    "intermediate_size", "max_position_embeddings", "mapping", "quantization", "use_parallel_embedding",
-    "embedding_sharding_dim", "head_size", "qk_layernorm", "rotary_embedding_dim", "mlp_bias", "attn_bias",
-    "rotary_base", "rotary_scaling", "residual_mlp", "disable_weight_only_quant_plugin", "remove_duplicated_kv_heads",
-    "fc_after_embed", "use_input_layernorm_in_first_layer", "use_last_layernorm", "layer_idx_offset",
-    "embedding_multiplier", "attention_multiplier", "residual_multiplier", "output_multiplier_scale",
-    "has_partial_lora_mask", "tie_word_embeddings"}  # fmt: skip
-MAPPING_KEYS = {"world_size", "gpus_per_node", "cp_size", "tp_size", "pp_size", "moe_tp_size", "moe_cluster_size",
-                "moe_ep_size", "attn_tp_size", "attn_cp_size", "cp_config", "enable_attention_dp",
-                "enable_lm_head_tp_in_adp"}  # MappingBase.to_dict() minus rank, MAPPING_PY  # fmt: skip
-QUANT_KEYS = {"quant_algo", "kv_cache_quant_algo", "group_size", "smoothquant_val", "clamp_val", "use_meta_recipe",
-              "has_zero_point", "pre_quant_scale", "exclude_modules",
-              "mamba_ssm_cache_dtype"}  # QuantConfig (modeling_utils.py @ 1.2.0rc2)  # fmt: skip
+    "architecture",
+    "dtype",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "hidden_act",
+    "logits_dtype",
+    "norm_epsilon",
+    "runtime_defaults",
+    "position_embedding_type",
+    "num_key_value_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "mapping",
+    "quantization",
+    "use_parallel_embedding",
+    "embedding_sharding_dim",
+    "head_size",
+    "qk_layernorm",
+    "rotary_embedding_dim",
+    "mlp_bias",
+    "attn_bias",
+    "rotary_base",
+    "rotary_scaling",
+    "residual_mlp",
+    "disable_weight_only_quant_plugin",
+    "remove_duplicated_kv_heads",
+    "fc_after_embed",
+    "use_input_layernorm_in_first_layer",
+    "use_last_layernorm",
+    "layer_idx_offset",
+    "embedding_multiplier",
+    "attention_multiplier",
+    "residual_multiplier",
+    "output_multiplier_scale",
+    "has_partial_lora_mask",
+    "tie_word_embeddings",
+}
+MAPPING_KEYS = {
+    "world_size",
+    "gpus_per_node",
+    "cp_size",
+    "tp_size",
+    "pp_size",
+    "moe_tp_size",
+    "moe_cluster_size",
+    "moe_ep_size",
+    "attn_tp_size",
+    "attn_cp_size",
+    "cp_config",
+    "enable_attention_dp",
+    "enable_lm_head_tp_in_adp",
+}  # MappingBase.to_dict() minus rank, MAPPING_PY
+QUANT_KEYS = {
+    "quant_algo",
+    "kv_cache_quant_algo",
+    "group_size",
+    "smoothquant_val",
+    "clamp_val",
+    "use_meta_recipe",
+    "has_zero_point",
+    "pre_quant_scale",
+    "exclude_modules",
+    "mamba_ssm_cache_dtype",
+}  # QuantConfig (modeling_utils.py @ 1.2.0rc2)
 
 
-@pytest.mark.parametrize("method,arch,extra", [
-    ("none", "LlamaForCausalLM", set()), ("lookahead", "LlamaForCausalLM", set()),
-    ("medusa", "MedusaForCausalLM", {"num_medusa_heads", "num_medusa_layers", "max_draft_len"}),
-    ("eagle1", "EagleForCausalLM", {"num_eagle_layers", "max_non_leaves_per_layer", "max_draft_len",
-                                    "eagle_net_config", "head_dim"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "method,arch,extra",
+    [
+        ("none", "LlamaForCausalLM", set()),
+        ("lookahead", "LlamaForCausalLM", set()),
+        ("medusa", "MedusaForCausalLM", {"num_medusa_heads", "num_medusa_layers", "max_draft_len"}),
+        (
+            "eagle1",
+            "EagleForCausalLM",
+            {"num_eagle_layers", "max_non_leaves_per_layer", "max_draft_len", "eagle_net_config", "head_dim"},
+        ),
+    ],
+)
 def test_config_json_has_upstreams_fields(method, arch, extra):
     folder, facts = converted("random", 2, 1, method)
     c = json.loads((folder / "config.json").read_text())
     assert set(c) == LLAMA_KEYS | extra and c["architecture"] == arch == facts["architecture"]
     assert set(c["mapping"]) == MAPPING_KEYS and (c["mapping"]["tp_size"], c["mapping"]["world_size"]) == (2, 2)
     assert set(c["quantization"]) == QUANT_KEYS and c["quantization"]["quant_algo"] is None
-    assert c["rotary_scaling"] == {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                   "original_max_position_embeddings": 32, "rope_type": "llama3"}  # fmt: skip
+    assert c["rotary_scaling"] == {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+        "rope_type": "llama3",
+    }
     assert (c["head_size"], c["num_key_value_heads"], c["vocab_size"]) == (16, 1, 98)
     assert c["position_embedding_type"] == "rope_gpt_neox" and c["hidden_act"] == "silu"
     if method == "medusa":
@@ -184,8 +265,11 @@ def test_config_json_has_upstreams_fields(method, arch, extra):
         assert set(net) == LLAMA_KEYS | {"head_dim"} and net["num_hidden_layers"] == 1
         # what EagleForCausalLM.__init__ (eagle/model.py @ 89fd9b74) sets on the eagle_net_config that
         # examples/eagle/convert_checkpoint.py (@ 65b31db1) then saves: not LLaMAConfig's defaults
-        assert (net["fc_after_embed"], net["use_input_layernorm_in_first_layer"], net["use_last_layernorm"]) == \
-            (True, False, False)  # fmt: skip
+        assert (net["fc_after_embed"], net["use_input_layernorm_in_first_layer"], net["use_last_layernorm"]) == (
+            True,
+            False,
+            False,
+        )
         assert net["layer_idx_offset"] == c["num_hidden_layers"] == 3  # the random target: 3 layers
         assert set(net["mapping"]) == MAPPING_KEYS
         assert (net["mapping"]["tp_size"], net["mapping"]["pp_size"], net["mapping"]["world_size"]) == (2, 1, 2)

@@ -29,11 +29,23 @@ def _trtllm(**over: Any) -> dict:
     return data
 
 
-ARCH_24 = {"num_layers": 8, "hidden_size": 1536, "num_attention_heads": 24, "num_kv_heads": 4,
-           "intermediate_size": 4096, "vocab_size": 32000, "rope_theta": 500000}
+ARCH_24 = {
+    "num_layers": 8,
+    "hidden_size": 1536,
+    "num_attention_heads": 24,
+    "num_kv_heads": 4,
+    "intermediate_size": 4096,
+    "vocab_size": 32000,
+    "rope_theta": 500000,
+}
 LOOKAHEAD = {"method": "lookahead", "window": 4, "ngram": 4, "verification_set": 4, "verification": "greedy"}
-EAGLE1 = {"method": "eagle", "checkpoint": "hf://a/b", "version": 1, "verification": "greedy",
-          "tree": {"type": "static", "choices": [[0], [1], [0, 0]]}}
+EAGLE1 = {
+    "method": "eagle",
+    "checkpoint": "hf://a/b",
+    "version": 1,
+    "verification": "greedy",
+    "tree": {"type": "static", "choices": [[0], [1], [0, 0]]},
+}
 
 # (id, recipe, field named, text expected in the message)
 CASES: list[tuple[str, Callable[[], dict], str, str]] = [
@@ -41,33 +53,81 @@ CASES: list[tuple[str, Callable[[], dict], str, str]] = [
     ("version-old", lambda: _trtllm(trtllm__version="1.1.0"), "trtllm.version", "allowed: 1.2.0, 1.2.1"),
     ("version-unknown", lambda: _trtllm(trtllm__version="1.2.7"), "trtllm.version", "not in trtspec's release table"),
     ("tp-heads", lambda: _trtllm(parallelism__tp=3, target__gpus=3), "parallelism.tp", "does not divide"),
-    ("kv-dup-impossible", lambda: _trtllm(model__architecture=ARCH_24, parallelism__tp=6, target__gpus=6),
-     "parallelism.tp", "dup_kv_weight"),
-    ("medusa-sampling", lambda: _trtllm(speculative__verification="rejection"), "speculative.verification",
-     "allowed: greedy"),
-    ("eagle-draft-vocab", lambda: _trtllm(speculative={**EAGLE1, "draft_vocab": 32768}),
-     "speculative.draft_vocab", "no draft-to-target token map"),
-    ("eagle2-triton", lambda: _trtllm(speculative={**EAGLE1, "version": 2, "tree": {"type": "dynamic"}}),
-     "speculative.tree.type", "EAGLE-2 dynamic trees are not served through Triton"),
-    ("speculation-pp", lambda: _trtllm(speculative=LOOKAHEAD, parallelism__pp=2, target__gpus=2),
-     "parallelism.pp", "tensor parallelism only"),
-    ("lookahead-n1", lambda: _trtllm(speculative={**LOOKAHEAD, "ngram": 1, "window": 2, "verification_set": 0}),
-     "speculative.ngram", "ngram=1 requires window=1"),
+    (
+        "kv-dup-impossible",
+        lambda: _trtllm(model__architecture=ARCH_24, parallelism__tp=6, target__gpus=6),
+        "parallelism.tp",
+        "dup_kv_weight",
+    ),
+    (
+        "medusa-sampling",
+        lambda: _trtllm(speculative__verification="rejection"),
+        "speculative.verification",
+        "allowed: greedy",
+    ),
+    (
+        "eagle-draft-vocab",
+        lambda: _trtllm(speculative={**EAGLE1, "draft_vocab": 32768}),
+        "speculative.draft_vocab",
+        "no draft-to-target token map",
+    ),
+    (
+        "eagle2-triton",
+        lambda: _trtllm(speculative={**EAGLE1, "version": 2, "tree": {"type": "dynamic"}}),
+        "speculative.tree.type",
+        "EAGLE-2 dynamic trees are not served through Triton",
+    ),
+    (
+        "speculation-pp",
+        lambda: _trtllm(speculative=LOOKAHEAD, parallelism__pp=2, target__gpus=2),
+        "parallelism.pp",
+        "tensor parallelism only",
+    ),
+    (
+        "lookahead-n1",
+        lambda: _trtllm(speculative={**LOOKAHEAD, "ngram": 1, "window": 2, "verification_set": 0}),
+        "speculative.ngram",
+        "ngram=1 requires window=1",
+    ),
     ("choice-rank-16", lambda: _trtllm(speculative__tree=[[0], [16]]), "speculative.tree", "ranks 0..15"),
-    ("eagle-batch", lambda: _trtllm(speculative=EAGLE1, build__max_batch_size=600, build__max_num_tokens=8192),
-     "build.max_batch_size", "1..512"),
-    ("eagle-draft-len", lambda: _trtllm(speculative=EAGLE1, build__max_draft_len=300,
-                                        build__max_num_tokens=8 * 301), "speculative.tree.choices", "at most 256"),
-    ("chunked-no-paged", lambda: _trtllm(trtllm__use_paged_context_fmha=False), "trtllm.enable_chunked_context",
-     "paged context FMHA"),
-    ("gemm-fp8-bf16", lambda: _trtllm(quantization__mode="none", quantization__kv_cache="model_dtype",
-                                      trtllm__gemm_plugin="fp8"), "trtllm.gemm_plugin", "FP8 weights"),
-    ("fp8-fmha-no-fp8-kv", lambda: _trtllm(quantization__kv_cache="model_dtype", trtllm__use_fp8_context_fmha=True),
-     "trtllm.use_fp8_context_fmha", "FP8 KV cache"),
+    (
+        "eagle-batch",
+        lambda: _trtllm(speculative=EAGLE1, build__max_batch_size=600, build__max_num_tokens=8192),
+        "build.max_batch_size",
+        "1..512",
+    ),
+    (
+        "eagle-draft-len",
+        lambda: _trtllm(speculative=EAGLE1, build__max_draft_len=300, build__max_num_tokens=8 * 301),
+        "speculative.tree.choices",
+        "at most 256",
+    ),
+    (
+        "chunked-no-paged",
+        lambda: _trtllm(trtllm__use_paged_context_fmha=False),
+        "trtllm.enable_chunked_context",
+        "paged context FMHA",
+    ),
+    (
+        "gemm-fp8-bf16",
+        lambda: _trtllm(quantization__mode="none", quantization__kv_cache="model_dtype", trtllm__gemm_plugin="fp8"),
+        "trtllm.gemm_plugin",
+        "FP8 weights",
+    ),
+    (
+        "fp8-fmha-no-fp8-kv",
+        lambda: _trtllm(quantization__kv_cache="model_dtype", trtllm__use_fp8_context_fmha=True),
+        "trtllm.use_fp8_context_fmha",
+        "FP8 KV cache",
+    ),
     ("draft-schedule", lambda: _trtllm(triton__draft_schedule=[[2, 12]]), "triton.draft_schedule", "C++ runtime"),
     ("workers", lambda: _trtllm(trtllm__workers=2), "trtllm.workers", "1..1"),
-    ("cpu-target", lambda: _trtllm(target__device="cpu", quantization__mode="none", quantization__kv_cache="model_dtype"),
-     "target.backend", "needs a GPU target"),
+    (
+        "cpu-target",
+        lambda: _trtllm(target__device="cpu", quantization__mode="none", quantization__kv_cache="model_dtype"),
+        "target.backend",
+        "needs a GPU target",
+    ),
     ("unknown-key", lambda: _trtllm(trtllm__use_cuda_graphs=True), "trtllm.use_cuda_graphs", "allowed: version"),
 ]
 

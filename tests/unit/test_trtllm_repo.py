@@ -40,22 +40,51 @@ EXCEPTIONS = {
 }
 # model_instance_state.cc / model_state.cc @ 0c8de69a: key -> reader type (GetParameter<T>)
 KEYS_READ = {
-    "gpt_model_type": "str", "gpt_model_path": "str", "encoder_model_path": "str", "max_beam_width": "int",
-    "max_tokens_in_paged_kv_cache": "int", "kv_cache_free_gpu_mem_fraction": "float",
+    "gpt_model_type": "str",
+    "gpt_model_path": "str",
+    "encoder_model_path": "str",
+    "max_beam_width": "int",
+    "max_tokens_in_paged_kv_cache": "int",
+    "kv_cache_free_gpu_mem_fraction": "float",
     "cross_kv_cache_fraction": "float",
-    "kv_cache_host_memory_bytes": "int", "kv_cache_onboard_blocks": "bool", "max_attention_window_size": "csv",
-    "sink_token_length": "int", "enable_kv_cache_reuse": "bool", "multi_block_mode": "bool",
-    "enable_context_fmha_fp32_acc": "bool", "cuda_graph_mode": "bool", "cuda_graph_cache_size": "int",
-    "num_nodes": "int", "lora_cache_max_adapter_size": "int", "lora_cache_optimal_adapter_size": "int",
-    "lora_cache_gpu_memory_fraction": "float", "lora_cache_host_memory_bytes": "int", "batch_scheduler_policy": "str",
-    "speculative_decoding_fast_logits": "bool", "tokenizer_dir": "str", "xgrammar_tokenizer_info_path": "str",
-    "guided_decoding_backend": "str", "iter_stats_max_iterations": "int", "request_stats_max_iterations": "int",
-    "enable_trt_overlap": "bool", "normalize_log_probs": "bool", "enable_chunked_context": "bool",
-    "decoding_mode": "str", "medusa_choices": "choices", "eagle_choices": "choices", "lookahead_window_size": "int",
-    "lookahead_ngram_size": "int", "lookahead_verification_set_size": "int", "gpu_weights_percent": "float",
-    "exclude_input_in_output": "bool", "cancellation_check_period_ms": "int", "stats_check_period_ms": "int",
-    "gpu_device_ids": "groups", "participant_ids": "groups", "executor_worker_path": "str",
-}  # fmt: skip
+    "kv_cache_host_memory_bytes": "int",
+    "kv_cache_onboard_blocks": "bool",
+    "max_attention_window_size": "csv",
+    "sink_token_length": "int",
+    "enable_kv_cache_reuse": "bool",
+    "multi_block_mode": "bool",
+    "enable_context_fmha_fp32_acc": "bool",
+    "cuda_graph_mode": "bool",
+    "cuda_graph_cache_size": "int",
+    "num_nodes": "int",
+    "lora_cache_max_adapter_size": "int",
+    "lora_cache_optimal_adapter_size": "int",
+    "lora_cache_gpu_memory_fraction": "float",
+    "lora_cache_host_memory_bytes": "int",
+    "batch_scheduler_policy": "str",
+    "speculative_decoding_fast_logits": "bool",
+    "tokenizer_dir": "str",
+    "xgrammar_tokenizer_info_path": "str",
+    "guided_decoding_backend": "str",
+    "iter_stats_max_iterations": "int",
+    "request_stats_max_iterations": "int",
+    "enable_trt_overlap": "bool",
+    "normalize_log_probs": "bool",
+    "enable_chunked_context": "bool",
+    "decoding_mode": "str",
+    "medusa_choices": "choices",
+    "eagle_choices": "choices",
+    "lookahead_window_size": "int",
+    "lookahead_ngram_size": "int",
+    "lookahead_verification_set_size": "int",
+    "gpu_weights_percent": "float",
+    "exclude_input_in_output": "bool",
+    "cancellation_check_period_ms": "int",
+    "stats_check_period_ms": "int",
+    "gpu_device_ids": "groups",
+    "participant_ids": "groups",
+    "executor_worker_path": "str",
+}
 NOT_IN_TEMPLATE = {"recv_poll_period_ms"}  # read by the backend (default: busy loop), absent from the template
 NO_FALLBACK = {"gpt_model_type", "tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend"}
 
@@ -138,15 +167,27 @@ def params(cfg) -> dict[str, str]:
 
 
 def dtype_name(t: U.Tensor, logits: str) -> str:
-    fixed = {"@logits_datatype": logits, "@encoder_input_features_data_type": "TYPE_FP16",
-             "@prompt_embedding_table_data_type": "TYPE_FP16"}  # fmt: skip
+    fixed = {
+        "@logits_datatype": logits,
+        "@encoder_input_features_data_type": "TYPE_FP16",
+        "@prompt_embedding_table_data_type": "TYPE_FP16",
+    }
     return fixed[t.dtype] if t.dtype.startswith("@") else f"TYPE_{t.dtype}"
 
 
 def as_rows(items, inputs: bool) -> list[tuple]:
     m = pb2()
-    return [(i.name, m.DataType.Name(i.data_type), tuple(i.dims), i.HasField("reshape"),
-             i.optional if inputs else False, i.allow_ragged_batch if inputs else False) for i in items]  # fmt: skip
+    return [
+        (
+            i.name,
+            m.DataType.Name(i.data_type),
+            tuple(i.dims),
+            i.HasField("reshape"),
+            i.optional if inputs else False,
+            i.allow_ragged_batch if inputs else False,
+        )
+        for i in items
+    ]
 
 
 def upstream_rows(table: tuple[U.Tensor, ...], logits: str, inputs: bool, drop_repeats: set[str] = frozenset()):
@@ -159,8 +200,13 @@ def upstream_rows(table: tuple[U.Tensor, ...], logits: str, inputs: bool, drop_r
     return rows
 
 
-MEDUSA = settings(decoding_mode="medusa", medusa_choices=((0,), (0, 0), (1,), (0, 1), (0, 0, 0)),
-                  logits_datatype="TYPE_BF16", max_tokens_in_paged_kv_cache=4096, decoupled=False)  # fmt: skip
+MEDUSA = settings(
+    decoding_mode="medusa",
+    medusa_choices=((0,), (0, 0), (1,), (0, 1), (0, 0, 0)),
+    logits_datatype="TYPE_BF16",
+    max_tokens_in_paged_kv_cache=4096,
+    decoupled=False,
+)
 
 
 # -- the repository -------------------------------------------------------------------------------------------
@@ -184,13 +230,16 @@ def test_configs_parse_back_no_placeholders_and_layout(tmp_path):
     assert not any(cfgs[m].model_transaction_policy.decoupled for m in ("tensorrt_llm", "tensorrt_llm_bls"))
 
 
-@pytest.mark.parametrize("model,inputs,outputs", [
-    ("tensorrt_llm", U.TENSORRT_LLM_INPUTS, U.TENSORRT_LLM_OUTPUTS),
-    ("preprocessing", U.PREPROCESSING_INPUTS, U.PREPROCESSING_OUTPUTS),
-    ("postprocessing", U.POSTPROCESSING_INPUTS, U.POSTPROCESSING_OUTPUTS),
-    ("tensorrt_llm_bls", U.BLS_INPUTS, U.BLS_OUTPUTS),
-    ("ensemble", U.ENSEMBLE_INPUTS, U.ENSEMBLE_OUTPUTS),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "model,inputs,outputs",
+    [
+        ("tensorrt_llm", U.TENSORRT_LLM_INPUTS, U.TENSORRT_LLM_OUTPUTS),
+        ("preprocessing", U.PREPROCESSING_INPUTS, U.PREPROCESSING_OUTPUTS),
+        ("postprocessing", U.POSTPROCESSING_INPUTS, U.POSTPROCESSING_OUTPUTS),
+        ("tensorrt_llm_bls", U.BLS_INPUTS, U.BLS_OUTPUTS),
+        ("ensemble", U.ENSEMBLE_INPUTS, U.ENSEMBLE_OUTPUTS),
+    ],
+)
 def test_tensors_equal_upstream(tmp_path, model, inputs, outputs):
     cfg = parsed(rendered(tmp_path, MEDUSA)[0])[model]
     drop = EXCEPTIONS["deduplicated_outputs"].get(model, set())
@@ -201,9 +250,11 @@ def test_tensors_equal_upstream(tmp_path, model, inputs, outputs):
 def test_upstream_record_is_wired_consistently():
     """The recorded tables agree with each other along the ensemble's wiring (a transcription check):
     every mapped tensor exists on both sides with one dtype; every intermediate has one producer."""
-    tables = {U.PREPROCESSING: (U.PREPROCESSING_INPUTS, U.PREPROCESSING_OUTPUTS),
-              U.TENSORRT_LLM: (U.TENSORRT_LLM_INPUTS, U.TENSORRT_LLM_OUTPUTS),
-              U.POSTPROCESSING: (U.POSTPROCESSING_INPUTS, U.POSTPROCESSING_OUTPUTS)}  # fmt: skip
+    tables = {
+        U.PREPROCESSING: (U.PREPROCESSING_INPUTS, U.PREPROCESSING_OUTPUTS),
+        U.TENSORRT_LLM: (U.TENSORRT_LLM_INPUTS, U.TENSORRT_LLM_OUTPUTS),
+        U.POSTPROCESSING: (U.POSTPROCESSING_INPUTS, U.POSTPROCESSING_OUTPUTS),
+    }
 
     def dt(table: tuple[U.Tensor, ...]) -> dict[str, str]:
         return {t.name: dtype_name(t, "TYPE_FP32") for t in table}
@@ -270,20 +321,27 @@ def test_medusa_and_eagle_choices_render_in_the_backend_syntax():
 
 def test_lookahead_sizes_render():
     llm = params(all_configs(settings(decoding_mode="lookahead", lookahead=(7, 4, 5)))["tensorrt_llm"])
-    assert (llm["decoding_mode"], llm["lookahead_window_size"], llm["lookahead_ngram_size"],
-            llm["lookahead_verification_set_size"]) == ("lookahead", "7", "4", "5")  # fmt: skip
+    assert (
+        llm["decoding_mode"],
+        llm["lookahead_window_size"],
+        llm["lookahead_ngram_size"],
+        llm["lookahead_verification_set_size"],
+    ) == ("lookahead", "7", "4", "5")
     plain = params(all_configs(settings())["tensorrt_llm"])
     assert plain["decoding_mode"] == "top_k_top_p"
     assert all(reads_as_default("int", plain[k]) for k in ("lookahead_window_size", "lookahead_ngram_size"))
 
 
-@pytest.mark.parametrize("tp,pp,instances,gpus", [
-    (1, 1, 1, ((0,),)),
-    (2, 1, 1, ((0, 1),)),
-    (2, 2, 1, ((0, 1, 2, 3),)),
-    (2, 2, 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
-    (1, 2, 2, ((3, 2), (1, 0))),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tp,pp,instances,gpus",
+    [
+        (1, 1, 1, ((0,),)),
+        (2, 1, 1, ((0, 1),)),
+        (2, 2, 1, ((0, 1, 2, 3),)),
+        (2, 2, 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
+        (1, 2, 2, ((3, 2), (1, 0))),
+    ],
+)
 def test_gpu_device_ids_per_instance_for_tp_x_pp(tp, pp, instances, gpus):
     ranks = tuple(tuple(range(1 + i * tp * pp, 1 + (i + 1) * tp * pp)) for i in range(instances))
     s = settings(world_size=tp * pp, tensorrt_llm_instances=instances, gpu_device_ids=gpus, participant_ids=ranks)
@@ -298,41 +356,44 @@ def test_gpu_device_ids_per_instance_for_tp_x_pp(tp, pp, instances, gpus):
 # -- bad settings -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw,field", [
-    ({"decoding_mode": "lookahead"}, "lookahead"),
-    ({"decoding_mode": "lookahead", "lookahead": (2, 1, 0)}, "lookahead"),  # N == 1 needs W == 1
-    ({"decoding_mode": "lookahead", "lookahead": (4, 3, -1)}, "lookahead"),
-    ({"decoding_mode": "lookahead", "lookahead": (4, 3)}, "lookahead"),
-    ({"lookahead": (4, 3, 2)}, "lookahead"),  # sizes without lookahead mode
-    ({"decoding_mode": "medusa"}, "medusa_choices"),  # the engine's tree is required
-    ({"decoding_mode": "medusa", "medusa_choices": ((0,), ())}, "medusa_choices"),  # an empty path
-    ({"decoding_mode": "medusa", "medusa_choices": ((0, 1),)}, "medusa_choices"),  # prefix (0,) missing
-    ({"decoding_mode": "medusa", "medusa_choices": ((0,), (0,))}, "medusa_choices"),  # duplicate
-    ({"decoding_mode": "medusa", "medusa_choices": ((-1,),)}, "medusa_choices"),
-    ({"decoding_mode": "medusa", "medusa_choices": (0, 1)}, "medusa_choices"),  # not a list of paths
-    ({"decoding_mode": "eagle", "medusa_choices": ((0,),)}, "medusa_choices"),  # wrong mode's choices
-    ({"decoding_mode": "top_k_top_p", "eagle_choices": ((0,),)}, "eagle_choices"),
-    ({"decoding_mode": "greedy"}, "decoding_mode"),
-    ({"decoding_mode": "beam_search"}, "max_beam_width"),
-    ({"max_beam_width": 4}, "max_beam_width"),
-    ({"world_size": 2, "gpu_device_ids": ((0,),)}, "gpu_device_ids"),  # tp x pp = 2 GPUs per instance
-    ({"world_size": 4, "gpu_device_ids": ((0, 1, 2),)}, "gpu_device_ids"),
-    ({"world_size": 2, "gpu_device_ids": ((0, 1), (2, 3))}, "gpu_device_ids"),  # 2 groups, 1 instance
-    ({"world_size": 2, "gpu_device_ids": ((0, 0),)}, "gpu_device_ids"),
-    ({"world_size": 2, "tensorrt_llm_instances": 2, "participant_ids": ((1, 2), (2, 3))}, "participant_ids"),
-    ({"model_name": "tensorrt_llm"}, "model_name"),
-    ({"model_name": "a/b"}, "model_name"),
-    ({"tokenizer_dir": "/abs/tokenizer"}, "tokenizer_dir"),
-    ({"tokenizer_dir": "tokenizer"}, "tokenizer_dir"),  # a top-level folder would be taken for a model
-    ({"tokenizer_dir": "preprocessing/1/../../x"}, "tokenizer_dir"),
-    ({"kv_cache_free_gpu_mem_fraction": 0.0}, "kv_cache_free_gpu_mem_fraction"),
-    ({"max_tokens_in_paged_kv_cache": 0}, "max_tokens_in_paged_kv_cache"),
-    ({"batch_scheduler_policy": "fcfs"}, "batch_scheduler_policy"),
-    ({"batching_strategy": "static"}, "batching_strategy"),
-    ({"logits_datatype": "TYPE_FP8"}, "logits_datatype"),
-    ({"max_batch_size": 0}, "max_batch_size"),
-    ({"decoupled": "yes"}, "decoupled"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"decoding_mode": "lookahead"}, "lookahead"),
+        ({"decoding_mode": "lookahead", "lookahead": (2, 1, 0)}, "lookahead"),  # N == 1 needs W == 1
+        ({"decoding_mode": "lookahead", "lookahead": (4, 3, -1)}, "lookahead"),
+        ({"decoding_mode": "lookahead", "lookahead": (4, 3)}, "lookahead"),
+        ({"lookahead": (4, 3, 2)}, "lookahead"),  # sizes without lookahead mode
+        ({"decoding_mode": "medusa"}, "medusa_choices"),  # the engine's tree is required
+        ({"decoding_mode": "medusa", "medusa_choices": ((0,), ())}, "medusa_choices"),  # an empty path
+        ({"decoding_mode": "medusa", "medusa_choices": ((0, 1),)}, "medusa_choices"),  # prefix (0,) missing
+        ({"decoding_mode": "medusa", "medusa_choices": ((0,), (0,))}, "medusa_choices"),  # duplicate
+        ({"decoding_mode": "medusa", "medusa_choices": ((-1,),)}, "medusa_choices"),
+        ({"decoding_mode": "medusa", "medusa_choices": (0, 1)}, "medusa_choices"),  # not a list of paths
+        ({"decoding_mode": "eagle", "medusa_choices": ((0,),)}, "medusa_choices"),  # wrong mode's choices
+        ({"decoding_mode": "top_k_top_p", "eagle_choices": ((0,),)}, "eagle_choices"),
+        ({"decoding_mode": "greedy"}, "decoding_mode"),
+        ({"decoding_mode": "beam_search"}, "max_beam_width"),
+        ({"max_beam_width": 4}, "max_beam_width"),
+        ({"world_size": 2, "gpu_device_ids": ((0,),)}, "gpu_device_ids"),  # tp x pp = 2 GPUs per instance
+        ({"world_size": 4, "gpu_device_ids": ((0, 1, 2),)}, "gpu_device_ids"),
+        ({"world_size": 2, "gpu_device_ids": ((0, 1), (2, 3))}, "gpu_device_ids"),  # 2 groups, 1 instance
+        ({"world_size": 2, "gpu_device_ids": ((0, 0),)}, "gpu_device_ids"),
+        ({"world_size": 2, "tensorrt_llm_instances": 2, "participant_ids": ((1, 2), (2, 3))}, "participant_ids"),
+        ({"model_name": "tensorrt_llm"}, "model_name"),
+        ({"model_name": "a/b"}, "model_name"),
+        ({"tokenizer_dir": "/abs/tokenizer"}, "tokenizer_dir"),
+        ({"tokenizer_dir": "tokenizer"}, "tokenizer_dir"),  # a top-level folder would be taken for a model
+        ({"tokenizer_dir": "preprocessing/1/../../x"}, "tokenizer_dir"),
+        ({"kv_cache_free_gpu_mem_fraction": 0.0}, "kv_cache_free_gpu_mem_fraction"),
+        ({"max_tokens_in_paged_kv_cache": 0}, "max_tokens_in_paged_kv_cache"),
+        ({"batch_scheduler_policy": "fcfs"}, "batch_scheduler_policy"),
+        ({"batching_strategy": "static"}, "batching_strategy"),
+        ({"logits_datatype": "TYPE_FP8"}, "logits_datatype"),
+        ({"max_batch_size": 0}, "max_batch_size"),
+        ({"decoupled": "yes"}, "decoupled"),
+    ],
+)
 def test_bad_settings_are_refused_naming_the_field(kw, field):
     with pytest.raises(SettingsError) as info:
         all_configs(settings(**kw))
@@ -402,7 +463,9 @@ def test_model_files_import_only_what_nvidias_container_has(name):
 
 
 def test_import_stays_light():
-    code = ("import sys, triton_repo.trtllm; heavy = [m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'tritonclient', 'transformers', 'tensorrt_llm', 'tensorrt')]; "
-            "assert not heavy, heavy")  # fmt: skip
+    code = (
+        "import sys, triton_repo.trtllm; heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'tritonclient', 'transformers', 'tensorrt_llm', 'tensorrt')]; "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

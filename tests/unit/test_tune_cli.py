@@ -14,8 +14,8 @@ import pytest
 
 from builder.engines.ort.load import read_meta
 from builder.recipe.loader import load_recipe
-from builder.stages.runner import build
 from builder.stages.engine import batch_grid, size_grid
+from builder.stages.runner import build
 from builder.tune.curve import StepCurve
 from tests.unit.recipe_helpers import run
 
@@ -52,7 +52,10 @@ def test_tune_lookahead_end_to_end_with_measured_speedup(tmp_path):
     tuned = load_recipe(tmp_path / "tuned.yaml").recipe
     pick = rep["pick"]
     assert (tuned.speculative.window, tuned.speculative.ngram, tuned.speculative.verification_set) == (
-        pick["window"], pick["ngram"], pick["verification_set"])
+        pick["window"],
+        pick["ngram"],
+        pick["verification_set"],
+    )
     assert tuned.triton.draft_schedule == rep["draft_schedule"]
     # the engine stage's curve: every tree size up to the engine's room, every batch size up to max_batch_size
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")

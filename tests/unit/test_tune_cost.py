@@ -9,8 +9,8 @@ import pytest
 from builder.recipe.gpus import GPUS
 from builder.recipe.loader import load_recipe
 from builder.recipe.resolve import resolve_architecture
-from builder.tune.costs import Host, static_cost, step_ms, units
 from builder.stages.engine import batch_grid, size_grid
+from builder.tune.costs import Host, static_cost, step_ms, units
 from builder.tune.curve import OutOfRange, StepCurve, isotonic
 from builder.tune.host import fit_line, small_setting
 from builder.tune.roofline import roofline_curve
@@ -33,8 +33,13 @@ def arch_curve(name: str, max_nodes: int = 64) -> StepCurve:
 def test_datasheet_rates_are_the_dense_figures():
     # NVIDIA datasheets print tensor-core TFLOP/s "with sparsity" (*); dense is half. The L40S datasheet prints
     # both columns, BF16 362.05 | 733* and FP8 733 | 1,466*: its dense BF16 figure is the printed one.
-    sparse = {"h100": (1979, 3958, 3350), "h100-pcie": (1513, 3026, 2000), "h200": (1979, 3958, 4800),
-              "a100": (624, None, 2039), "l40s": (724.1, 1466, 864)}  # fmt: skip
+    sparse = {
+        "h100": (1979, 3958, 3350),
+        "h100-pcie": (1513, 3026, 2000),
+        "h200": (1979, 3958, 4800),
+        "a100": (624, None, 2039),
+        "l40s": (724.1, 1466, 864),
+    }
     for key, (bf16, fp8, gbps) in sparse.items():
         g = GPUS[key]
         assert g.bf16_tflops == pytest.approx(bf16 / 2, abs=0.06) and g.bandwidth_gbps == gbps
@@ -119,8 +124,10 @@ def test_host_share_is_base_plus_units_per_row():
     tree = [(0,), (1,), (0, 0), (0, 0, 0)]
     assert static_cost(c, 2, "medusa", host)(tree, 2.0) == pytest.approx(1.5 + 1.5 * 4 / 9 + 0.8)
     assert step_ms("medusa", {"off": True}, c, 2, 1.0, host) == pytest.approx(1.5 + 0.2)  # off: the base share only
-    assert units("eagle1", {"choices": [[0], [0, 0], [1]]}) == 2 and units("eagle2", {"depth": 6, "top_k": 3,
-                                                                                   "total_nodes": 4}) == 4
+    assert (
+        units("eagle1", {"choices": [[0], [0, 0], [1]]}) == 2
+        and units("eagle2", {"depth": 6, "top_k": 3, "total_nodes": 4}) == 4
+    )
 
 
 def test_host_line_through_the_small_and_current_decodes():
@@ -129,8 +136,11 @@ def test_host_line_through_the_small_and_current_decodes():
     assert fit_line((1, -0.2), (4, -0.1)) == pytest.approx((0.0, 0.1 / 3))  # noise below zero is floored
     cur = {"choices": [[0], [1], [0, 0]]}
     assert small_setting("medusa", cur) == {"choices": [[0]]} and small_setting("eagle1", cur) == {"choices": [[0]]}
-    assert small_setting("eagle2", {"depth": 5, "top_k": 3, "total_nodes": 12}) == {"depth": 1, "top_k": 3,
-                                                                                     "total_nodes": 1}
+    assert small_setting("eagle2", {"depth": 5, "top_k": 3, "total_nodes": 12}) == {
+        "depth": 1,
+        "top_k": 3,
+        "total_nodes": 1,
+    }
     assert units("lookahead", small_setting("lookahead", {})) == 1
 
 

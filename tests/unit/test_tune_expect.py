@@ -21,9 +21,13 @@ from builder.tune.expect import expected_tau, level_widths, truncated, truncated
 RANKS, DEPTH = 3, 4
 MISS = 3  # state "no candidate matched": the path ends
 FIRST = np.array([0.6, 0.2, 0.1, 0.1])  # P(rank 0, 1, 2, miss) at depth 1
-AFTER = np.array([[0.7, 0.1, 0.05, 0.15],  # after a rank-0 hit
-                  [0.3, 0.2, 0.1, 0.4],  # after a rank-1 hit
-                  [0.2, 0.1, 0.1, 0.6]])  # after a rank-2 hit
+AFTER = np.array(
+    [
+        [0.7, 0.1, 0.05, 0.15],  # after a rank-0 hit
+        [0.3, 0.2, 0.1, 0.4],  # after a rank-1 hit
+        [0.2, 0.1, 0.1, 0.6],
+    ]
+)  # after a rank-2 hit
 
 
 def analytic_p(choice: tuple[int, ...]) -> float:

@@ -18,8 +18,8 @@ import pytest
 
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, DraftSchedule, Request, generate
-from builder.speculative.ngram.config import ngram_nodes
 from builder.speculative.drafters import NGRAM_KEYS
+from builder.speculative.ngram.config import ngram_nodes
 from builder.speculative.ngram.drafter import NgramFactory
 from builder.speculative.ngram.pool import shared_pool_for
 from builder.tune.costs import Host
@@ -46,24 +46,37 @@ class _Taps:
 
 @pytest.fixture(scope="module")
 def engine():
+    import tempfile
+
     from builder.engines.torch_engine import TorchEngine
     from builder.model.loader import load_model
     from tests.unit.speculative_models import make_hf_llama
-    import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(make_hf_llama(Path(tmp) / "m"))
     return TorchEngine(model, 400, 1)
 
 
-@pytest.mark.parametrize("setting,budget", [((6, 3, 1, 1, True, False), None), ((8, 4, 2, 1, False, False), None),
-                                            ((5, 3, 1, 2, True, False), None), ((6, 3, 1, 1, True, False), 3),
-                                            ((6, 3, 1, 1, True, True), None),
-                                            ((5, 4, 1, 2, True, True), 4)])  # fmt: skip
+@pytest.mark.parametrize(
+    "setting,budget",
+    [
+        ((6, 3, 1, 1, True, False), None),
+        ((8, 4, 2, 1, False, False), None),
+        ((5, 3, 1, 2, True, False), None),
+        ((6, 3, 1, 1, True, False), 3),
+        ((6, 3, 1, 1, True, True), None),
+        ((5, 4, 1, 2, True, True), 4),
+    ],
+)
 def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
     s = dict(zip(NGRAM_KEYS, setting))
-    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 9, 9, 9, 8], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [11, 40, 3, 17, 22, 5],
-               [11, 40, 3, 17, 22, 5]]  # (the 4th again: a shared pool drafts its first decode's output)
+    prompts = [
+        [5, 6, 7, 5, 6, 7, 5, 6],
+        [9, 9, 9, 9, 8],
+        [1, 2, 3, 4, 1, 2, 3, 4, 1, 2],
+        [11, 40, 3, 17, 22, 5],
+        [11, 40, 3, 17, 22, 5],
+    ]  # (the 4th again: a shared pool drafts its first decode's output)
     max_new = 40
     texts = [(p, generate(engine, p, max_new + s["max_draft"] + 1).token_ids) for p in prompts]
     r = replay(texts, s, max_new, budget)
@@ -118,8 +131,10 @@ def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
     assert got.nodes == 7 and sum(r.lengths) == r.steps and len(r.lengths) == 3
     # batch 2: texts 0 and 1 side by side (each step padded to the wider draft), then text 2 alone
     a, b, c = r.per_text()
-    ms = [curve.target_ms(2 if k < min(len(a), len(b)) else 1, max(x[k] for x in (a, b) if k < len(x))) + 0.25
-          for k in range(max(len(a), len(b)))] + [curve.target_ms(1, t) + 0.25 for t in c]  # fmt: skip
+    ms = [
+        curve.target_ms(2 if k < min(len(a), len(b)) else 1, max(x[k] for x in (a, b) if k < len(x))) + 0.25
+        for k in range(max(len(a), len(b)))
+    ] + [curve.target_ms(1, t) + 0.25 for t in c]
     two = score(r, curve, 2, host, s)
     assert two.cost_ms == pytest.approx(sum(ms) / len(ms)) and two.tau == got.tau
     room = 9
@@ -133,8 +148,21 @@ def test_score_is_the_curve_summed_over_the_replayed_steps(engine) -> None:
 
 def test_tune_ngram_end_to_end(tmp_path: Path) -> None:
     cache = os.environ["TRTSPEC_CACHE_DIR"]
-    res = run("tune", str(REPO / "recipes" / "tiny-llama3-ngram.yaml"), "--prompts", "2", "--max-new-tokens", "32",
-              "--cache-dir", cache, "--json", "--measure-prompts", "0", "--write", str(tmp_path / "t.yaml"))  # fmt: skip
+    res = run(
+        "tune",
+        str(REPO / "recipes" / "tiny-llama3-ngram.yaml"),
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "32",
+        "--cache-dir",
+        cache,
+        "--json",
+        "--measure-prompts",
+        "0",
+        "--write",
+        str(tmp_path / "t.yaml"),
+    )
     assert res.exit_code == 0, res.output
     rep = json.loads(res.output)
     rate = lambda r: r["tau"] / r["cost_ms"]  # noqa: E731
@@ -142,8 +170,9 @@ def test_tune_ngram_end_to_end(tmp_path: Path) -> None:
     assert rate(rep["pick"]) >= rate(rep["current"]) * (1 - 1e-9)
     assert all(r["nodes"] <= rep["cost"]["max_nodes"] and r["tau"] >= 1 for r in rep["candidates"])
     spec = load_recipe(tmp_path / "t.yaml").recipe.speculative
-    assert (spec.max_draft, spec.max_match, spec.min_match, spec.shared_pool) == tuple(rep["pick"][k] for k in (
-        "max_draft", "max_match", "min_match", "shared_pool"))
+    assert (spec.max_draft, spec.max_match, spec.min_match, spec.shared_pool) == tuple(
+        rep["pick"][k] for k in ("max_draft", "max_match", "min_match", "shared_pool")
+    )
     # the recipe allows the pool: every setting was replayed with it and without (the report lists the best 10)
     from builder.tune.methods import current_setting
 

@@ -78,9 +78,15 @@ def _sample(logits: torch.Tensor, n: int, q: float, seed: int) -> Counter:
     rows = torch.arange(n) % 2  # the trees alternate over the batch
     gen = torch.Generator().manual_seed(seed)
     res = tree_verify(
-        both[rows], tokens[rows], trees[rows], "rejection", torch.full((n,), TEMPERATURE), torch.full((n,), TOP_P),
-        torch.rand(n, trees.shape[2], generator=gen), torch.full((n, width), q),
-    )  # fmt: skip
+        both[rows],
+        tokens[rows],
+        trees[rows],
+        "rejection",
+        torch.full((n,), TEMPERATURE),
+        torch.full((n,), TOP_P),
+        torch.rand(n, trees.shape[2], generator=gen),
+        torch.full((n, width), q),
+    )
     return Counter((row[0], row[1]) for row in res.output_tokens.tolist())
 
 

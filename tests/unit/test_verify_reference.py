@@ -70,8 +70,10 @@ def _bf_row(case: Case, b: int) -> tuple[int, int, list[int]]:
     greedy = case.mode is Mode.GREEDY or float(case.temperature[b]) <= TEMPERATURE_EPS
     argmax = [_bf_argmax(row) for row in z]
     # every node's verdict on each of its children, computed independently of any walk
-    kids = {n: sorted({p[k + 1] for p in paths for k in range(len(p) - 1) if p[k] == n and p[k + 1] >= 0})
-            for n in range(len(tok))}  # fmt: skip
+    kids = {
+        n: sorted({p[k + 1] for p in paths for k in range(len(p) - 1) if p[k] == n and p[k + 1] >= 0})
+        for n in range(len(tok))
+    }
     depth = {n: k for p in paths for k, n in enumerate(p) if n >= 0}
     verdict: dict[int, tuple[int, int]] = {}
     for n in depth:
@@ -170,7 +172,12 @@ def test_greedy_perfect_and_hopeless_drafter():
 def test_greedy_mixed_trees_table():
     # the hand-made batch of `edge_case`: five trees, one per sequence (its docstring works them out)
     assert _rows(tree_verify(*edge_case(Mode.GREEDY).inputs()[:3])) == [
-        (3, 2, [3, 6, 1]), (1, 0, [7, -1, -1]), (3, 1, [5, 0, 2]), (3, 0, [2, 4, 0]), (1, 0, [3, -1, -1])]
+        (3, 2, [3, 6, 1]),
+        (1, 0, [7, -1, -1]),
+        (3, 1, [5, 0, 2]),
+        (3, 0, [2, 4, 0]),
+        (1, 0, [3, -1, -1]),
+    ]
 
 
 @pytest.mark.parametrize("mode", list(Mode))
@@ -194,10 +201,15 @@ _FLAT = torch.zeros(4)  # leaves: uniform
 def _rejection(tokens, u0, u1=0.1, q=(1.0, 1.0, 1.0), top_p=1.0, root=_P):
     logits = torch.stack([root, _FLAT, _FLAT])[None]  # [1, 3, 4]; root children 1 and 2 (leaves)
     res = tree_verify(
-        logits, torch.tensor([tokens], dtype=torch.int32), _paths([-1, 0, 0]), "rejection",
-        temperature=torch.ones(1), top_p=torch.tensor([top_p]), uniforms=torch.tensor([[u0, u1]]),
+        logits,
+        torch.tensor([tokens], dtype=torch.int32),
+        _paths([-1, 0, 0]),
+        "rejection",
+        temperature=torch.ones(1),
+        top_p=torch.tensor([top_p]),
+        uniforms=torch.tensor([[u0, u1]]),
         draft_probs=torch.tensor([q]),
-    )  # fmt: skip
+    )
     return _rows(res)[0]
 
 
@@ -242,8 +254,9 @@ def test_rejection_repeated_sibling_token_is_never_accepted():
 def test_zero_temperature_is_greedy(seed, nodes, vocab):
     case = random_case(seed, 2, nodes, vocab, Mode.REJECTION)
     greedy = tree_verify(case.logits, case.tokens, case.paths)
-    zero = tree_verify(case.logits, case.tokens, case.paths, "rejection", torch.zeros(2), case.top_p,
-                       case.uniforms, case.draft_probs)  # fmt: skip
+    zero = tree_verify(
+        case.logits, case.tokens, case.paths, "rejection", torch.zeros(2), case.top_p, case.uniforms, case.draft_probs
+    )
     assert _rows(zero) == _rows(greedy)
 
 
@@ -262,8 +275,15 @@ def test_small_temperature_converges_to_greedy(seed, nodes, vocab):
     for parent, child in sorted(edges, key=lambda e: e[1]):
         rank = siblings[parent] = siblings.get(parent, -1) + 1  # the parent's rank-th likeliest token
         tokens[0, child] = logits[0, parent].argsort(descending=True)[rank % vocab]
-    cold = tree_verify(logits, tokens, paths, "rejection", torch.full((1,), 1e-3), torch.ones(1),
-                       torch.rand(1, paths.shape[2], generator=gen))  # fmt: skip
+    cold = tree_verify(
+        logits,
+        tokens,
+        paths,
+        "rejection",
+        torch.full((1,), 1e-3),
+        torch.ones(1),
+        torch.rand(1, paths.shape[2], generator=gen),
+    )
     assert _rows(cold) == _rows(tree_verify(logits, tokens, paths))
 
 
@@ -282,14 +302,16 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="paths: shape"):
         tree_verify(logits, tokens, _paths([-1, 0, 0]))  # B = 1 against 2 rows of logits
     with pytest.raises(ValueError, match=r"tokens\[1\]: a node on a path"):
-        tree_verify(logits, torch.tensor([[0, 1, 2], [0, -1, 0]], dtype=torch.int32),
-                    torch.tensor([good, [[0, 1, -1], [0, 2, -1]]], dtype=torch.int32))  # fmt: skip
+        tree_verify(
+            logits,
+            torch.tensor([[0, 1, 2], [0, -1, 0]], dtype=torch.int32),
+            torch.tensor([good, [[0, 1, -1], [0, 2, -1]]], dtype=torch.int32),
+        )
     # trees differ per sequence: two parents only counts within one sequence
     mixed = torch.tensor([[[0, 1, 2], [0, 1, -1]], [[0, 2, 1], [0, -1, -1]]], dtype=torch.int32)
     assert tree_verify(logits, tokens, mixed).accepted_len.tolist() == [3, 3]
     one = _paths([-1, 0, 0])
     with pytest.raises(ValueError, match="uniforms"):
-        tree_verify(logits[:1], tokens[:1], one, "rejection", torch.ones(1), torch.ones(1),
-                    torch.tensor([[1.0, 0.0]]))  # fmt: skip
+        tree_verify(logits[:1], tokens[:1], one, "rejection", torch.ones(1), torch.ones(1), torch.tensor([[1.0, 0.0]]))
     with pytest.raises(ValueError, match="tokens: shape"):
         tree_verify(logits[:1], torch.zeros(2, 3, dtype=torch.int32), one)

@@ -9,6 +9,7 @@ took", qemu-x86_64 with a CPU model that has only that ISA (EPYC-Rome: AVX2 + FM
 MLAS's reductions sum in as many lanes as the ISA's vectors hold, so a Softmax's bits tell the kernels apart,
 and the masked run must give qemu's bits. Each mode runs where it can (faulting: cpuid_fault in /proc/cpuinfo;
 patching: objdump); all need a C compiler."""
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,10 @@ def _cpu_flags() -> set[str]:
 
 
 FLAGS = _cpu_flags()
-MODES = [pytest.param("fault", marks=pytest.mark.skipif("cpuid_fault" not in FLAGS, reason="no CPUID faulting here")),
-         pytest.param("patch", marks=pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump"))]
+MODES = [
+    pytest.param("fault", marks=pytest.mark.skipif("cpuid_fault" not in FLAGS, reason="no CPUID faulting here")),
+    pytest.param("patch", marks=pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump")),
+]
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
 PROBE_C = r"""
@@ -78,8 +81,12 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     subprocess.run(["cc", "-O1", "-o", str(d / "probe"), str(d / "probe.c")], check=True)
     out = {"fault": d / "probe"}
     if shutil.which("objdump"):
-        r = subprocess.run([sys.executable, str(ISA_PATCH), "file", str(d / "probe"), str(d / "probe.patched")],
-                           capture_output=True, text=True, check=True)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, str(ISA_PATCH), "file", str(d / "probe"), str(d / "probe.patched")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert r.stdout.split() == ["3"], r.stdout  # two CPUIDs and one XGETBV
         out["patch"] = d / "probe.patched"
     return out
@@ -88,8 +95,9 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _run(level: str, *cmd: str, mode: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "WITH_ISA_MODE")}
     env["WITH_ISA_MODE"] = mode  # (PyTorch reads CPUID in the faulting mode, the pin in the patching one)
-    return subprocess.run(["bash", str(WITH_ISA), level, *cmd], capture_output=True, text=True, check=check,
-                          timeout=600, env=env)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(WITH_ISA), level, *cmd], capture_output=True, text=True, check=check, timeout=600, env=env
+    )
 
 
 def _bits(out: str) -> dict[str, int]:
@@ -101,8 +109,11 @@ def test_cpuid_masked_per_level(probe: dict[str, Path], mode: str) -> None:
     native = _bits(_run("none", str(probe["fault"]), mode=mode).stdout)
     # The unmasked probe agrees with the kernel's view of the CPU (it reads the same CPUID).
     assert native["avx2"] == ("avx2" in FLAGS) and native["avx512f"] == ("avx512f" in FLAGS)
-    want = {"avx2": {"avx": 1, "fma": 1, "avx2": 1}, "avx": {"avx": 1, "fma": 0, "avx2": 0},
-            "sse4": {"avx": 0, "fma": 0, "avx2": 0}}
+    want = {
+        "avx2": {"avx": 1, "fma": 1, "avx2": 1},
+        "avx": {"avx": 1, "fma": 0, "avx2": 0},
+        "sse4": {"avx": 0, "fma": 0, "avx2": 0},
+    }
     for level, kept in want.items():
         got = _bits(_run(level, str(probe[mode]), mode=mode).stdout)
         assert got["avx512f"] == got["avx512bw"] == got["amx_tile"] == 0, (level, got)
@@ -114,9 +125,11 @@ def test_cpuid_masked_per_level(probe: dict[str, Path], mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_libraries_take_the_masked_paths(mode: str) -> None:
-    code = ("import numpy, torch\n"
-            "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
-            "print(int(f['AVX2']), int(f['AVX512F']), torch.backends.cpu.get_cpu_capability())\n")
+    code = (
+        "import numpy, torch\n"
+        "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+        "print(int(f['AVX2']), int(f['AVX512F']), torch.backends.cpu.get_cpu_capability())\n"
+    )
     if "avx2" not in FLAGS:
         pytest.skip("this CPU has no AVX2 to keep")
     avx2, avx512, cap = _run("avx2", sys.executable, "-c", code, mode=mode).stdout.split()
@@ -124,14 +137,19 @@ def test_libraries_take_the_masked_paths(mode: str) -> None:
     avx2, avx512, cap = _run("sse4", sys.executable, "-c", code, mode=mode).stdout.split()
     assert (avx2, avx512, cap) == ("0", "0", "DEFAULT")
     # the level a step curve records (`trtspec tune` re-measures a curve from another level)
-    level = "import sys; sys.path.insert(0, sys.argv[1]); from builder.stages.engine import isa_level; print(isa_level())"
+    level = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from builder.stages.engine import isa_level; print(isa_level())"
+    )
     assert _run("avx2", sys.executable, "-c", level, str(ROOT), mode=mode).stdout.split() == ["x86-64-v3"]
     assert _run("none", sys.executable, "-c", level, str(ROOT), mode=mode).stdout.split() == [
-        "x86-64-v4" if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= FLAGS else "x86-64-v3"]
+        "x86-64-v4" if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= FLAGS else "x86-64-v3"
+    ]
     # nested: `none` inside a masked run is the real CPU again (the patched copies leave PYTHONPATH)
     where = "import numpy, os; print(os.path.dirname(numpy.__file__))"
-    assert _run("avx2", "bash", str(WITH_ISA), "none", sys.executable, "-c", where, mode=mode).stdout.strip() == \
-        _run("none", sys.executable, "-c", where, mode=mode).stdout.strip()  # fmt: skip
+    assert (
+        _run("avx2", "bash", str(WITH_ISA), "none", sys.executable, "-c", where, mode=mode).stdout.strip()
+        == _run("none", sys.executable, "-c", where, mode=mode).stdout.strip()
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -139,8 +157,13 @@ def test_libraries_take_the_masked_paths(mode: str) -> None:
 def test_onnxruntime_computes_as_on_the_smaller_cpu(mode: str) -> None:
     native = _run("none", sys.executable, "-c", SOFTMAX, mode=mode).stdout.strip()
     for level, model in (("avx2", "EPYC-Rome"), ("avx", "SandyBridge")):
-        emulated = subprocess.run(["qemu-x86_64", "-cpu", model, sys.executable, "-c", SOFTMAX], capture_output=True,
-                                  text=True, check=True, timeout=600).stdout.strip()  # fmt: skip
+        emulated = subprocess.run(
+            ["qemu-x86_64", "-cpu", model, sys.executable, "-c", SOFTMAX],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout.strip()
         masked = _run(level, sys.executable, "-c", SOFTMAX, mode=mode).stdout.strip()
         assert masked == emulated, (level, model)
         if level == "avx2" and "avx512f" in FLAGS:  # (the check can fail: other kernels, other bits)
@@ -164,8 +187,14 @@ def test_other_traps_still_reach_their_handlers() -> None:
     (installed after it, so chained behind it), else the default action (the process dies of SIGTRAP)."""
     caught = "import os, signal; signal.signal(signal.SIGTRAP, lambda *a: print('caught')); os.kill(os.getpid(), signal.SIGTRAP)"
     assert _run("avx2", sys.executable, "-c", caught, mode="patch").stdout.strip() == "caught"
-    r = _run("avx2", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTRAP)", mode="patch",
-             check=False)  # fmt: skip
+    r = _run(
+        "avx2",
+        sys.executable,
+        "-c",
+        "import os, signal; os.kill(os.getpid(), signal.SIGTRAP)",
+        mode="patch",
+        check=False,
+    )
     assert r.returncode == -5, (r.returncode, r.stderr[-500:])
 
 

@@ -51,8 +51,9 @@ def _check(extents: list[tuple[int, int]], ptrs: np.ndarray, mask: np.ndarray, i
     ok = (i >= 0) & (addr + np.uint64(itemsize) <= ends[np.maximum(i, 0)])
     if not ok.all():
         bad = int(addr[~ok][0])
-        raise OutOfBounds(f"{what} of {itemsize} bytes at {bad:#x}: outside every tensor of the launch "
-                          f"({int((~ok).sum())} lanes)")  # fmt: skip
+        raise OutOfBounds(
+            f"{what} of {itemsize} bytes at {bad:#x}: outside every tensor of the launch ({int((~ok).sum())} lanes)"
+        )
 
 
 @contextlib.contextmanager

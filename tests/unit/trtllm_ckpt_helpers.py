@@ -48,9 +48,12 @@ def sources(which: str) -> tuple[Path, Path, Path]:
     return (FIX / "base", FIX / "medusa", FIX / "eagle") if which == "fixture" else random_model()
 
 
-EAGLE_TREE = {"eagle1": dict(eagle_version=1, num_eagle_layers=3, max_non_leaves_per_layer=3, max_draft_len=12),
-              "eagle2": dict(eagle_version=2, num_eagle_layers=5, max_non_leaves_per_layer=3, max_draft_len=12,
-                             eagle_dynamic_top_k=3)}  # fmt: skip
+EAGLE_TREE = {
+    "eagle1": dict(eagle_version=1, num_eagle_layers=3, max_non_leaves_per_layer=3, max_draft_len=12),
+    "eagle2": dict(
+        eagle_version=2, num_eagle_layers=5, max_non_leaves_per_layer=3, max_draft_len=12, eagle_dynamic_top_k=3
+    ),
+}
 
 
 def request(which: str, tp: int, pp: int, method: str, **kw) -> CheckpointRequest:

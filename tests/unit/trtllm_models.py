@@ -18,9 +18,17 @@ from tests.unit.model_utils import LLAMA3_SCALING, hf_model, save_checkpoint
 
 # 4 query heads / 1 KV head: tp 2 and tp 4 duplicate the KV head; vocab 98 is padded to 100 at tp 4; 3 layers
 # split 2 + 1 over pp 2 (the first pipeline rank takes the extra layer).
-RANDOM_TARGET = dict(vocab_size=98, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                     num_attention_heads=4, num_key_value_heads=1, head_dim=16, rope_scaling=LLAMA3_SCALING,
-                     max_position_embeddings=256)  # fmt: skip
+RANDOM_TARGET = dict(
+    vocab_size=98,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=16,
+    rope_scaling=LLAMA3_SCALING,
+    max_position_embeddings=256,
+)
 
 
 def save_random_target(path: Path, seed: int = 7, **overrides) -> Path:

@@ -42,21 +42,46 @@ def standin_bin(root: Path) -> Path:
     return bin_
 
 
-def standin_env(root: Path, *, gpus: int = 1, gpu: str = H100, cc: str = "9.0", trtllm: str = TRTLLM,
-                tensorrt: str = TENSORRT, host: str = "standin") -> dict[str, str]:  # fmt: skip
+def standin_env(
+    root: Path,
+    *,
+    gpus: int = 1,
+    gpu: str = H100,
+    cc: str = "9.0",
+    trtllm: str = TRTLLM,
+    tensorrt: str = TENSORRT,
+    host: str = "standin",
+) -> dict[str, str]:
     """The environment of a GPU host / container made of stand-ins: `gpus` × `gpu` of compute capability `cc`,
     TensorRT-LLM `trtllm`, TensorRT `tensorrt`; HOME and the cache below root (hash stamps land there)."""
     bin_ = standin_bin(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
-    env.update({
-        "PATH": f"{bin_}:{os.environ['PATH']}", "PYTHONPATH": str(root / "standin-site"),
-        "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "home" / ".cache"),
-        "STANDIN_GPUS": "\n".join([f"{gpu};{cc}"] * gpus), "STANDIN_HOST": host,
-        "STANDIN_TRTLLM_VERSION": trtllm, "STANDIN_TENSORRT_VERSION": tensorrt,
-        "STANDIN_MPIRUN_ARGV": str(root / "mpirun.argv"),
-    })  # fmt: skip
-    for knob in ("MODEL_REPO", "ENGINE_DIR", "CHECKPOINT_DIR", "TRITONSERVER", "HTTP_PORT", "GRPC_PORT",
-                 "METRICS_PORT", "PYTHON", "VERIFY_HASHES", "VERIFY_STAMP_DIR", "TRTLLM_BUILD"):  # fmt: skip
+    env.update(
+        {
+            "PATH": f"{bin_}:{os.environ['PATH']}",
+            "PYTHONPATH": str(root / "standin-site"),
+            "HOME": str(root / "home"),
+            "XDG_CACHE_HOME": str(root / "home" / ".cache"),
+            "STANDIN_GPUS": "\n".join([f"{gpu};{cc}"] * gpus),
+            "STANDIN_HOST": host,
+            "STANDIN_TRTLLM_VERSION": trtllm,
+            "STANDIN_TENSORRT_VERSION": tensorrt,
+            "STANDIN_MPIRUN_ARGV": str(root / "mpirun.argv"),
+        }
+    )
+    for knob in (
+        "MODEL_REPO",
+        "ENGINE_DIR",
+        "CHECKPOINT_DIR",
+        "TRITONSERVER",
+        "HTTP_PORT",
+        "GRPC_PORT",
+        "METRICS_PORT",
+        "PYTHON",
+        "VERIFY_HASHES",
+        "VERIFY_STAMP_DIR",
+        "TRTLLM_BUILD",
+    ):
         env.pop(knob, None)  # the bundle scripts' settings: only what a test sets
     return env
 

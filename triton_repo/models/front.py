@@ -67,7 +67,9 @@ class _Relay:
 
     def __init__(self, request, decoupled: bool) -> None:
         self.sender = request.get_response_sender()
-        self.inputs = {n: t.as_numpy().copy() for n in _INPUTS if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None}
+        self.inputs = {
+            n: t.as_numpy().copy() for n in _INPUTS if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None
+        }
         self.request_id, self.parameters = request.request_id(), forwarded_parameters(request.parameters())
         self.wanted = set(request.requested_output_names())  # only these go out: see spec_decoder's _Sink
         self.decoupled = decoupled
@@ -106,9 +108,11 @@ class _Relay:
 
     def respond(self, message: dict) -> None:
         """One of spec_decoder's messages as this client's response (only the outputs it asked for)."""
-        values = {"text_output": lambda: np.array([message["text"].encode()], dtype=object),
-                  "finish_reason": lambda: np.array([message["finish_reason"].encode()], dtype=object),
-                  **{n: (lambda n=n: np.array([message[n]], dtype=np.int32)) for n in _COUNTERS}}  # fmt: skip
+        values = {
+            "text_output": lambda: np.array([message["text"].encode()], dtype=object),
+            "finish_reason": lambda: np.array([message["finish_reason"].encode()], dtype=object),
+            **{n: (lambda n=n: np.array([message[n]], dtype=np.int32)) for n in _COUNTERS},
+        }
         out = [pb_utils.Tensor(n, make()) for n, make in values.items() if n in self.wanted]
         self.send(pb_utils.InferenceResponse(output_tensors=out), bool(message.get("final")))
 
@@ -148,26 +152,39 @@ class Model:
         self._retry_at, self._backoff = 0.0, 1.0
         self._stop = threading.Event()
         labels = {"model": args["model_name"], "instance": args.get("model_instance_name", args["model_name"])}
-        self.metrics = Exporter(pb_utils, FRONT, labels, self._values, log=pb_utils.Logger.log_warn, eager=False).start()
-        self._threads = [threading.Thread(target=self._every, args=(self.cancel_check_s, self._check_cancels), daemon=True,
-                                          name="trtspec-front-cancels"),
-                         threading.Thread(target=self._every, args=(self.watch_s, self._check_backend), daemon=True,
-                                          name="trtspec-front-watchdog")]  # fmt: skip
+        self.metrics = Exporter(
+            pb_utils, FRONT, labels, self._values, log=pb_utils.Logger.log_warn, eager=False
+        ).start()
+        self._threads = [
+            threading.Thread(
+                target=self._every,
+                args=(self.cancel_check_s, self._check_cancels),
+                daemon=True,
+                name="trtspec-front-cancels",
+            ),
+            threading.Thread(
+                target=self._every, args=(self.watch_s, self._check_backend), daemon=True, name="trtspec-front-watchdog"
+            ),
+        ]
         for t in self._threads:
             t.start()
 
     def _values(self) -> dict:
         c = self.counts  # counters only: nothing changes (so nothing is sent) while the model unloads
-        return {"trtspec_front_cancels_total": c["cancels"], "trtspec_front_backend_failures_total": c["failures"],
-                "trtspec_front_backend_restarts_total": c["restarts"]}  # fmt: skip
+        return {
+            "trtspec_front_cancels_total": c["cancels"],
+            "trtspec_front_backend_failures_total": c["failures"],
+            "trtspec_front_backend_restarts_total": c["restarts"],
+        }
 
     # -- requests -------------------------------------------------------------------------------------
 
     def execute(self, requests):
         for r in requests:
             if self.down is not None:
-                r.get_response_sender().send(_error(f"front: {self.backend} is unavailable: {self.down}; retry later"),
-                                             flags=_FINAL)  # fmt: skip
+                r.get_response_sender().send(
+                    _error(f"front: {self.backend} is unavailable: {self.down}; retry later"), flags=_FINAL
+                )
                 continue
             relay = _Relay(r, self.decoupled)
             with self._lock:
@@ -269,7 +286,9 @@ class Model:
         self.counts["failures"] += 1
         with self._lock:
             relays, self._relays = list(self._relays.values()), {}
-        pb_utils.Logger.log_error(f"front: {self.backend} failed: {reason}; {len(relays)} request(s) in flight get an error")
+        pb_utils.Logger.log_error(
+            f"front: {self.backend} failed: {reason}; {len(relays)} request(s) in flight get an error"
+        )
         for relay in relays:
             relay.send(_error(f"front: {self.backend} failed mid-request ({reason}); retry the request"), True)
             relay.hang_up()
@@ -284,8 +303,10 @@ class Model:
             pb_utils.load_model(self.backend)
         except Exception as exc:
             self._retry_at, self._backoff = time.monotonic() + self._backoff, min(2 * self._backoff, 60.0)
-            pb_utils.Logger.log_error(f"front: cannot reload {self.backend} ({exc}); next try in {self._backoff / 2:.0f} s "
-                                      "(reloading needs tritonserver --model-control-mode=explicit --load-model=*)")  # fmt: skip
+            pb_utils.Logger.log_error(
+                f"front: cannot reload {self.backend} ({exc}); next try in {self._backoff / 2:.0f} s "
+                "(reloading needs tritonserver --model-control-mode=explicit --load-model=*)"
+            )
             return
         self._old = old
         self._stubs = self._find_stubs()  # now: a stub that dies at once must not go unseen
@@ -303,5 +324,3 @@ class Model:
         for relay in relays:  # (none normally: Triton finalizes a model once its requests are answered)
             relay.send(_error("front: the server is shutting down"), True)
         self.metrics.close(flush=False)
-
-

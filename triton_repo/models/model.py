@@ -35,8 +35,11 @@ class _RuntimeOnly(importlib.abc.MetaPathFinder):
         search = [self.root] if "." not in fullname else path
         spec = importlib.machinery.PathFinder.find_spec(fullname, search)
         if spec is None:
-            raise ModuleNotFoundError(f"{fullname} is not part of this repository's runtime ({self.root}); rebuild the "
-                                      "repository (trtspec build RECIPE --force)", name=fullname)
+            raise ModuleNotFoundError(
+                f"{fullname} is not part of this repository's runtime ({self.root}); rebuild the "
+                "repository (trtspec build RECIPE --force)",
+                name=fullname,
+            )
         return spec
 
 

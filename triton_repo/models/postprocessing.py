@@ -24,7 +24,9 @@ class Model:
             prefix = int(pb_utils.get_input_tensor_by_name(r, "prefix_len").as_numpy().reshape(-1)[0])
             final = bool(pb_utils.get_input_tensor_by_name(r, "is_final").as_numpy().reshape(-1)[0])
             text = text_delta(self.tokenizer, ids.tolist(), prefix, final)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([text.encode()], dtype=object))]))
+            out.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([text.encode()], dtype=object))])
+            )
         return out
 
     def finalize(self) -> None:

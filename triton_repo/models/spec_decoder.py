@@ -43,9 +43,9 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from triton_repo import tensors as T
 from triton_repo.compat import check, instance_gpu
 from triton_repo.detok import text_delta
-from triton_repo.request import Limits, RequestError, parse
 from triton_repo.jobs import ERROR_CODES, Chunk, Job, Overloaded, Unavailable
 from triton_repo.relay import RelaySink
+from triton_repo.request import Limits, RequestError, parse
 from triton_repo.scheduler import Scheduler
 
 _INPUTS = [t.name for t in T.SPEC_DECODER_INPUTS]
@@ -84,20 +84,28 @@ class _Sink:
         if chunk.error is not None:
             self.sender.send(_error(chunk.error, chunk.error_kind), flags=flags)
             return
-        values = {"output_ids": lambda: np.array(chunk.ids, dtype=np.int32), "prefix_len": lambda: _i32(chunk.prefix_len),
-                  "is_final": lambda: np.array([chunk.final], dtype=bool),
-                  "output_tokens": lambda: _i32(chunk.output_tokens), "steps": lambda: _i32(chunk.steps),
-                  "accepted_tokens": lambda: _i32(chunk.accepted), "drafted_tokens": lambda: _i32(chunk.drafted),
-                  "finish_reason": lambda: np.array([chunk.finish_reason.encode()], dtype=object)}  # fmt: skip
+        values = {
+            "output_ids": lambda: np.array(chunk.ids, dtype=np.int32),
+            "prefix_len": lambda: _i32(chunk.prefix_len),
+            "is_final": lambda: np.array([chunk.final], dtype=bool),
+            "output_tokens": lambda: _i32(chunk.output_tokens),
+            "steps": lambda: _i32(chunk.steps),
+            "accepted_tokens": lambda: _i32(chunk.accepted),
+            "drafted_tokens": lambda: _i32(chunk.drafted),
+            "finish_reason": lambda: np.array([chunk.finish_reason.encode()], dtype=object),
+        }
         if self.text:
-            values["text_output"] = lambda: np.array([text_delta(self.tokenizer, chunk.ids, chunk.prefix_len,
-                                                                 chunk.final).encode()], dtype=object)  # fmt: skip
+            values["text_output"] = lambda: np.array(
+                [text_delta(self.tokenizer, chunk.ids, chunk.prefix_len, chunk.final).encode()], dtype=object
+            )
         out = [pb_utils.Tensor(name, make()) for name, make in values.items() if name in self.wanted]
         self.sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=flags)
 
 
 def _refusal(exc: Exception) -> str:
-    return "bad_request" if isinstance(exc, RequestError) else "overload" if isinstance(exc, Overloaded) else "unavailable"
+    return (
+        "bad_request" if isinstance(exc, RequestError) else "overload" if isinstance(exc, Overloaded) else "unavailable"
+    )
 
 
 def _parameters(request) -> dict:
@@ -125,15 +133,20 @@ class Model:
         if problem:
             raise RuntimeError(f"spec_decoder refuses to load: {problem}")
         self.decoupled = json.loads(params.get("decoupled", "true"))
-        opened = open_engine(folder, max_batch_size=int(meta["max_batch_size"]), threads=int(params.get("ort_threads", 1)),
-                             device=device)  # fmt: skip
+        opened = open_engine(
+            folder, max_batch_size=int(meta["max_batch_size"]), threads=int(params.get("ort_threads", 1)), device=device
+        )
         self.tokenizer = Tokenizer.from_file(str(opened.tokenizer_path))
         d = opened.drafter
-        self.limits = Limits(vocab=opened.engine.vocab_size, max_input_len=int(params["max_input_len"]),
-                             max_seq_len=opened.engine.max_seq_len, stop_ids=tuple(opened.stop_ids),
-                             sampling=bool(meta["target"].get("rejection")),
-                             lookahead=(d["window"], d["ngram"], d["verification_set"]) if d["method"] == "lookahead" else None,
-                             request_timeout_s=float(params.get("request_timeout_s", 600)))  # fmt: skip
+        self.limits = Limits(
+            vocab=opened.engine.vocab_size,
+            max_input_len=int(params["max_input_len"]),
+            max_seq_len=opened.engine.max_seq_len,
+            stop_ids=tuple(opened.stop_ids),
+            sampling=bool(meta["target"].get("rejection")),
+            lookahead=(d["window"], d["ngram"], d["verification_set"]) if d["method"] == "lookahead" else None,
+            request_timeout_s=float(params.get("request_timeout_s", 600)),
+        )
         schedule = DraftSchedule(json.loads(params.get("draft_schedule", "[]")))
         engine = opened.engine
         self.faults = None
@@ -142,11 +155,22 @@ class Model:
 
             engine = self.faults = FaultyEngine(engine, float(params.get("fault_step_delay_ms", 0)) / 1e3)
         decoder = Decoder(engine, opened.make_drafter(), schedule)
-        self.scheduler = Scheduler(decoder, int(params.get("queue_delay_us", 0)) / 1e6, pb_utils.Logger.log_info,
-                                   max_queue=int(params.get("max_queue_size", 64)), on_broken=self._broken)  # fmt: skip
+        self.scheduler = Scheduler(
+            decoder,
+            int(params.get("queue_delay_us", 0)) / 1e6,
+            pb_utils.Logger.log_info,
+            max_queue=int(params.get("max_queue_size", 64)),
+            on_broken=self._broken,
+        )
         labels = {"model": self.name, "instance": args.get("model_instance_name", self.name)}
-        self.metrics = Exporter(pb_utils, SPEC_DECODER, labels, lambda: spec_decoder_values(self.scheduler),
-                                lambda: spec_decoder_observations(self.scheduler), log=pb_utils.Logger.log_warn)  # fmt: skip
+        self.metrics = Exporter(
+            pb_utils,
+            SPEC_DECODER,
+            labels,
+            lambda: spec_decoder_values(self.scheduler),
+            lambda: spec_decoder_observations(self.scheduler),
+            log=pb_utils.Logger.log_warn,
+        )
         self._quiet = threading.Event()  # set once the model stops talking to the server (unload, broken loop)
         self.scheduler.start()
         self.metrics.start()
@@ -155,10 +179,12 @@ class Model:
         self.relay = RelayServer(socket_path(os.getppid(), os.getpid()), self._relayed).start()
         threading.Thread(target=self._watch_unload, name="trtspec-unload-watch", daemon=True).start()
         where = f"{meta['backend']} on GPU {device}" if device is not None else meta["backend"]
-        pb_utils.Logger.log_info(f"spec_decoder: {opened.label} ({where}), max_batch_size {opened.engine.max_batch_size}, "
-                                 f"max_seq_len {opened.engine.max_seq_len}, draft schedule {schedule.entries or 'none'}, "
-                                 f"max queue {self.scheduler.max_queue}, request timeout {self.limits.request_timeout_s:g} s, "
-                                 f"code from {RUNTIME_ROOT}")  # fmt: skip
+        pb_utils.Logger.log_info(
+            f"spec_decoder: {opened.label} ({where}), max_batch_size {opened.engine.max_batch_size}, "
+            f"max_seq_len {opened.engine.max_seq_len}, draft schedule {schedule.entries or 'none'}, "
+            f"max queue {self.scheduler.max_queue}, request timeout {self.limits.request_timeout_s:g} s, "
+            f"code from {RUNTIME_ROOT}"
+        )
 
     def _encode(self, text: str, special: bool) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=special).ids
@@ -166,16 +192,19 @@ class Model:
     def _broken(self, reason: str) -> None:
         """The loop ended for good (called from its thread, after every request got its error): make the
         model unready by unloading it. Metrics stop first: nothing may be sent once the unload began."""
-        pb_utils.Logger.log_error(f"spec_decoder: {reason}; answering UNAVAILABLE and unloading itself so that "
-                                  "readiness turns false")  # fmt: skip
+        pb_utils.Logger.log_error(
+            f"spec_decoder: {reason}; answering UNAVAILABLE and unloading itself so that readiness turns false"
+        )
         self._quiet.set()
         self.relay.close()  # the front model stops sending work here
         self.metrics.close()
         try:
             pb_utils.unload_model(self.name)
         except Exception as exc:  # e.g. --model-control-mode none: Triton refuses explicit unloads
-            pb_utils.Logger.log_error(f"spec_decoder: cannot unload itself to report unready ({exc}); start tritonserver "
-                                      "with --model-control-mode=explicit --load-model=* so that it can")  # fmt: skip
+            pb_utils.Logger.log_error(
+                f"spec_decoder: cannot unload itself to report unready ({exc}); start tritonserver "
+                "with --model-control-mode=explicit --load-model=* so that it can"
+            )
 
     def _watch_unload(self) -> None:
         """When Triton starts unloading this model (server shutdown, an unload request) with requests still
@@ -204,12 +233,16 @@ class Model:
             for name in _INPUTS:
                 t = pb_utils.get_input_tensor_by_name(r, name)
                 fields[name] = None if t is None else t.as_numpy()
-            job = self._job(fields, _parameters(r), r.request_id(), now, lambda parsed: _Sink(r, self.tokenizer, parsed.text))
+            job = self._job(
+                fields, _parameters(r), r.request_id(), now, lambda parsed: _Sink(r, self.tokenizer, parsed.text)
+            )
             self.scheduler.submit(job)
         except (RequestError, Overloaded, Unavailable) as exc:
             kind = _refusal(exc)
-            sender.send(_error(f"spec_decoder: {exc}" if kind != "overload" else f"spec_decoder: overloaded: {exc}", kind),
-                        flags=_FINAL)  # fmt: skip
+            sender.send(
+                _error(f"spec_decoder: {exc}" if kind != "overload" else f"spec_decoder: overloaded: {exc}", kind),
+                flags=_FINAL,
+            )
 
     def _relayed(self, conn, inputs: dict, params: dict, request_id: str) -> None:
         """A request from the front model (`triton_repo.relay`), checked and queued like a Triton request."""
@@ -223,8 +256,13 @@ class Model:
                 self.scheduler.cancel(job.key)
         except (RequestError, Overloaded, Unavailable) as exc:
             kind = _refusal(exc)
-            conn.send({"error": f"spec_decoder: {'overloaded: ' if kind == 'overload' else ''}{exc}", "kind": kind,
-                       "final": True})  # fmt: skip
+            conn.send(
+                {
+                    "error": f"spec_decoder: {'overloaded: ' if kind == 'overload' else ''}{exc}",
+                    "kind": kind,
+                    "final": True,
+                }
+            )
 
     def _job(self, fields: dict, params: dict, label: str, now: float, sink) -> Job:
         """A checked request as a Job; RequestError / Unavailable when it cannot be one."""
@@ -234,14 +272,18 @@ class Model:
         try:
             parsed = parse(fields, self.limits, self._encode, params)
             if parsed.stream and not self.decoupled:
-                raise RequestError("stream: this repository is not decoupled (triton.decoupled: false); "
-                                   "send stream=false or serve a decoupled build")  # fmt: skip
+                raise RequestError(
+                    "stream: this repository is not decoupled (triton.decoupled: false); "
+                    "send stream=false or serve a decoupled build"
+                )
         except RequestError:
             self.scheduler.refused("bad_request")
             raise
         if self.faults is not None and params.get(FAULT_PARAMETER):
             self.faults.arm(str(params[FAULT_PARAMETER]))
-        return Job(parsed.request, parsed.stream, sink(parsed), deadline=now + parsed.timeout_s, label=label, arrived=now)
+        return Job(
+            parsed.request, parsed.stream, sink(parsed), deadline=now + parsed.timeout_s, label=label, arrived=now
+        )
 
     def execute(self, requests):
         now = time.monotonic()

@@ -33,9 +33,9 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import PurePosixPath
 
+import triton_repo.trtllm.upstream as U
 from builder.errors import UserError
 from builder.speculative.choices import Choice, check_choices
-import triton_repo.trtllm.upstream as U
 
 
 class SettingsError(UserError, ValueError):
@@ -139,20 +139,40 @@ def _check_names(s: TrtllmRepoSettings) -> None:
     if not NAME_RE.match(s.model_name):
         raise _err("model_name", f"{s.model_name!r} is not a model directory name", "letters, digits, _ . -")
     if s.model_name in U.COMPOSING_MODELS:
-        raise _err("model_name", f"{s.model_name!r} collides with a composing model",
-                   f"any name but {', '.join(U.COMPOSING_MODELS)}")  # fmt: skip
+        raise _err(
+            "model_name",
+            f"{s.model_name!r} collides with a composing model",
+            f"any name but {', '.join(U.COMPOSING_MODELS)}",
+        )
     if not s.engine_dir.startswith("/") or "${" in s.engine_dir:
         raise _err("engine_dir", f"{s.engine_dir!r}: expected the absolute path at which the server sees the engine")
     tok = PurePosixPath(s.tokenizer_dir)
-    if tok.is_absolute() or ".." in tok.parts or len(tok.parts) < 3 or tok.parts[0] not in U.PYTHON_MODELS \
-            or tok.parts[1] != "1":  # fmt: skip
-        raise _err("tokenizer_dir", f"{s.tokenizer_dir!r}: expected a folder inside a Python model's version "
-                   "folder, relative to the repository root", ", ".join(f"{m}/1/<name>" for m in U.PYTHON_MODELS))
+    if (
+        tok.is_absolute()
+        or ".." in tok.parts
+        or len(tok.parts) < 3
+        or tok.parts[0] not in U.PYTHON_MODELS
+        or tok.parts[1] != "1"
+    ):
+        raise _err(
+            "tokenizer_dir",
+            f"{s.tokenizer_dir!r}: expected a folder inside a Python model's version "
+            "folder, relative to the repository root",
+            ", ".join(f"{m}/1/<name>" for m in U.PYTHON_MODELS),
+        )
 
 
 def _check_numbers(s: TrtllmRepoSettings) -> None:
-    at_least_1 = ("max_batch_size", "preprocessing_instances", "tensorrt_llm_instances", "postprocessing_instances",
-                  "bls_instances", "max_beam_width", "world_size", "cancellation_check_period_ms")  # fmt: skip
+    at_least_1 = (
+        "max_batch_size",
+        "preprocessing_instances",
+        "tensorrt_llm_instances",
+        "postprocessing_instances",
+        "bls_instances",
+        "max_beam_width",
+        "world_size",
+        "cancellation_check_period_ms",
+    )
     for name in at_least_1:
         if getattr(s, name) < 1:
             raise _err(name, f"{getattr(s, name)} < 1", ">= 1")
@@ -168,8 +188,12 @@ def _check_numbers(s: TrtllmRepoSettings) -> None:
 
 
 def _check_enums(s: TrtllmRepoSettings) -> None:
-    enums = (("batching_strategy", U.BATCHING_STRATEGIES), ("decoding_mode", U.DECODING_MODES),
-             ("batch_scheduler_policy", U.SCHEDULER_POLICIES), ("logits_datatype", U.LOGITS_DATATYPES))
+    enums = (
+        ("batching_strategy", U.BATCHING_STRATEGIES),
+        ("decoding_mode", U.DECODING_MODES),
+        ("batch_scheduler_policy", U.SCHEDULER_POLICIES),
+        ("logits_datatype", U.LOGITS_DATATYPES),
+    )
     for name, allowed in enums:
         if getattr(s, name) not in allowed:
             raise _err(name, f"{getattr(s, name)!r} is not one of upstream's values", ", ".join(allowed))
@@ -178,20 +202,30 @@ def _check_enums(s: TrtllmRepoSettings) -> None:
 def _check_decoding(s: TrtllmRepoSettings) -> None:
     mode = s.decoding_mode
     if (mode == "beam_search") != (s.max_beam_width > 1):
-        raise _err("max_beam_width", f"{s.max_beam_width} with decoding_mode {mode!r}: beam_search needs a beam "
-                   "width > 1 and every other mode (speculative ones included) a width of 1")
+        raise _err(
+            "max_beam_width",
+            f"{s.max_beam_width} with decoding_mode {mode!r}: beam_search needs a beam "
+            "width > 1 and every other mode (speculative ones included) a width of 1",
+        )
     for name, owner in (("medusa_choices", "medusa"), ("eagle_choices", "eagle")):
         choices = getattr(s, name)
         if choices and mode != owner:
-            raise _err(name, f"set, but decoding_mode is {mode!r} (the backend would ignore it)",
-                       f"decoding_mode {owner}")  # fmt: skip
+            raise _err(
+                name, f"set, but decoding_mode is {mode!r} (the backend would ignore it)", f"decoding_mode {owner}"
+            )
         _check_choice_shapes(name, choices)
     if mode == "medusa" and not s.medusa_choices:
-        raise _err("medusa_choices", "empty: decoding_mode medusa needs the engine's tree (the backend would "
-                   "fall back to mc_sim_7b_63, which need not fit the engine's max_draft_len)")
+        raise _err(
+            "medusa_choices",
+            "empty: decoding_mode medusa needs the engine's tree (the backend would "
+            "fall back to mc_sim_7b_63, which need not fit the engine's max_draft_len)",
+        )
     if mode == "lookahead" and s.lookahead is None:
-        raise _err("lookahead", "decoding_mode lookahead needs (window, ngram, verification set): the backend "
-                   "refuses to load without lookahead_window_size, _ngram_size, _verification_set_size")
+        raise _err(
+            "lookahead",
+            "decoding_mode lookahead needs (window, ngram, verification set): the backend "
+            "refuses to load without lookahead_window_size, _ngram_size, _verification_set_size",
+        )
     if s.lookahead is not None:
         if mode != "lookahead":
             raise _err("lookahead", f"set, but decoding_mode is {mode!r}", "decoding_mode lookahead")
@@ -215,17 +249,24 @@ def _check_id_groups(s: TrtllmRepoSettings, name: str, unique_across: bool) -> N
     groups = getattr(s, name)
     if not groups:
         return
-    shaped = all(isinstance(g, (tuple, list)) and all(isinstance(i, int) and not isinstance(i, bool) for i in g)
-                 for g in groups)  # fmt: skip
+    shaped = all(
+        isinstance(g, (tuple, list)) and all(isinstance(i, int) and not isinstance(i, bool) for i in g) for g in groups
+    )
     if not shaped:
         raise _err(name, f"{groups!r}: expected one sequence of ints per tensorrt_llm instance")
     if len(groups) != s.tensorrt_llm_instances:
-        raise _err(name, f"{len(groups)} groups for {s.tensorrt_llm_instances} tensorrt_llm instance(s)",
-                   "one group per instance")  # fmt: skip
+        raise _err(
+            name,
+            f"{len(groups)} groups for {s.tensorrt_llm_instances} tensorrt_llm instance(s)",
+            "one group per instance",
+        )
     for g in groups:
         if len(g) != s.world_size:
-            raise _err(name, f"group {list(g)} has {len(g)} ids, the engine has world_size {s.world_size} (tp x pp)",
-                       f"{s.world_size} ids per group")  # fmt: skip
+            raise _err(
+                name,
+                f"group {list(g)} has {len(g)} ids, the engine has world_size {s.world_size} (tp x pp)",
+                f"{s.world_size} ids per group",
+            )
         if any(i < 0 for i in g) or len(set(g)) != len(g):
             raise _err(name, f"group {list(g)}: ids must be distinct and >= 0")
     flat = [i for g in groups for i in g]

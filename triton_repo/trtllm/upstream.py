@@ -40,7 +40,12 @@ SOURCES = {  # path -> commit read
 }
 
 PREPROCESSING, TENSORRT_LLM, POSTPROCESSING, ENSEMBLE, BLS = (
-    "preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")  # fmt: skip
+    "preprocessing",
+    "tensorrt_llm",
+    "postprocessing",
+    "ensemble",
+    "tensorrt_llm_bls",
+)
 COMPOSING_MODELS = (PREPROCESSING, TENSORRT_LLM, POSTPROCESSING, BLS)  # the ensemble's name is ours to choose
 PYTHON_MODELS = (PREPROCESSING, POSTPROCESSING, BLS)
 
@@ -71,8 +76,16 @@ def _table(text: str) -> tuple[Tensor, ...]:
     out = []
     for line in filter(str.strip, text.splitlines()):
         name, dtype, dims, *flags = line.split()
-        out.append(Tensor(name, dtype, tuple(int(d) for d in dims.strip("[]").split(",")),
-                          "o" in flags, "r" in flags, "s" in flags))  # fmt: skip
+        out.append(
+            Tensor(
+                name,
+                dtype,
+                tuple(int(d) for d in dims.strip("[]").split(",")),
+                "o" in flags,
+                "r" in flags,
+                "s" in flags,
+            )
+        )
     return tuple(out)
 
 
@@ -165,8 +178,13 @@ output_log_probs FP32 [-1,-1]
 context_logits @logits_datatype [-1,-1]
 generation_logits @logits_datatype [-1,-1,-1]
 """
-TENSORRT_LLM_OUTPUTS = _table("output_ids INT32 [-1,-1]\nsequence_length INT32 [-1]" + _LOGPROBS_LOGITS + _STATS
-                              + "context_phase_params UINT8 [-1]" + _KV_AND_TIMES)  # fmt: skip
+TENSORRT_LLM_OUTPUTS = _table(
+    "output_ids INT32 [-1,-1]\nsequence_length INT32 [-1]"
+    + _LOGPROBS_LOGITS
+    + _STATS
+    + "context_phase_params UINT8 [-1]"
+    + _KV_AND_TIMES
+)
 
 PREPROCESSING_INPUTS = _table("""
 QUERY STRING [1]
@@ -223,7 +241,8 @@ presence_penalty FP32 [1] o
 frequency_penalty FP32 [1] o
 seed UINT64 [1] o
 """
-ENSEMBLE_INPUTS = _table("""
+ENSEMBLE_INPUTS = _table(
+    """
 text_input STRING [1]
 decoder_text_input STRING [1] o
 max_tokens INT32 [1]
@@ -231,7 +250,9 @@ num_return_sequences INT32 [1] o
 bad_words STRING [-1] o
 stop_words STRING [-1] o
 exclude_input_in_output BOOL [1] o
-""" + _CLIENT_SAMPLING + """
+"""
+    + _CLIENT_SAMPLING
+    + """
 return_log_probs BOOL [1] o
 return_context_logits BOOL [1] o
 return_generation_logits BOOL [1] o
@@ -250,12 +271,18 @@ lora_weights FP16 [-1,-1] o r
 lora_config INT32 [-1,3] o r
 guided_decoding_guide_type STRING [1] o r
 guided_decoding_guide STRING [1] o r
-""")
+"""
+)
 # Upstream's ensemble lists kv_cache_alloc_total_blocks twice (a slip); recorded as upstream has it.
-ENSEMBLE_OUTPUTS = _table("text_output STRING [-1]" + _LOGPROBS_LOGITS + _STATS + _KV_AND_TIMES.replace(
-    "kv_cache_alloc_total_blocks INT32 [1]\n", "kv_cache_alloc_total_blocks INT32 [1]\n" * 2))  # fmt: skip
+ENSEMBLE_OUTPUTS = _table(
+    "text_output STRING [-1]"
+    + _LOGPROBS_LOGITS
+    + _STATS
+    + _KV_AND_TIMES.replace("kv_cache_alloc_total_blocks INT32 [1]\n", "kv_cache_alloc_total_blocks INT32 [1]\n" * 2)
+)
 
-BLS_INPUTS = _table("""
+BLS_INPUTS = _table(
+    """
 text_input STRING [1]
 decoder_text_input STRING [1] o
 image_input FP16 [-1,3,-1,-1] o
@@ -266,7 +293,9 @@ max_tokens INT32 [1]
 bad_words STRING [-1] o
 stop_words STRING [-1] o
 exclude_input_in_output BOOL [1] o
-""" + _CLIENT_SAMPLING + """
+"""
+    + _CLIENT_SAMPLING
+    + """
 return_log_probs BOOL [1] s o
 return_context_logits BOOL [1] s o
 return_generation_logits BOOL [1] s o
@@ -288,27 +317,68 @@ return_num_input_tokens BOOL [1] s o
 return_num_output_tokens BOOL [1] s o
 guided_decoding_guide_type STRING [1] o
 guided_decoding_guide STRING [1] o
-""")
+"""
+)
 BLS_OUTPUTS = _table("text_output STRING [-1]" + _LOGPROBS_LOGITS + _STATS + _KV_AND_TIMES)
 
 # -- parameters: every key in each template ------------------------------------------------------------
 PARAMETER_KEYS = {
     TENSORRT_LLM: (
-        "max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type", "gpt_model_path", "encoder_model_path",
-        "max_tokens_in_paged_kv_cache", "max_attention_window_size", "sink_token_length", "batch_scheduler_policy",
-        "kv_cache_free_gpu_mem_fraction", "cross_kv_cache_fraction", "kv_cache_host_memory_bytes",
-        "kv_cache_onboard_blocks", "enable_trt_overlap", "exclude_input_in_output", "cancellation_check_period_ms",
-        "stats_check_period_ms", "iter_stats_max_iterations", "request_stats_max_iterations", "enable_kv_cache_reuse",
-        "normalize_log_probs", "enable_chunked_context", "gpu_device_ids", "participant_ids", "num_nodes",
-        "lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction",
-        "lora_cache_host_memory_bytes", "lora_prefetch_dir", "decoding_mode", "executor_worker_path",
-        "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size", "medusa_choices",
-        "eagle_choices", "gpu_weights_percent", "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode",
-        "cuda_graph_cache_size", "speculative_decoding_fast_logits", "tokenizer_dir", "guided_decoding_backend",
+        "max_beam_width",
+        "FORCE_CPU_ONLY_INPUT_TENSORS",
+        "gpt_model_type",
+        "gpt_model_path",
+        "encoder_model_path",
+        "max_tokens_in_paged_kv_cache",
+        "max_attention_window_size",
+        "sink_token_length",
+        "batch_scheduler_policy",
+        "kv_cache_free_gpu_mem_fraction",
+        "cross_kv_cache_fraction",
+        "kv_cache_host_memory_bytes",
+        "kv_cache_onboard_blocks",
+        "enable_trt_overlap",
+        "exclude_input_in_output",
+        "cancellation_check_period_ms",
+        "stats_check_period_ms",
+        "iter_stats_max_iterations",
+        "request_stats_max_iterations",
+        "enable_kv_cache_reuse",
+        "normalize_log_probs",
+        "enable_chunked_context",
+        "gpu_device_ids",
+        "participant_ids",
+        "num_nodes",
+        "lora_cache_optimal_adapter_size",
+        "lora_cache_max_adapter_size",
+        "lora_cache_gpu_memory_fraction",
+        "lora_cache_host_memory_bytes",
+        "lora_prefetch_dir",
+        "decoding_mode",
+        "executor_worker_path",
+        "lookahead_window_size",
+        "lookahead_ngram_size",
+        "lookahead_verification_set_size",
+        "medusa_choices",
+        "eagle_choices",
+        "gpu_weights_percent",
+        "enable_context_fmha_fp32_acc",
+        "multi_block_mode",
+        "cuda_graph_mode",
+        "cuda_graph_cache_size",
+        "speculative_decoding_fast_logits",
+        "tokenizer_dir",
+        "guided_decoding_backend",
         "xgrammar_tokenizer_info_path",
     ),
-    PREPROCESSING: ("tokenizer_dir", "add_special_tokens", "multimodal_model_path", "gpt_model_path", "max_num_images",
-                    "hf_model_path"),  # fmt: skip
+    PREPROCESSING: (
+        "tokenizer_dir",
+        "add_special_tokens",
+        "multimodal_model_path",
+        "gpt_model_path",
+        "max_num_images",
+        "hf_model_path",
+    ),
     POSTPROCESSING: ("tokenizer_dir", "skip_special_tokens"),
     BLS: ("accumulate_tokens", "tensorrt_llm_model_name", "tensorrt_llm_draft_model_name", "multimodal_encoders_name"),
     ENSEMBLE: (),
@@ -323,16 +393,21 @@ def _pairs(text: str) -> tuple[tuple[str, str], ...]:
 # -- ensemble wiring: (step model, input_map, output_map), each map a tuple of (step tensor, ensemble tensor)
 #    written `STEP=ENSEMBLE`
 ENSEMBLE_STEPS = (
-    (PREPROCESSING, _pairs("""QUERY=text_input DECODER_QUERY=decoder_text_input REQUEST_OUTPUT_LEN=max_tokens
+    (
+        PREPROCESSING,
+        _pairs("""QUERY=text_input DECODER_QUERY=decoder_text_input REQUEST_OUTPUT_LEN=max_tokens
         BAD_WORDS_DICT=bad_words STOP_WORDS_DICT=stop_words EMBEDDING_BIAS_WORDS=embedding_bias_words
         EMBEDDING_BIAS_WEIGHTS=embedding_bias_weights END_ID=end_id PAD_ID=pad_id
         PROMPT_TABLE_EXTRA_ID=prompt_table_extra_id"""),
-     _pairs("""REQUEST_INPUT_LEN=_REQUEST_INPUT_LEN INPUT_ID=_INPUT_ID
+        _pairs("""REQUEST_INPUT_LEN=_REQUEST_INPUT_LEN INPUT_ID=_INPUT_ID
         REQUEST_DECODER_INPUT_LEN=_REQUEST_DECODER_INPUT_LEN DECODER_INPUT_ID=_DECODER_INPUT_ID
         REQUEST_OUTPUT_LEN=_REQUEST_OUTPUT_LEN STOP_WORDS_IDS=_STOP_WORDS_IDS BAD_WORDS_IDS=_BAD_WORDS_IDS
         EMBEDDING_BIAS=_EMBEDDING_BIAS OUT_END_ID=_PREPROCESSOR_END_ID OUT_PAD_ID=_PREPROCESSOR_PAD_ID
-        OUT_PROMPT_TABLE_EXTRA_IDS=_OUT_PROMPT_TABLE_EXTRA_IDS""")),
-    (TENSORRT_LLM, _pairs("""input_ids=_INPUT_ID decoder_input_ids=_DECODER_INPUT_ID input_lengths=_REQUEST_INPUT_LEN
+        OUT_PROMPT_TABLE_EXTRA_IDS=_OUT_PROMPT_TABLE_EXTRA_IDS"""),
+    ),
+    (
+        TENSORRT_LLM,
+        _pairs("""input_ids=_INPUT_ID decoder_input_ids=_DECODER_INPUT_ID input_lengths=_REQUEST_INPUT_LEN
         decoder_input_lengths=_REQUEST_DECODER_INPUT_LEN exclude_input_in_output=exclude_input_in_output
         request_output_len=_REQUEST_OUTPUT_LEN end_id=_PREPROCESSOR_END_ID pad_id=_PREPROCESSOR_PAD_ID
         embedding_bias=_EMBEDDING_BIAS runtime_top_k=top_k runtime_top_p=top_p temperature=temperature
@@ -346,8 +421,12 @@ ENSEMBLE_STEPS = (
         stop_words_list=_STOP_WORDS_IDS bad_words_list=_BAD_WORDS_IDS prompt_table_extra_ids=_OUT_PROMPT_TABLE_EXTRA_IDS
         lora_task_id=lora_task_id lora_weights=lora_weights lora_config=lora_config
         guided_decoding_guide_type=guided_decoding_guide_type guided_decoding_guide=guided_decoding_guide"""),
-     (("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"))
-     + tuple((t.name, t.name) for t in _table(_LOGPROBS_LOGITS + _STATS + _KV_AND_TIMES))),
-    (POSTPROCESSING, _pairs("TOKENS_BATCH=_TOKENS_BATCH SEQUENCE_LENGTH=_SEQUENCE_LENGTH"),
-     (("OUTPUT", "text_output"),)),
+        (("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"))
+        + tuple((t.name, t.name) for t in _table(_LOGPROBS_LOGITS + _STATS + _KV_AND_TIMES)),
+    ),
+    (
+        POSTPROCESSING,
+        _pairs("TOKENS_BATCH=_TOKENS_BATCH SEQUENCE_LENGTH=_SEQUENCE_LENGTH"),
+        (("OUTPUT", "text_output"),),
+    ),
 )

@@ -17,8 +17,19 @@ from builder.engines.ort.session import Bound, make_session
 
 
 class OrtEagleNet(EagleHost):
-    def __init__(self, graph: Path, *, layers: int, kv_heads: int, head_dim: int, hidden_size: int, top_k: int,
-                 capacity: int, max_batch_size: int = 1, threads: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        graph: Path,
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        hidden_size: int,
+        top_k: int,
+        capacity: int,
+        max_batch_size: int = 1,
+        threads: int = 1,
+    ) -> None:
         self.session = make_session(graph, threads)
         kv = KVBuffers(layers, max_batch_size, kv_heads, capacity, head_dim)
         super().__init__(kv, hidden_size=hidden_size, top_k=top_k, capacity=capacity, max_batch_size=max_batch_size)

@@ -14,8 +14,9 @@ import onnxruntime as ort
 
 
 class KVBuffers:
-    def __init__(self, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: type = np.float32) -> None:  # fmt: skip
+    def __init__(
+        self, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int, dtype: type = np.float32
+    ) -> None:
         self.buf = np.zeros((layers, 2, batch, kv_heads, capacity, head_dim), dtype=dtype)
         self.layers, self.capacity = layers, capacity
         self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
@@ -28,8 +29,13 @@ class KVBuffers:
         """(key, value) OrtValues over rows [r0, r1) of every layer (cached; they share the buffer)."""
         views = self._views.get((r0, r1))
         if views is None:
-            views = [(ort.OrtValue.ortvalue_from_numpy(self.buf[l, 0, r0:r1]),
-                      ort.OrtValue.ortvalue_from_numpy(self.buf[l, 1, r0:r1])) for l in range(self.layers)]  # fmt: skip
+            views = [
+                (
+                    ort.OrtValue.ortvalue_from_numpy(self.buf[l, 0, r0:r1]),
+                    ort.OrtValue.ortvalue_from_numpy(self.buf[l, 1, r0:r1]),
+                )
+                for l in range(self.layers)
+            ]
             self._views[(r0, r1)] = views
         return views
 
@@ -64,7 +70,9 @@ class KVBuffers:
         src = np.where(j[None, :] < lengths[:, None], chains[:, 1:k], j[None, :])  # [m, k-1] node per position
         dst = starts[:, None] + j[None, :]  # [m, k-1]
         r = rows[:, None]  # [m, 1]
-        self.buf[:, :, r, :, dst] = self.buf[:, :, r, :, starts[:, None] + src]  # advanced dims first: [m, k-1, L, 2, KV, D]
+        self.buf[:, :, r, :, dst] = self.buf[
+            :, :, r, :, starts[:, None] + src
+        ]  # advanced dims first: [m, k-1, L, 2, KV, D]
 
     def move_row(self, dst: int, src: int, length: int) -> None:
         """Copy the first `length` slots of row `src` into row `dst` (a departure leaves rows dense)."""

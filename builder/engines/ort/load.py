@@ -35,8 +35,13 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
-                threads: int = 1, trees: bool | None = None) -> Opened:  # fmt: skip
+def open_engine(
+    folder: str | Path,
+    drafter: dict[str, Any] | None = None,
+    max_batch_size: int = 1,
+    threads: int = 1,
+    trees: bool | None = None,
+) -> Opened:
     """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead / ngram, or
     the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph. `trees`: whether
     greedy steps may hold trees other than chains (None: unless the drafter drafts chains only, `chains_only`;
@@ -48,21 +53,48 @@ def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_b
     t = meta["target"]
     medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
     plain = folder / t["greedy_plain"] if t.get("greedy_plain") else None
-    spec = TargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
-                      m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, plain)  # fmt: skip
+    spec = TargetSpec(
+        folder / t["greedy"],
+        folder / t["rejection"] if t.get("rejection") else None,
+        m["layers"],
+        m["kv_heads"],
+        m["head_dim"],
+        m["hidden"],
+        m["vocab"],
+        meta["capacity"],
+        medusa,
+        plain,
+    )
     if trees is None:
         trees = not chains_only(config)
     if not trees and config["method"] == "eagle" and plain is not None:
-        raise ValueError("EAGLE reads the target's hidden states, which the plain-steps graph does not return: "
-                         "open the engine with trees=True (or None)")
+        raise ValueError(
+            "EAGLE reads the target's hidden states, which the plain-steps graph does not return: "
+            "open the engine with trees=True (or None)"
+        )
     engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads, plain_only=not trees)
     net = None
     if config["method"] == "eagle":
         e = meta["eagle"]
         if e is None:
             raise ValueError("this engine has no EAGLE draft graph")
-        net = OrtEagleNet(folder / e["graph"], layers=e["layers"], kv_heads=e["kv_heads"], head_dim=e["head_dim"],
-                          hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"],
-                          max_batch_size=max_batch_size, threads=threads)  # fmt: skip
-    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],
-                  list(meta["stop_ids"]), meta)  # fmt: skip
+        net = OrtEagleNet(
+            folder / e["graph"],
+            layers=e["layers"],
+            kv_heads=e["kv_heads"],
+            head_dim=e["head_dim"],
+            hidden_size=e["hidden"],
+            top_k=e["top_k"],
+            capacity=e["capacity"],
+            max_batch_size=max_batch_size,
+            threads=threads,
+        )
+    return Opened(
+        engine,
+        drafter_factory(config, net),
+        label(config),
+        config,
+        folder / meta["tokenizer"],
+        list(meta["stop_ids"]),
+        meta,
+    )

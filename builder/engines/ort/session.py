@@ -58,21 +58,28 @@ def gqa_per_head_kernel() -> Iterator[None]:
         os.environ.pop(GQA_FLASH_ENV, None)
 
 
-def make_session(path: Path, threads: int = 1, spinning: bool = False,
-                 options: ort.SessionOptions | None = None) -> ort.InferenceSession:  # fmt: skip
+def make_session(
+    path: Path, threads: int = 1, spinning: bool = False, options: ort.SessionOptions | None = None
+) -> ort.InferenceSession:
     """A CPU session over `path` (`session_options` unless `options` are given), GroupQueryAttention per head."""
     with gqa_per_head_kernel():
-        return ort.InferenceSession(str(path), options or session_options(threads, spinning),
-                                    providers=["CPUExecutionProvider"])  # fmt: skip
+        return ort.InferenceSession(
+            str(path), options or session_options(threads, spinning), providers=["CPUExecutionProvider"]
+        )
 
 
 class Bound:
     """An IOBinding over preallocated arrays (`x` inputs, `y` outputs) and a KV cache. `same`: inputs bound to another
     input's memory (name -> that input's name; same dtype and size), where the two always hold the same values."""
 
-    def __init__(self, session: ort.InferenceSession, inputs: Spec, outputs: Spec,
-                 caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]],
-                 same: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        inputs: Spec,
+        outputs: Spec,
+        caches: Sequence[tuple[ort.OrtValue, ort.OrtValue]],
+        same: Mapping[str, str] | None = None,
+    ) -> None:
         self.session = session
         self.io = session.io_binding()
         self.x = {name: np.zeros(shape, dtype) for name, (shape, dtype) in inputs.items()}

@@ -20,10 +20,10 @@ import numpy as np
 
 from builder.engines.batched import BatchedTarget
 from builder.engines.bindings import LruBindings, Spec
-from builder.speculative.batch import DraftBatch
 from builder.engines.ort.kv import KVBuffers
 from builder.engines.ort.session import Bound, make_session
 from builder.export.contract import PLAIN_LOGITS, TARGET, call_spec
+from builder.speculative.batch import DraftBatch
 
 
 class GreedyOnly(ValueError):
@@ -49,8 +49,9 @@ class TargetSpec:
 class OrtEngine(BatchedTarget):
     name = "onnxruntime"
 
-    def __init__(self, spec: TargetSpec, max_seq_len: int, max_batch_size: int = 1, threads: int = 1,
-                 plain_only: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, spec: TargetSpec, max_seq_len: int, max_batch_size: int = 1, threads: int = 1, plain_only: bool = False
+    ) -> None:
         """`plain_only`: greedy steps hold chains only (root-only included: method none, n-gram with one candidate),
         run by `spec.plain` where there is one, their verdict made on the host (`_verify_on_host`); any other tree
         is then refused (the plain graph has neither tree attention nor tree verification). The plain graph returns no
@@ -59,8 +60,15 @@ class OrtEngine(BatchedTarget):
         self.check_capacity(max_seq_len, spec.capacity)
         self.spec, self.threads = spec, threads
         kv = KVBuffers(spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim)
-        super().__init__(kv, LruBindings(), vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-                         medusa=spec.medusa, max_seq_len=max_seq_len, max_batch_size=max_batch_size)  # fmt: skip
+        super().__init__(
+            kv,
+            LruBindings(),
+            vocab_size=spec.vocab_size,
+            hidden_size=spec.hidden_size,
+            medusa=spec.medusa,
+            max_seq_len=max_seq_len,
+            max_batch_size=max_batch_size,
+        )
         self.kv: KVBuffers = kv
         self.plain_only = plain_only and spec.plain is not None
         self._sessions = {"greedy": make_session(spec.plain if self.plain_only else spec.greedy, threads)}
@@ -69,12 +77,15 @@ class OrtEngine(BatchedTarget):
         if self.plain_only and sampling.greedy:
             for d in drafts:  # a chain: its last node sits at depth T - 1 (the tree itself is checked in the step)
                 if d.num_nodes > 1 and int(d.depth[-1]) != d.num_nodes - 1:
-                    raise ValueError("this engine was opened for plain steps and chains (method none, n-gram with "
-                                     "one candidate): a draft tree needs open_engine(..., trees=True)")
+                    raise ValueError(
+                        "this engine was opened for plain steps and chains (method none, n-gram with "
+                        "one candidate): a draft tree needs open_engine(..., trees=True)"
+                    )
         return super().step(seqs, drafts, sampling)
 
-    def _verify_on_host(self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool,
-                        greedy: bool) -> None:  # fmt: skip
+    def _verify_on_host(
+        self, y: dict[str, np.ndarray], rows: np.ndarray, batch: DraftBatch, whole: bool, greedy: bool
+    ) -> None:
         """The plain-steps graph (`plain_only`, greedy) verifies a root-only step itself; a chain's verdict is made
         here from its `node_argmax`: accepted = the leading drafts equal to the target's token before them (the
         path is the one chain, so best_path 0 and nothing moves in the KV cache), output_tokens = the target's
@@ -124,8 +135,10 @@ class OrtEngine(BatchedTarget):
     def _session(self, mode: str):
         if mode not in self._sessions:
             if self.spec.rejection is None:
-                raise GreedyOnly("this engine verifies greedily only (the recipe's speculative.verification is "
-                                 "greedy): sampling (temperature > 0) needs speculative.verification: rejection")
+                raise GreedyOnly(
+                    "this engine verifies greedily only (the recipe's speculative.verification is "
+                    "greedy): sampling (temperature > 0) needs speculative.verification: rejection"
+                )
             self._sessions[mode] = make_session(self.spec.rejection, self.threads)
         return self._sessions[mode]
 
@@ -140,8 +153,15 @@ class ArgmaxOnHost(Bound):
 
     fixed_plain_verdict = True
 
-    def __init__(self, session, inputs: Spec, outputs: Spec, caches, vocab_size: int,  # noqa: ANN001
-                 same: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        session,
+        inputs: Spec,
+        outputs: Spec,
+        caches,
+        vocab_size: int,  # noqa: ANN001
+        same: Mapping[str, str] | None = None,
+    ) -> None:
         (b, tv), _ = outputs["node_argmax"]
         super().__init__(session, inputs, {**outputs, PLAIN_LOGITS: ((b, tv, vocab_size), np.float32)}, caches, same)
         y = self.y

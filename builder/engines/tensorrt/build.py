@@ -34,15 +34,26 @@ class EngineBuildError(RuntimeError):
     """TensorRT could not parse or build a graph (the message says where and why)."""
 
 
-TRT_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BF16", "float8e4m3fn": "FP8", "int64": "INT64",
-             "int32": "INT32", "bool": "BOOL"}  # contract dtype name -> trt.DataType name  # fmt: skip
+TRT_TYPES = {
+    "float32": "FLOAT",
+    "float16": "HALF",
+    "bfloat16": "BF16",
+    "float8e4m3fn": "FP8",
+    "int64": "INT64",
+    "int32": "INT32",
+    "bool": "BOOL",
+}  # contract dtype name -> trt.DataType name
 
 
-def contract_io_dtypes(graph: str, precision: Precision, *, layers: int, rejection: bool = False,
-                       medusa: bool = False) -> dict[str, str]:  # fmt: skip
+def contract_io_dtypes(
+    graph: str, precision: Precision, *, layers: int, rejection: bool = False, medusa: bool = False
+) -> dict[str, str]:
     """trt.DataType name of every input and output of the "target" / "eagle" graph in `precision`."""
-    specs = [s for io in ("inputs", "outputs")
-             for s in GRAPHS[graph].specs(io, layers=layers, rejection=rejection, medusa=medusa)]  # fmt: skip
+    specs = [
+        s
+        for io in ("inputs", "outputs")
+        for s in GRAPHS[graph].specs(io, layers=layers, rejection=rejection, medusa=medusa)
+    ]
     return {s.name: TRT_TYPES[precision.resolve(s.dtype)] for s in specs}
 
 
@@ -52,9 +63,17 @@ def default_plugins() -> None:
     trt_plugin.register()
 
 
-def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequence[Profile],
-                 timing_cache: Path | None, plugin: Callable[[], None] | None = default_plugins,
-                 optimization_level: int | None = None, io_dtypes: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def build_engine(
+    onnx_path: Path,
+    out_path: Path,
+    *,
+    fp8: bool,
+    profiles: Sequence[Profile],
+    timing_cache: Path | None,
+    plugin: Callable[[], None] | None = default_plugins,
+    optimization_level: int | None = None,
+    io_dtypes: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Build and write the engine for `onnx_path` to `out_path`; returns its manifest (module docstring)."""
     require()
     import tensorrt as trt
@@ -69,8 +88,10 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
         raise EngineBuildError(parse_errors(parser, onnx_path))
     fp8_layers = count_fp8_layers(network)
     if fp8 and not fp8_layers:
-        raise EngineBuildError(f"{onnx_path}: the recipe asks for FP8 but the graph has no FP8 Quantize/Dequantize "
-                               "layers (export from the quantize stage's checkpoint)")  # fmt: skip
+        raise EngineBuildError(
+            f"{onnx_path}: the recipe asks for FP8 but the graph has no FP8 Quantize/Dequantize "
+            "layers (export from the quantize stage's checkpoint)"
+        )
     if io_dtypes is not None:
         check_io_types(network, io_dtypes, onnx_path)
     config = builder.create_builder_config()
@@ -88,13 +109,22 @@ def build_engine(onnx_path: Path, out_path: Path, *, fp8: bool, profiles: Sequen
     timing.write_atomic(out_path, bytes(memoryview(plan)))
     cache_after = 0 if timing_cache is None else save_timing_cache(config, timing_cache, cache_before)
     manifest = {
-        "tensorrt": trt.__version__, "onnx": onnx_path.name, "engine": out_path.name, "engine_bytes": plan.nbytes,
-        "strongly_typed": True, "fp8": fp8, "fp8_qdq_layers": fp8_layers, "layers": network.num_layers,
-        "profiles": [p.as_dict() for p in profiles], "plugins": [] if plugin is None else ["trtspec::TreeVerify"],
-        "build_s": round(build_s, 3), "optimization_level": config.builder_optimization_level,
-        "timing_cache": None if timing_cache is None else {"file": timing_cache.name, "bytes_before": len(cache_before),
-                                                            "bytes_after": cache_after},
-    }  # fmt: skip
+        "tensorrt": trt.__version__,
+        "onnx": onnx_path.name,
+        "engine": out_path.name,
+        "engine_bytes": plan.nbytes,
+        "strongly_typed": True,
+        "fp8": fp8,
+        "fp8_qdq_layers": fp8_layers,
+        "layers": network.num_layers,
+        "profiles": [p.as_dict() for p in profiles],
+        "plugins": [] if plugin is None else ["trtspec::TreeVerify"],
+        "build_s": round(build_s, 3),
+        "optimization_level": config.builder_optimization_level,
+        "timing_cache": None
+        if timing_cache is None
+        else {"file": timing_cache.name, "bytes_before": len(cache_before), "bytes_after": cache_after},
+    }
     return {**manifest, **device_facts(), **inspect_plan(out_path, log)}
 
 
@@ -110,8 +140,9 @@ def save_timing_cache(config: "trt.IBuilderConfig", path: Path, loaded: bytes) -
     return len(data)
 
 
-def add_profiles(builder: "trt.Builder", config: "trt.IBuilderConfig", network: "trt.INetworkDefinition",
-                 profiles: Sequence[Profile]) -> None:  # fmt: skip
+def add_profiles(
+    builder: "trt.Builder", config: "trt.IBuilderConfig", network: "trt.INetworkDefinition", profiles: Sequence[Profile]
+) -> None:
     """One optimization profile per `Profile`; every network input must be covered by each."""
     import tensorrt as trt
 
@@ -120,8 +151,9 @@ def add_profiles(builder: "trt.Builder", config: "trt.IBuilderConfig", network: 
         missing = [n for n in names if n not in profile.shapes]
         extra = [n for n in profile.shapes if n not in names]
         if missing or extra:
-            raise EngineBuildError(f"profile {profile.name!r} does not match the network's inputs (missing "
-                                   f"{missing}, unknown {extra})")  # fmt: skip
+            raise EngineBuildError(
+                f"profile {profile.name!r} does not match the network's inputs (missing {missing}, unknown {extra})"
+            )
         p = builder.create_optimization_profile()
         for name, (lo, opt, hi) in profile.shapes.items():
             p.set_shape(name, trt.Dims(list(lo)), trt.Dims(list(opt)), trt.Dims(list(hi)))
@@ -134,8 +166,11 @@ def check_io_types(network: "trt.INetworkDefinition", expected: Mapping[str, str
     dropped as unread are not in the network and not checked)."""
     tensors = [network.get_input(i) for i in range(network.num_inputs)]
     tensors += [network.get_output(i) for i in range(network.num_outputs)]
-    wrong = [f"{t.name}: {t.dtype.name}, the contract says {expected.get(t.name)}" for t in tensors
-             if expected.get(t.name) != t.dtype.name]  # fmt: skip
+    wrong = [
+        f"{t.name}: {t.dtype.name}, the contract says {expected.get(t.name)}"
+        for t in tensors
+        if expected.get(t.name) != t.dtype.name
+    ]
     if wrong:
         raise EngineBuildError(f"{onnx_path}: network I/O types differ from the graph contract: " + "; ".join(wrong))
 
@@ -145,8 +180,10 @@ def parse_errors(parser: "trt.OnnxParser", onnx_path: Path) -> str:
     lines = [f"{onnx_path}: TensorRT's ONNX parser failed ({parser.num_errors} error(s))"]
     for i in range(parser.num_errors):
         e: trt.ParserError = parser.get_error(i)
-        lines.append(f"  node #{e.node()} {e.node_name()!r} ({e.node_operator()}): {e.desc()} "
-                     f"[{e.code()}; {e.file()}:{e.line()} {e.func()}]")  # fmt: skip
+        lines.append(
+            f"  node #{e.node()} {e.node_name()!r} ({e.node_operator()}): {e.desc()} "
+            f"[{e.code()}; {e.file()}:{e.line()} {e.func()}]"
+        )
     return "\n".join(lines)
 
 
@@ -169,8 +206,10 @@ def device_facts() -> dict[str, Any]:
     import torch
 
     index = torch.cuda.current_device()
-    return {"device": str(torch.cuda.get_device_name(index)),
-            "compute_capability": list(torch.cuda.get_device_capability(index))}  # fmt: skip
+    return {
+        "device": str(torch.cuda.get_device_name(index)),
+        "compute_capability": list(torch.cuda.get_device_capability(index)),
+    }
 
 
 def inspect_plan(path: Path, log: "trt.ILogger") -> dict[str, Any]:

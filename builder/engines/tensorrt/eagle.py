@@ -23,14 +23,32 @@ from builder.export.contract import CPU, Precision
 
 
 class TrtEagleNet(EagleHost):
-    def __init__(self, engine: Path, profiles: Sequence[Profile], *, layers: int, kv_heads: int, head_dim: int,
-                 hidden_size: int, top_k: int, capacity: int, max_batch_size: int = 1, precision: Precision = CPU,
-                 lane: Lane | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: Path,
+        profiles: Sequence[Profile],
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        hidden_size: int,
+        top_k: int,
+        capacity: int,
+        max_batch_size: int = 1,
+        precision: Precision = CPU,
+        lane: Lane | None = None,
+    ) -> None:
         require()
         self.lane = Lane() if lane is None else lane
         kv = DeviceKV(self.lane, layers, max_batch_size, kv_heads, capacity, head_dim, precision.kv)
-        super().__init__(kv, hidden_size=hidden_size, top_k=top_k, capacity=capacity, max_batch_size=max_batch_size,
-                         precision=precision)  # fmt: skip
+        super().__init__(
+            kv,
+            hidden_size=hidden_size,
+            top_k=top_k,
+            capacity=capacity,
+            max_batch_size=max_batch_size,
+            precision=precision,
+        )
         self.kv: DeviceKV = kv
         self.graph = TrtGraph(engine, profiles, self.lane)
 

@@ -62,8 +62,13 @@ class Settings:
     max_input_len: int
 
 
-def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, out: Path,
-                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
+def build_folder(
+    export_dir: Path,
+    source: dict[str, Any],
+    settings: Settings,
+    out: Path,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
     """Build every exported graph's engine into `out`, write engine.json (returned) and the tokenizer."""
     from builder.engines.tensorrt import timing
     from builder.engines.tensorrt.build import build_engine, device_facts
@@ -74,17 +79,28 @@ def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, o
 
     info = json.loads((export_dir / "export.json").read_text(encoding="utf-8"))
     if info["variant"] != "standard":
-        raise UserError(f"TensorRT engines are built from the `standard` graphs; the export has {info['variant']!r} "
-                        "(unset TRTSPEC_ORT_VARIANT)", field="variant", allowed="standard")  # fmt: skip
+        raise UserError(
+            f"TensorRT engines are built from the `standard` graphs; the export has {info['variant']!r} "
+            "(unset TRTSPEC_ORT_VARIANT)",
+            field="variant",
+            allowed="standard",
+        )
     facts = device_facts()
     if tuple(facts["compute_capability"]) != tuple(settings.compute_capability):
         have, want = (".".join(map(str, c)) for c in (facts["compute_capability"], settings.compute_capability))
-        raise UserError(f"this host's GPU ({facts['device']}, compute capability {have}) is not the recipe's target "
-                        f"{settings.device} ({want}); TensorRT engines run only on the capability they were built on",
-                        field="target.device")  # fmt: skip
+        raise UserError(
+            f"this host's GPU ({facts['device']}, compute capability {have}) is not the recipe's target "
+            f"{settings.device} ({want}); TensorRT engines run only on the capability they were built on",
+            field="target.device",
+        )
     arch = source["architecture"]
-    model = {"layers": arch["num_hidden_layers"], "kv_heads": arch["num_key_value_heads"], "head_dim": arch["head_dim"],
-             "hidden": arch["hidden_size"], "vocab": arch["vocab_size"]}  # fmt: skip
+    model = {
+        "layers": arch["num_hidden_layers"],
+        "kv_heads": arch["num_key_value_heads"],
+        "head_dim": arch["head_dim"],
+        "hidden": arch["hidden_size"],
+        "vocab": arch["vocab_size"],
+    }
     profiles = graph_profiles(info, model, settings)
     precision = precisions(info)
     io_types = graph_io_dtypes(info, model, precision)
@@ -101,22 +117,39 @@ def build_folder(export_dir: Path, source: dict[str, Any], settings: Settings, o
             onnx_path = write_tensorrt(export_dir / folder, stem, out / "onnx" / folder)
         files[key] = f"{folder}.engine"
         say(f"building the {key} engine ({onnx_path.name})")
-        engines[key] = build_engine(onnx_path, out / files[key], fp8=bool(info.get("fp8")) and key != "eagle",
-                                    profiles=profiles[key], timing_cache=cache, io_dtypes=io_types[key])  # fmt: skip
+        engines[key] = build_engine(
+            onnx_path,
+            out / files[key],
+            fp8=bool(info.get("fp8")) and key != "eagle",
+            profiles=profiles[key],
+            timing_cache=cache,
+            io_dtypes=io_types[key],
+        )
     shutil.rmtree(out / "onnx", ignore_errors=True)  # scratch rewrites (weights hard-linked): not part of the folder
     shutil.copy2(Path(source["tokenizer"]) / "tokenizer.json", out / "tokenizer.json")
     eagle = info.get("eagle")
     meta = {
-        "format": FORMAT, "backend": BACKEND, "variant": info["variant"], "recipe": settings.recipe,
-        "capacity": info["capacity"], "max_seq_len": info["max_seq_len"], "max_batch_size": settings.max_batch_size,
-        "max_input_len": settings.max_input_len, "model": model, "precision": precision[0].as_dict(),
+        "format": FORMAT,
+        "backend": BACKEND,
+        "variant": info["variant"],
+        "recipe": settings.recipe,
+        "capacity": info["capacity"],
+        "max_seq_len": info["max_seq_len"],
+        "max_batch_size": settings.max_batch_size,
+        "max_input_len": settings.max_input_len,
+        "model": model,
+        "precision": precision[0].as_dict(),
         "draft_precision": precision[1].as_dict(),
-        "target": {"greedy": files["greedy"], "rejection": files.get("rejection")}, "medusa": info["medusa"],
-        "eagle": None if eagle is None else {"graph": files["eagle"], **eagle}, "drafter": info["drafter"],
-        "tokenizer": "tokenizer.json", "stop_ids": source["stop_ids"], "versions": _versions(),
+        "target": {"greedy": files["greedy"], "rejection": files.get("rejection")},
+        "medusa": info["medusa"],
+        "eagle": None if eagle is None else {"graph": files["eagle"], **eagle},
+        "drafter": info["drafter"],
+        "tokenizer": "tokenizer.json",
+        "stop_ids": source["stop_ids"],
+        "versions": _versions(),
         "tensorrt": engine_lock(engines["greedy"]["tensorrt"], facts["device"], facts["compute_capability"]),
         "engines": engines,
-    }  # fmt: skip
+    }
     (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
 
@@ -126,14 +159,19 @@ def precisions(info: dict[str, Any]) -> tuple[Precision, Precision]:
     return (Precision(**info.get("precision", CPU.as_dict())), Precision(**info.get("draft_precision", CPU.as_dict())))
 
 
-def graph_io_dtypes(info: dict[str, Any], model: dict[str, int],
-                    precision: tuple[Precision, Precision]) -> dict[str, dict[str, str]]:  # fmt: skip
+def graph_io_dtypes(
+    info: dict[str, Any], model: dict[str, int], precision: tuple[Precision, Precision]
+) -> dict[str, dict[str, str]]:
     """trt.DataType name of every input and output of each graph the export may hold (the I/O contract)."""
     from builder.engines.tensorrt.build import contract_io_dtypes
 
     medusa = info.get("medusa") is not None
-    out = {mode: contract_io_dtypes("target", precision[0], layers=model["layers"], rejection=mode == "rejection",
-                                    medusa=medusa) for mode in ("greedy", "rejection")}  # fmt: skip
+    out = {
+        mode: contract_io_dtypes(
+            "target", precision[0], layers=model["layers"], rejection=mode == "rejection", medusa=medusa
+        )
+        for mode in ("greedy", "rejection")
+    }
     if info.get("eagle") is not None:
         out["eagle"] = contract_io_dtypes("eagle", precision[1], layers=info["eagle"]["layers"])
     return out
@@ -143,15 +181,25 @@ def graph_profiles(info: dict[str, Any], model: dict[str, int], settings: Settin
     """The profiles of each exported graph (see `builder.engines.tensorrt.profiles`)."""
     max_nodes = info["capacity"] - info["max_seq_len"]  # room for draft nodes (any drafter the folder serves)
     cache = CacheDims(model["layers"], model["kv_heads"], info["capacity"], model["head_dim"])
-    out = {mode: target_profiles(max_batch_size=settings.max_batch_size, max_input_len=settings.max_input_len,
-                                 max_nodes=max_nodes, cache=cache, rejection=mode == "rejection")
-           for mode in ("greedy", "rejection")}  # fmt: skip
+    out = {
+        mode: target_profiles(
+            max_batch_size=settings.max_batch_size,
+            max_input_len=settings.max_input_len,
+            max_nodes=max_nodes,
+            cache=cache,
+            rejection=mode == "rejection",
+        )
+        for mode in ("greedy", "rejection")
+    }
     e = info.get("eagle")
     if e is not None:
-        out["eagle"] = eagle_profiles(max_batch_size=settings.max_batch_size, max_input_len=settings.max_input_len,
-                                      max_rows=max(max_nodes, e["capacity"] - info["max_seq_len"]),
-                                      hidden_size=e["hidden"],
-                                      cache=CacheDims(e["layers"], e["kv_heads"], e["capacity"], e["head_dim"]))  # fmt: skip
+        out["eagle"] = eagle_profiles(
+            max_batch_size=settings.max_batch_size,
+            max_input_len=settings.max_input_len,
+            max_rows=max(max_nodes, e["capacity"] - info["max_seq_len"]),
+            hidden_size=e["hidden"],
+            cache=CacheDims(e["layers"], e["kv_heads"], e["capacity"], e["head_dim"]),
+        )
     return out
 
 
@@ -176,13 +224,16 @@ def read_meta(folder: Path) -> dict[str, Any]:
 def arena_bytes(meta: dict[str, Any]) -> int:
     """The scratch arena the folder's engines share: the largest device memory any engine's profile needs, as
     recorded when it was built (`build_engine`'s manifest), so it is allocated once."""
-    sizes = [int(e.get("device_memory_max_bytes", max(e.get("device_memory_bytes") or [0])))
-             for e in meta["engines"].values()]  # fmt: skip
+    sizes = [
+        int(e.get("device_memory_max_bytes", max(e.get("device_memory_bytes") or [0])))
+        for e in meta["engines"].values()
+    ]
     return max(sizes, default=0)
 
 
-def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1,
-                cuda: "CudaApi | None" = None) -> "Opened":  # fmt: skip
+def open_engine(
+    folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1, cuda: "CudaApi | None" = None
+) -> "Opened":
     """The TensorRT engines of `folder` and a drafter factory, all on one `Lane` (stream + scratch arena, through
     `cuda`: torch's unless given); `drafter` overrides the folder's (none / lookahead, or the folder's own
     method), as for ONNX Runtime."""
@@ -202,17 +253,44 @@ def open_engine(folder: str | Path, drafter: dict[str, Any] | None = None, max_b
     medusa = None if meta["medusa"] is None else (meta["medusa"]["heads"], meta["medusa"]["top_k"])
     precision, draft_precision = precisions(meta)
     lane = Lane(cuda, reserve=arena_bytes(meta))
-    spec = TrtTargetSpec(folder / t["greedy"], folder / t["rejection"] if t.get("rejection") else None, m["layers"],
-                         m["kv_heads"], m["head_dim"], m["hidden"], m["vocab"], meta["capacity"], medusa, profiles,
-                         precision)  # fmt: skip
+    spec = TrtTargetSpec(
+        folder / t["greedy"],
+        folder / t["rejection"] if t.get("rejection") else None,
+        m["layers"],
+        m["kv_heads"],
+        m["head_dim"],
+        m["hidden"],
+        m["vocab"],
+        meta["capacity"],
+        medusa,
+        profiles,
+        precision,
+    )
     engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size, lane)
     net = None
     if config["method"] == "eagle":
         e = meta["eagle"]
         if e is None:
             raise ValueError("this engine has no EAGLE draft engine")
-        net = TrtEagleNet(folder / e["graph"], profiles["eagle"], layers=e["layers"], kv_heads=e["kv_heads"],
-                          head_dim=e["head_dim"], hidden_size=e["hidden"], top_k=e["top_k"], capacity=e["capacity"],
-                          max_batch_size=max_batch_size, precision=draft_precision, lane=lane)  # fmt: skip
-    return Opened(engine, drafter_factory(config, net), label(config), config, folder / meta["tokenizer"],
-                  list(meta["stop_ids"]), meta)  # fmt: skip
+        net = TrtEagleNet(
+            folder / e["graph"],
+            profiles["eagle"],
+            layers=e["layers"],
+            kv_heads=e["kv_heads"],
+            head_dim=e["head_dim"],
+            hidden_size=e["hidden"],
+            top_k=e["top_k"],
+            capacity=e["capacity"],
+            max_batch_size=max_batch_size,
+            precision=draft_precision,
+            lane=lane,
+        )
+    return Opened(
+        engine,
+        drafter_factory(config, net),
+        label(config),
+        config,
+        folder / meta["tokenizer"],
+        list(meta["stop_ids"]),
+        meta,
+    )

@@ -30,8 +30,9 @@ _RAW = {1: "uint8", 2: "int16", 4: "int32"}  # element size -> torch integer dty
 
 
 class DeviceKV:
-    def __init__(self, lane: Lane, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: str = "float32") -> None:  # fmt: skip
+    def __init__(
+        self, lane: Lane, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int, dtype: str = "float32"
+    ) -> None:
         import torch
 
         if dtype not in _TORCH:
@@ -52,8 +53,10 @@ class DeviceKV:
 
     def addresses(self, r0: int, r1: int) -> list[tuple[int, int]]:
         """(key, value) device addresses of rows [r0, r1) of every layer (contiguous from row r0)."""
-        return [(int(self._raw[layer, 0, r0].data_ptr()), int(self._raw[layer, 1, r0].data_ptr()))
-                for layer in range(self.layers)]  # fmt: skip
+        return [
+            (int(self._raw[layer, 0, r0].data_ptr()), int(self._raw[layer, 1, r0].data_ptr()))
+            for layer in range(self.layers)
+        ]
 
     def shape(self, rows: int) -> Shape:
         return (rows, self.kv_heads, self.capacity, self.head_dim)

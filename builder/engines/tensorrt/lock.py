@@ -30,7 +30,13 @@ from typing import Any, Mapping, Sequence
 from builder.errors import UserError
 
 PLUGIN_ID = "trtspec::TreeVerify"
-PLUGIN_FILES = ("contract.py", "reference.py", "kernel.py", "trt_plugin.py", "trt_attrs.py")  # what the TensorRT face runs
+PLUGIN_FILES = (
+    "contract.py",
+    "reference.py",
+    "kernel.py",
+    "trt_plugin.py",
+    "trt_attrs.py",
+)  # what the TensorRT face runs
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,12 @@ def plugin_sha256(folder: Path | None = None) -> str | None:
 
 def engine_lock(tensorrt_version: str, device: str, compute_capability: Sequence[int]) -> dict[str, Any]:
     """engine.json's "tensorrt" section for engines built here (module docstring)."""
-    return {"version": tensorrt_version, "device": device, "compute_capability": [int(c) for c in compute_capability],
-            "plugin": {"id": PLUGIN_ID, "sha256": plugin_sha256(), "files": list(PLUGIN_FILES)}}  # fmt: skip
+    return {
+        "version": tensorrt_version,
+        "device": device,
+        "compute_capability": [int(c) for c in compute_capability],
+        "plugin": {"id": PLUGIN_ID, "sha256": plugin_sha256(), "files": list(PLUGIN_FILES)},
+    }
 
 
 def _numbers(version: str) -> tuple[int, ...]:
@@ -97,8 +107,11 @@ def mismatches(meta: Mapping[str, Any], host: Host) -> list[str]:
     """What differs between the engines' lock (engine.json) and `host` (empty: it may run them)."""
     lock = meta.get("tensorrt")
     if not isinstance(lock, Mapping) or not {"version", "compute_capability", "plugin"} <= set(lock):
-        raise UserError("engine.json has no tensorrt {version, compute_capability, plugin} lock (built by an older "
-                        "trtspec?): rebuild the engine", field="engine.json")  # fmt: skip
+        raise UserError(
+            "engine.json has no tensorrt {version, compute_capability, plugin} lock (built by an older "
+            "trtspec?): rebuild the engine",
+            field="engine.json",
+        )
     out = []
     if host.tensorrt is None or not same_tensorrt(str(lock["version"]), host.tensorrt):
         out.append("TensorRT differs")
@@ -115,11 +128,15 @@ def check_lock(meta: Mapping[str, Any], host: Host) -> None:
     problems = mismatches(meta, host)
     if problems:
         lock = meta["tensorrt"]
-        built = (f"TensorRT {lock['version']}, {lock.get('device')} ({sm(lock['compute_capability'])}), tree_verify "
-                 f"plugin {_short(lock['plugin'].get('sha256'))}")  # fmt: skip
-        raise UserError(f"engines built with {built}; this host has {host.describe()} ({'; '.join(problems)}): rebuild "
-                        "the engines on this host (trtspec build RECIPE) or serve them where they were built",
-                        field="engine.json")  # fmt: skip
+        built = (
+            f"TensorRT {lock['version']}, {lock.get('device')} ({sm(lock['compute_capability'])}), tree_verify "
+            f"plugin {_short(lock['plugin'].get('sha256'))}"
+        )
+        raise UserError(
+            f"engines built with {built}; this host has {host.describe()} ({'; '.join(problems)}): rebuild "
+            "the engines on this host (trtspec build RECIPE) or serve them where they were built",
+            field="engine.json",
+        )
 
 
 def host_facts(device_index: int = 0) -> Host:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-INSTALL_HINT = ("TensorRT engines need tensorrt >= 10.15 (with tensorrt.plugin), torch with CUDA and triton on a "
-                "GPU host: pip install 'trtspec[cpu,tensorrt]'")  # fmt: skip
+INSTALL_HINT = (
+    "TensorRT engines need tensorrt >= 10.15 (with tensorrt.plugin), torch with CUDA and triton on a "
+    "GPU host: pip install 'trtspec[cpu,tensorrt]'"
+)
 MIN_VERSION = (10, 15)
 
 

@@ -62,27 +62,38 @@ class CacheDims:
         return {"KV": self.kv_heads, "CAP": self.capacity, "D": self.head_dim, **more}
 
 
-def target_profiles(*, max_batch_size: int, max_input_len: int, max_nodes: int, cache: CacheDims,
-                    rejection: bool) -> list[Profile]:  # fmt: skip
+def target_profiles(
+    *, max_batch_size: int, max_input_len: int, max_nodes: int, cache: CacheDims, rejection: bool
+) -> list[Profile]:
     """The target step graph's profiles (greedy graph; `rejection` adds the sampling inputs): every input of
     the graph's I/O contract (`builder.export.contract.TARGET`), shaped from ranges of its dims."""
     b, opt = max_batch_size, min(max_input_len, PREFILL_OPT)
-    step = _ranges(b, T=(1, max_nodes, max_nodes), Tv=(1, max_nodes, max_nodes), P=(1, max_nodes, max_nodes),
-                   W=(1, max_nodes, max_nodes))  # fmt: skip
+    step = _ranges(
+        b,
+        T=(1, max_nodes, max_nodes),
+        Tv=(1, max_nodes, max_nodes),
+        P=(1, max_nodes, max_nodes),
+        W=(1, max_nodes, max_nodes),
+    )
     prefill = _ranges(b, T=(1, opt, max_input_len), Tv=(1, 1, 1), P=(1, 1, 1), W=(1, 1, 1))
-    return [Profile(name, profile_shapes(TARGET, ranges, cache.fixed(), layers=cache.layers, rejection=rejection))
-            for name, ranges in (("step", step), ("prefill", prefill))]  # fmt: skip
+    return [
+        Profile(name, profile_shapes(TARGET, ranges, cache.fixed(), layers=cache.layers, rejection=rejection))
+        for name, ranges in (("step", step), ("prefill", prefill))
+    ]
 
 
-def eagle_profiles(*, max_batch_size: int, max_input_len: int, max_rows: int, hidden_size: int,
-                   cache: CacheDims) -> list[Profile]:  # fmt: skip
+def eagle_profiles(
+    *, max_batch_size: int, max_input_len: int, max_rows: int, hidden_size: int, cache: CacheDims
+) -> list[Profile]:
     """The EAGLE draft graph's profiles (`builder.export.contract.EAGLE`); `max_rows` bounds F and U of a
     step (see the module docstring)."""
     b, opt = max_batch_size, min(max_input_len, PREFILL_OPT)
     step = _ranges(b, F=(1, max_rows, max_rows), U=(1, max_rows, max_rows))
     prefill = _ranges(b, F=(1, opt, max_input_len), U=(1, opt, max_input_len))
-    return [Profile(name, profile_shapes(EAGLE, ranges, cache.fixed(C=hidden_size), layers=cache.layers))
-            for name, ranges in (("step", step), ("prefill", prefill))]  # fmt: skip
+    return [
+        Profile(name, profile_shapes(EAGLE, ranges, cache.fixed(C=hidden_size), layers=cache.layers))
+        for name, ranges in (("step", step), ("prefill", prefill))
+    ]
 
 
 def pick(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[int]]) -> int:
@@ -90,8 +101,13 @@ def pick(profiles: Sequence[Profile], shapes: Mapping[str, Sequence[int]]) -> in
     for i, profile in enumerate(profiles):
         if profile.holds(shapes):
             return i
-    limits = "; ".join(f"{p.name}: " + ", ".join(f"{n} {list(shapes[n])} not in {list(lo)}..{list(hi)}"
-                                                   for n, (lo, _o, hi) in p.shapes.items()
-                                                   if n in shapes and not _within(tuple(shapes[n]), lo, _o, hi))
-                       for p in profiles)  # fmt: skip
+    limits = "; ".join(
+        f"{p.name}: "
+        + ", ".join(
+            f"{n} {list(shapes[n])} not in {list(lo)}..{list(hi)}"
+            for n, (lo, _o, hi) in p.shapes.items()
+            if n in shapes and not _within(tuple(shapes[n]), lo, _o, hi)
+        )
+        for p in profiles
+    )
     raise ValueError(f"no optimization profile of this engine takes these shapes ({limits})")

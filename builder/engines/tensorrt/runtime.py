@@ -78,8 +78,10 @@ class IoSlots:
 
     def _span(self, name: str, nbytes: int) -> tuple[int, int]:
         if nbytes > self.sizes[name]:
-            raise ValueError(f"tensor {name!r}: {nbytes} bytes exceed its slot ({self.sizes[name]} bytes, the "
-                             "largest any optimization profile allows)")  # fmt: skip
+            raise ValueError(
+                f"tensor {name!r}: {nbytes} bytes exceed its slot ({self.sizes[name]} bytes, the "
+                "largest any optimization profile allows)"
+            )
         return self.offsets[name], self.offsets[name] + nbytes
 
     def host_view(self, name: str, shape: Shape, dtype: Any) -> np.ndarray:
@@ -97,8 +99,9 @@ class IoSlots:
 class TrtGraph:
     """A deserialized engine, an execution context per profile on the lane's arena, and its I/O slots."""
 
-    def __init__(self, path: Path, profiles: Sequence[Profile], lane: Lane,
-                 plugin: Callable[[], None] | None = default_plugins) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, profiles: Sequence[Profile], lane: Lane, plugin: Callable[[], None] | None = default_plugins
+    ) -> None:
         require()
         import tensorrt as trt
 
@@ -109,12 +112,16 @@ class TrtGraph:
         self.runtime = trt.Runtime(self.logger)
         engine = self.runtime.deserialize_cuda_engine(self.path.read_bytes())
         if engine is None:
-            raise RuntimeError(f"{path}: TensorRT could not deserialize the engine (built by another TensorRT "
-                               "version or for another GPU?)")  # fmt: skip
+            raise RuntimeError(
+                f"{path}: TensorRT could not deserialize the engine (built by another TensorRT "
+                "version or for another GPU?)"
+            )
         self.engine = engine
         if engine.num_optimization_profiles != len(self.profiles):
-            raise ValueError(f"{path}: {engine.num_optimization_profiles} optimization profiles, the manifest lists "
-                             f"{len(self.profiles)}")  # fmt: skip
+            raise ValueError(
+                f"{path}: {engine.num_optimization_profiles} optimization profiles, the manifest lists "
+                f"{len(self.profiles)}"
+            )
         self.names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.inputs = {n for n in self.names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT}
         self.dtypes = {n: numpy_dtype(engine.get_tensor_dtype(n).name, n) for n in self.names}
@@ -171,8 +178,15 @@ def _dims(dims: "trt.Dims") -> Shape:
 class TrtBinding:
     """Host arrays `x` / `y`, the graph's slots and the caches of rows [r0, r1); see the module docstring."""
 
-    def __init__(self, graph: TrtGraph, inputs: Spec, outputs: Spec, caches: Sequence[tuple[int, int]],
-                 cache_shape: Shape, guard: Guard | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        graph: TrtGraph,
+        inputs: Spec,
+        outputs: Spec,
+        caches: Sequence[tuple[int, int]],
+        cache_shape: Shape,
+        guard: Guard | None = None,
+    ) -> None:
         self.graph, self.guard, self.token = graph, guard, next(_TOKENS)
         self.x: dict[str, np.ndarray] = {name: np.zeros(shape, dtype) for name, (shape, dtype) in inputs.items()}
         shapes: dict[str, Shape] = {name: tuple(shape) for name, (shape, _) in inputs.items()}
@@ -186,8 +200,9 @@ class TrtBinding:
         io = graph.io
         self._fed = [n for n in self.x if n in graph.inputs]
         self._stage = {n: io.host_view(n, self.x[n].shape, self.x[n].dtype) for n in self._fed}
-        self.y: dict[str, np.ndarray] = {name: io.host_view(name, tuple(shape), dtype)
-                                         for name, (shape, dtype) in outputs.items()}  # fmt: skip
+        self.y: dict[str, np.ndarray] = {
+            name: io.host_view(name, tuple(shape), dtype) for name, (shape, dtype) in outputs.items()
+        }
         self._h2d = [io.pair(n, self.x[n].nbytes) for n in self._fed]
         self._d2h = [io.pair(n, arr.nbytes) for n, arr in self.y.items()]
         self.caches: dict[str, int] = {}
@@ -219,8 +234,10 @@ class TrtBinding:
             ctx.set_tensor_address(name, ptr)
         for name, arr in self.y.items():
             if _dims(ctx.get_tensor_shape(name)) != arr.shape:
-                raise ValueError(f"{g.path}: output {name!r} is {_dims(ctx.get_tensor_shape(name))} for this call, "
-                                 f"the host side expects {arr.shape}")  # fmt: skip
+                raise ValueError(
+                    f"{g.path}: output {name!r} is {_dims(ctx.get_tensor_shape(name))} for this call, "
+                    f"the host side expects {arr.shape}"
+                )
         g.active[self.profile] = self.token
 
     def run(self) -> None:

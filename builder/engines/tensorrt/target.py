@@ -43,16 +43,25 @@ class TrtTargetSpec:
 class TrtEngine(BatchedTarget):
     name = "tensorrt"
 
-    def __init__(self, spec: TrtTargetSpec, max_seq_len: int, max_batch_size: int = 1,
-                 lane: Lane | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, spec: TrtTargetSpec, max_seq_len: int, max_batch_size: int = 1, lane: Lane | None = None
+    ) -> None:
         self.check_capacity(max_seq_len, spec.capacity)
         require()
         self.spec = spec
         self.lane = Lane() if lane is None else lane
-        kv = DeviceKV(self.lane, spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim,
-                      spec.precision.kv)  # fmt: skip
-        super().__init__(kv, LruBindings(), vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-                         medusa=spec.medusa, max_seq_len=max_seq_len, max_batch_size=max_batch_size)  # fmt: skip
+        kv = DeviceKV(
+            self.lane, spec.layers, max_batch_size, spec.kv_heads, spec.capacity, spec.head_dim, spec.precision.kv
+        )
+        super().__init__(
+            kv,
+            LruBindings(),
+            vocab_size=spec.vocab_size,
+            hidden_size=spec.hidden_size,
+            medusa=spec.medusa,
+            max_seq_len=max_seq_len,
+            max_batch_size=max_batch_size,
+        )
         self.kv: DeviceKV = kv
         self._graphs = {"greedy": TrtGraph(spec.greedy, spec.profiles["greedy"], self.lane)}
 
@@ -63,8 +72,9 @@ class TrtEngine(BatchedTarget):
         sizes = {"B": b, "T": t, "Tv": tv, "P": p, "W": w, "C": self.spec.hidden_size}
         if self.spec.medusa is not None:
             sizes |= {"Hm": self.spec.medusa[0], "K": self.spec.medusa[1]}
-        x, y = call_spec(TARGET, sizes, self.spec.precision, rejection=mode == "rejection",
-                         medusa=self.spec.medusa is not None)  # fmt: skip
+        x, y = call_spec(
+            TARGET, sizes, self.spec.precision, rejection=mode == "rejection", medusa=self.spec.medusa is not None
+        )
         for what, ours, theirs in (("inputs", x, inputs), ("outputs", y, outputs)):
             if {k: v[0] for k, v in theirs.items()} != {k: v[0] for k, v in ours.items()}:
                 raise ValueError(f"the host side's {what} {dict(theirs)} are not the graph contract's {ours}")
@@ -74,7 +84,9 @@ class TrtEngine(BatchedTarget):
     def _graph(self, mode: str) -> TrtGraph:
         if mode not in self._graphs:
             if self.spec.rejection is None:
-                raise ValueError("this engine verifies greedily only (the recipe's speculative.verification is "
-                                 "greedy): sampling (temperature > 0) needs speculative.verification: rejection")
+                raise ValueError(
+                    "this engine verifies greedily only (the recipe's speculative.verification is "
+                    "greedy): sampling (temperature > 0) needs speculative.verification: rejection"
+                )
             self._graphs[mode] = TrtGraph(self.spec.rejection, self.spec.profiles[mode], self.lane)
         return self._graphs[mode]

@@ -32,8 +32,7 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
     return root / "trtspec" / "timing"
 
 
-def cache_path(tensorrt_version: str, device: str, compute_capability: Sequence[int],
-               root: Path | None = None) -> Path:  # fmt: skip
+def cache_path(tensorrt_version: str, device: str, compute_capability: Sequence[int], root: Path | None = None) -> Path:
     """The timing cache file of this TensorRT version and GPU (module docstring)."""
     slug = re.sub(r"[^A-Za-z0-9.]+", "_", device).strip("_") or "gpu"
     cc = "".join(str(int(c)) for c in compute_capability)

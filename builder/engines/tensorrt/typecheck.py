@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
-SHARED = ("batched.py", "bindings.py", "shortcuts.py", "eagle_host.py", "opened.py")  # builder/engines/: the host side the engines run
+SHARED = (
+    "batched.py",
+    "bindings.py",
+    "shortcuts.py",
+    "eagle_host.py",
+    "opened.py",
+)  # builder/engines/: the host side the engines run
 FILES = (*sorted(p for p in HERE.glob("*.py") if p.name != "typecheck.py"), *(HERE.parent / n for n in SHARED))
 EXTRA_CONFIG = """
 [mypy-builder.*,plugins.*,tests.*]

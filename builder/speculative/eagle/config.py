@@ -31,21 +31,23 @@ EagleTree = Annotated[Union[StaticTree, DynamicTree], Field(discriminator="type"
 
 
 class EagleConfig(Section):
-    method: Literal["eagle"] = Field(description="EAGLE: a one-layer draft model over [token embedding; target hidden].")
+    method: Literal["eagle"] = Field(
+        description="EAGLE: a one-layer draft model over [token embedding; target hidden]."
+    )
     checkpoint: str = Field(
         max_length=4096,
-        description="EAGLE draft: local directory (config.json + model.safetensors) or hf://org/name[@revision]."
+        description="EAGLE draft: local directory (config.json + model.safetensors) or hf://org/name[@revision].",
     )
     version: Literal[1, 2] = Field(2, description="1: static tree; 2: dynamic tree.")
     tree: EagleTree = Field(
         default_factory=lambda: DynamicTree(type="dynamic"),
         description="Static choices (version 1) or dynamic expansion settings (version 2).",
     )
-    verification: Literal["greedy", "rejection"] = Field(
-        "rejection", description=VERIFICATION_DOC
-    )
+    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
     draft_vocab: int | None = Field(
-        None, ge=1, le=1 << 20,
+        None,
+        ge=1,
+        le=1 << 20,
         description="Draft over this many tokens only: the target LM head's rows for the tokens most frequent in "
         "quantization.calibration.source (stop tokens always kept), as EAGLE-3's d2t / FR-Spec do. Cuts what a "
         "draft level reads (on Llama 3 the 128256-row LM head is most of it); lossless (the target verifies). "

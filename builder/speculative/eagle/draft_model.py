@@ -36,8 +36,8 @@ from torch import nn
 from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
-from builder.model.loader import check_keys, layer_shapes, read_draft_weights
 from builder.model.llama import Block, rope_cos_sin, rope_inv_freq
+from builder.model.loader import check_keys, layer_shapes, read_draft_weights
 from builder.model.pickled import EAGLE
 
 WEIGHTS = EAGLE.weights  # model.safetensors
@@ -80,8 +80,11 @@ class EagleDraft(nn.Module):
     def set_lm_head(self, weight: torch.Tensor) -> None:  # [V, C]
         """Attach the target's LM head weight (used by `logits`)."""
         if tuple(weight.shape) != (self.cfg.vocab_size, self.cfg.hidden_size):
-            raise UserError(f"LM head shape {tuple(weight.shape)} does not fit the draft "
-                            f"({self.cfg.vocab_size}, {self.cfg.hidden_size})", field="lm_head")
+            raise UserError(
+                f"LM head shape {tuple(weight.shape)} does not fit the draft "
+                f"({self.cfg.vocab_size}, {self.cfg.hidden_size})",
+                field="lm_head",
+            )
         self.lm_head_weight = weight.detach().to(self.dtype)
         self._draft_head()
 
@@ -120,8 +123,15 @@ class EagleDraft(nn.Module):
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
         """An empty KV cache for this draft (same commit/compaction semantics as the target's)."""
         c = self.cfg
-        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, c.head_dim, capacity,
-                       dtype=self.dtype, device=self.fc.weight.device)
+        return KVCache(
+            c.num_hidden_layers,
+            batch,
+            c.num_key_value_heads,
+            c.head_dim,
+            capacity,
+            dtype=self.dtype,
+            device=self.fc.weight.device,
+        )
 
     def forward(
         self,
@@ -156,14 +166,27 @@ class EagleDraft(nn.Module):
         """An upstream-style `config.json` (a one-layer `LlamaForCausalLM` config plus `bias`)."""
         c = self.cfg
         return {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "pad_token_id": eos_token_id,
-            "hidden_act": "silu", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "initializer_range": 0.02, "max_position_embeddings": c.max_position_embeddings,
-            "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-            "num_hidden_layers": c.num_hidden_layers, "rms_norm_eps": c.rms_norm_eps,
-            "rope_theta": c.rope_theta, "rope_scaling": None, "tie_word_embeddings": False,
-            "torch_dtype": torch_dtype, "use_cache": True, "vocab_size": c.vocab_size, "bias": self.fc_bias,
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": bos_token_id,
+            "eos_token_id": eos_token_id,
+            "pad_token_id": eos_token_id,
+            "hidden_act": "silu",
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "initializer_range": 0.02,
+            "max_position_embeddings": c.max_position_embeddings,
+            "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads,
+            "num_hidden_layers": c.num_hidden_layers,
+            "rms_norm_eps": c.rms_norm_eps,
+            "rope_theta": c.rope_theta,
+            "rope_scaling": None,
+            "tie_word_embeddings": False,
+            "torch_dtype": torch_dtype,
+            "use_cache": True,
+            "vocab_size": c.vocab_size,
+            "bias": self.fc_bias,
         }
 
 
@@ -188,8 +211,9 @@ def read_eagle(
     if not isinstance(bias, bool):
         raise UserError(f"expected true or false, got {bias!r}", location=cfg_file, field="bias")
     tensors, source = read_draft_weights(path, EAGLE, allow_pickle, opt_in)
-    check_keys(tensors, expected_shapes(cfg, bias), source, "EAGLE-1 draft",
-               optional=frozenset({"embed_tokens.weight"}))  # may be absent: the target's embedding is used
+    check_keys(
+        tensors, expected_shapes(cfg, bias), source, "EAGLE-1 draft", optional=frozenset({"embed_tokens.weight"})
+    )  # may be absent: the target's embedding is used
     return cfg, bias, tensors, source
 
 
@@ -212,12 +236,18 @@ def load_eagle(
     cfg, bias, tensors, source = read_eagle(path, allow_pickle, opt_in)
     expected = expected_shapes(cfg, bias)
     if tuple(base_embed.shape) != expected["embed_tokens.weight"]:
-        raise UserError(f"target embedding {tuple(base_embed.shape)} does not fit the draft "
-                        f"{expected['embed_tokens.weight']} (vocab_size, hidden_size)", location=source)
+        raise UserError(
+            f"target embedding {tuple(base_embed.shape)} does not fit the draft "
+            f"{expected['embed_tokens.weight']} (vocab_size, hidden_size)",
+            location=source,
+        )
     stored = tensors.pop("embed_tokens.weight", None)
     if stored is not None and not torch.allclose(stored.float(), base_embed.float(), rtol=1e-2, atol=1e-3):
-        raise UserError("embed_tokens.weight differs from the target's embedding: the draft was trained "
-                        "for another target model", location=source, field="embed_tokens.weight")
+        raise UserError(
+            "embed_tokens.weight differs from the target's embedding: the draft was trained for another target model",
+            location=source,
+            field="embed_tokens.weight",
+        )
     draft = EagleDraft(cfg, fc_bias=bias)
     tensors["embed_tokens.weight"] = base_embed.detach()
     draft.load_state_dict({k: t.to(dtype) for k, t in tensors.items()}, strict=True)

@@ -75,8 +75,10 @@ class EagleDrafter:
             self.max_nodes = tree.total_nodes + 1
         else:
             if tree.rank is None or int(tree.rank.max()) >= net.top_k:
-                raise ValueError(f"the static tree needs top-k ranks up to {None if tree.rank is None else int(tree.rank.max())}, "
-                                 f"the draft net gives {net.top_k}")  # fmt: skip
+                raise ValueError(
+                    f"the static tree needs top-k ranks up to {None if tree.rank is None else int(tree.rank.max())}, "
+                    f"the draft net gives {net.top_k}"
+                )
             self.max_nodes = tree.num_nodes
         self._shape: Tree | DynamicSpec = tree  # the shape in use (the budget applied)
         self._off = False
@@ -169,8 +171,11 @@ class EagleDrafter:
         root_out = self._root_level(seqs)  # (hidden [B, C], topk tokens [B, K], topk logprobs [B, K])
         t = self._shape
         r = np.asarray(roots, np.int64)
-        grow = (DynamicTrees(r, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes, workspaces=self._workspaces)
-                if isinstance(t, DynamicSpec) else StaticTrees(t, r))  # fmt: skip
+        grow = (
+            DynamicTrees(r, depth=t.depth, top_k=t.top_k, total_nodes=t.total_nodes, workspaces=self._workspaces)
+            if isinstance(t, DynamicSpec)
+            else StaticTrees(t, r)
+        )
         grow.answer(root_out[1][:, None], root_out[2][:, None])  # the root's level, from the extend
         outs = root_out[0][:, None]  # [B, F=1, C] draft outputs of the previous frontier
         b = len(seqs)
@@ -286,4 +291,3 @@ def _no_slots(b: int) -> np.ndarray:  # [B, 1, 0] bool: the root attends no tent
     a = np.zeros((b, 1, 0), bool)
     a.flags.writeable = False
     return a
-

@@ -103,8 +103,15 @@ class DynamicTrees:
     streamed between calls), so a level is 8 calls on ready views, a tree's arrays ~30.
     """
 
-    def __init__(self, roots: np.ndarray, *, depth: int, top_k: int, total_nodes: int,
-                 workspaces: dict[tuple[int, ...], "_Workspace"] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        roots: np.ndarray,
+        *,
+        depth: int,
+        top_k: int,
+        total_nodes: int,
+        workspaces: dict[tuple[int, ...], "_Workspace"] | None = None,
+    ) -> None:
         if depth < 1 or top_k < 1 or total_nodes < 1:
             raise ValueError(f"need depth, top_k, total_nodes >= 1; got {depth}, {top_k}, {total_nodes}")
         self.depth, self.top_k, self.total_nodes = depth, top_k, total_nodes
@@ -157,7 +164,7 @@ class DynamicTrees:
         self.f_tokens = lv.tok_flat[bi, best]
         self.f_parents = best // k
         self._f_neg = lv.neg_flat[bi, best][:, :, None]
-        self._f_chain = lv.chain_flat[bi, best][:, :, None, :d + 1]
+        self._f_chain = lv.chain_flat[bi, best][:, :, None, : d + 1]
 
     def drafts(self) -> list[Draft]:
         ws = self._ws
@@ -249,8 +256,10 @@ def _topk_arrays(topk_tokens: np.ndarray, topk_logprobs: np.ndarray, b: int, f: 
     if not (isinstance(tok, np.ndarray) and isinstance(lp, np.ndarray)):
         tok, lp = np.asarray(tok), np.asarray(lp)
     if tok.ndim != 3 or tok.shape[:2] != (b, f) or lp.shape != tok.shape:
-        raise ValueError(f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {b} x {f} frontier nodes; "
-                         "expected two [B, F, K] arrays")  # fmt: skip
+        raise ValueError(
+            f"expand returned {tuple(tok.shape)} / {tuple(lp.shape)} for {b} x {f} frontier nodes; "
+            "expected two [B, F, K] arrays"
+        )
     if tok.dtype is not _I64:
         tok = tok.astype(np.int64)
     if lp.dtype is not _F32:

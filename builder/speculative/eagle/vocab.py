@@ -23,7 +23,9 @@ DOC_TOKENS = 4096  # tokens counted per document at most (so many documents cont
 CHARS_PER_TOKEN = 8  # a document is cut to DOC_TOKENS * 8 characters before tokenizing
 
 
-def frequent_tokens(tokenizer, texts: Iterable[str], size: int, vocab_size: int, keep: Sequence[int] = ()) -> np.ndarray:
+def frequent_tokens(
+    tokenizer, texts: Iterable[str], size: int, vocab_size: int, keep: Sequence[int] = ()
+) -> np.ndarray:
     """[size] int64, ascending: the draft vocabulary (see the module docstring). `tokenizer.encode(text).ids`."""
     if not 1 <= size <= vocab_size:
         raise ValueError(f"size must lie in 1..{vocab_size}, got {size}")

@@ -8,7 +8,6 @@ from pydantic import Field
 
 from builder.section import VERIFICATION_DOC, Section
 
-
 # W, N, G of a Lookahead run on a recipe without Lookahead settings (`--method lookahead`): the engines of
 # every recipe are exported with room for it.
 DEFAULT_LOOKAHEAD = (4, 4, 4)
@@ -24,9 +23,7 @@ class LookaheadConfig(Section):
     window: int = Field(4, gt=0, le=64, description="W: Jacobi window width (future positions guessed per level).")
     ngram: int = Field(4, gt=0, le=16, description="N: n-gram length harvested from the window (levels = N-1).")
     verification_set: int = Field(4, ge=0, le=64, description="G: at most this many pool n-grams verified per step.")
-    verification: Literal["greedy", "rejection"] = Field(
-        "rejection", description=VERIFICATION_DOC
-    )
+    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
 
     @property
     def draft_len(self) -> int:

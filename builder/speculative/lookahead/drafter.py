@@ -26,8 +26,17 @@ if TYPE_CHECKING:
 class LookaheadState:
     """One sequence's Lookahead state: window W, ngram N, verification set G (see `builder.speculative`)."""
 
-    def __init__(self, window: int, ngram: int, verification_set: int, *, pool_per_key: int | None = None,
-                 max_keys: int | None = None, pool_from_text: bool = True, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        window: int,
+        ngram: int,
+        verification_set: int,
+        *,
+        pool_per_key: int | None = None,
+        max_keys: int | None = None,
+        pool_from_text: bool = True,
+        seed: int = 0,
+    ) -> None:
         if window < 1 or ngram < 2 or verification_set < 0:
             raise ValueError(f"need W >= 1, N >= 2, G >= 0; got W={window}, N={ngram}, G={verification_set}")
         self.window, self.ngram, self.verification_set = window, ngram, verification_set
@@ -115,9 +124,13 @@ class LookaheadDrafter:
 
     def check(self, window: int, ngram: int, verification_set: int) -> None:
         """ValueError unless 1 <= W, 2 <= N, 0 <= G, each at most the drafter's."""
-        if not (1 <= window <= self.window and 2 <= ngram <= self.ngram and 0 <= verification_set <= self.verification_set):
-            raise ValueError(f"Lookahead W={window}, N={ngram}, G={verification_set} outside this drafter's "
-                             f"1..{self.window}, 2..{self.ngram}, 0..{self.verification_set}")  # fmt: skip
+        if not (
+            1 <= window <= self.window and 2 <= ngram <= self.ngram and 0 <= verification_set <= self.verification_set
+        ):
+            raise ValueError(
+                f"Lookahead W={window}, N={ngram}, G={verification_set} outside this drafter's "
+                f"1..{self.window}, 2..{self.ngram}, 0..{self.verification_set}"
+            )
 
     def configure(self, seq: int, window: int, ngram: int, verification_set: int) -> None:
         """Run this (started) sequence with its own W, N, G, each at most the drafter's."""

@@ -168,8 +168,9 @@ def _shape(n: int, full: bool, n_prefill: int, width: int, filled: int, n_branch
     return _Shape(mask, depth_a, paths, tuple(window_nodes), tuple(branches))
 
 
-def _arrays(depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]],
-            n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _arrays(
+    depth: list[int], attends: list[list[int]], branches: list[tuple[int, ...]], n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read-only mask [T, T], depths [T] and paths [P, N] (the verification branches) of a layout."""
     t = len(depth)
     mask = np.zeros((t, t), dtype=bool)  # [T, T]

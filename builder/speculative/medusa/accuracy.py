@@ -18,7 +18,7 @@ def greedy_continuation(model: Llama, prompt: Sequence[int], new_tokens: int) ->
         n = len(seq)
         logits, _ = model(torch.tensor([seq]), torch.arange(n)[None], causal_mask(n))
         seq.append(int(logits[0, -1].argmax()))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ class MedusaConfig(Section):
     checkpoint: str = Field(
         max_length=4096,
         description="Medusa heads: local directory (config.json + medusa_lm_head.safetensors) or "
-        "hf://org/name[@revision]."
+        "hf://org/name[@revision].",
     )
     num_heads: int = Field(gt=0, le=16, description="Number of Medusa heads (head k drafts the token k+2 ahead).")
     num_layers: int = Field(1, gt=0, le=8, description="Residual blocks per head.")

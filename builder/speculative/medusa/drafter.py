@@ -54,7 +54,9 @@ class MedusaDrafter:
             raise ValueError("the engine runs no Medusa heads (build it with the recipe's Medusa checkpoint)")
         h, k = topk.shape[-2:]
         if h < self.num_heads or k < self.top_k:
-            raise ValueError(f"the engine's Medusa top-k is [{h}, {k}]; the tree needs [{self.num_heads}, {self.top_k}]")
+            raise ValueError(
+                f"the engine's Medusa top-k is [{h}, {k}]; the tree needs [{self.num_heads}, {self.top_k}]"
+            )
         return topk
 
     def start(self, seqs: Sequence[int], prompts: Sequence[Sequence[int]], prefill: PrefillResult) -> None:

@@ -141,15 +141,19 @@ def load_medusa(
     tensors, weights_file = read_draft_weights(path, MEDUSA, allow_pickle, opt_in)
     head_key = f"0.{num_layers}.weight"
     if head_key not in tensors or tensors[head_key].dim() != 2:
-        raise UserError(f"missing key {head_key!r} (or it is not a matrix); medusa_num_layers={num_layers}",
-                        location=weights_file, field=head_key)
+        raise UserError(
+            f"missing key {head_key!r} (or it is not a matrix); medusa_num_layers={num_layers}",
+            location=weights_file,
+            field=head_key,
+        )
     found_v, found_c = tensors[head_key].shape
     for key, want, found in (("hidden_size", hidden_size, found_c), ("vocab_size", vocab_size, found_v)):
         cfg_value = _optional_int(raw, key, source)
         for what, value in ((source, cfg_value), ("the target model", want)):
             if value is not None and value != found:
-                raise UserError(f"{key} {value} from {what} disagrees with the weights ({found})",
-                                location=weights_file, field=key)
+                raise UserError(
+                    f"{key} {value} from {what} disagrees with the weights ({found})", location=weights_file, field=key
+                )
     expected = expected_shapes(num_heads, num_layers, found_c, found_v)
     check_keys(tensors, expected, weights_file, "Medusa head")
     heads = MedusaHeads(num_heads, num_layers, found_c, found_v)

@@ -45,15 +45,25 @@ class NgramConfig(Section):
     method: Literal["ngram"] = Field(description="N-gram (prompt-lookup) speculation: no draft weights.")
     max_draft: int = Field(DEFAULT_NGRAM[0], gt=0, le=64, description="Tokens proposed per continuation (tree depth).")
     max_match: int = Field(DEFAULT_NGRAM[1], gt=0, le=16, description="Longest suffix of the text looked up (tokens).")
-    min_match: int = Field(DEFAULT_NGRAM[2], gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step.")
-    candidates: int = Field(DEFAULT_NGRAM[3], gt=0, le=16, description="Distinct continuations verified per step (one tree).")
-    adaptive: bool = Field(DEFAULT_NGRAM[4], description="Draft length per sequence: from 2, +8 after a draft "
-                           "accepted in full, its accepted drafts + 2 after one that was not, within 2..max_draft; "
-                           "false: always max_draft.")  # fmt: skip
-    shared_pool: bool = Field(DEFAULT_NGRAM[5], description="Where a sequence's own text has no match, draft up to "
-                              "4 tokens from the texts of earlier finished requests (TensorRT-LLM's is_public_pool). "
-                              "Faster on related requests; one request's output then changes another's speed, "
-                              "never its tokens.")  # fmt: skip
+    min_match: int = Field(
+        DEFAULT_NGRAM[2], gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step."
+    )
+    candidates: int = Field(
+        DEFAULT_NGRAM[3], gt=0, le=16, description="Distinct continuations verified per step (one tree)."
+    )
+    adaptive: bool = Field(
+        DEFAULT_NGRAM[4],
+        description="Draft length per sequence: from 2, +8 after a draft "
+        "accepted in full, its accepted drafts + 2 after one that was not, within 2..max_draft; "
+        "false: always max_draft.",
+    )
+    shared_pool: bool = Field(
+        DEFAULT_NGRAM[5],
+        description="Where a sequence's own text has no match, draft up to "
+        "4 tokens from the texts of earlier finished requests (TensorRT-LLM's is_public_pool). "
+        "Faster on related requests; one request's output then changes another's speed, "
+        "never its tokens.",
+    )
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
 
     @property

@@ -74,11 +74,21 @@ def tree_shape(parents: tuple[int, ...]) -> Shape:
 class NgramState:
     """One sequence's text and its n-gram index (module docstring)."""
 
-    def __init__(self, prompt: Sequence[int], max_draft: int, max_match: int, min_match: int, candidates: int,
-                 adaptive: bool = True, pool: SharedPool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        max_draft: int,
+        max_match: int,
+        min_match: int,
+        candidates: int,
+        adaptive: bool = True,
+        pool: SharedPool | None = None,
+    ) -> None:
         if not (max_draft >= 1 and 1 <= min_match <= max_match and candidates >= 1):
-            raise ValueError(f"need max_draft >= 1, 1 <= min_match <= max_match, candidates >= 1; got "
-                             f"{max_draft}, {min_match}, {max_match}, {candidates}")  # fmt: skip
+            raise ValueError(
+                f"need max_draft >= 1, 1 <= min_match <= max_match, candidates >= 1; got "
+                f"{max_draft}, {min_match}, {max_match}, {candidates}"
+            )
         self.max_draft, self.max_match, self.min_match, self.candidates = max_draft, max_match, min_match, candidates
         self.text: list[int] = []
         self.index: dict[tuple[int, ...], list[int]] = {}
@@ -193,8 +203,16 @@ class NgramState:
 class NgramDrafter:
     """N-gram speculation for a batch of sequences (one `NgramState` each)."""
 
-    def __init__(self, max_draft: int, max_match: int, min_match: int, candidates: int, adaptive: bool = True,
-                 shared_pool: bool = False, pool: SharedPool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        max_draft: int,
+        max_match: int,
+        min_match: int,
+        candidates: int,
+        adaptive: bool = True,
+        shared_pool: bool = False,
+        pool: SharedPool | None = None,
+    ) -> None:
         self.settings = (max_draft, max_match, min_match, candidates, adaptive)
         NgramState((), *self.settings)  # validate now
         # the released sequences' texts: the factory's pool (shared by its drafters) or this drafter's own

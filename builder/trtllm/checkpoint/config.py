@@ -42,8 +42,14 @@ from typing import Any
 from builder.model.config import LlamaConfig
 from builder.trtllm.checkpoint.mapping import mapping_config
 
-DEFAULT_EXCLUDES = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
-                    "*shared_expert_gate"]  # fmt: skip
+DEFAULT_EXCLUDES = [
+    "*lm_head",
+    "*router",
+    "*vocab_embedding",
+    "*position_embedding",
+    "*block_embedding",
+    "*shared_expert_gate",
+]
 
 
 def rotary_scaling(cfg: LlamaConfig) -> dict[str, Any] | None:
@@ -51,8 +57,13 @@ def rotary_scaling(cfg: LlamaConfig) -> dict[str, Any] | None:
     s = cfg.rope_scaling
     if s is None:
         return None
-    return {"factor": s.factor, "low_freq_factor": s.low_freq_factor, "high_freq_factor": s.high_freq_factor,
-            "original_max_position_embeddings": s.original_max_position_embeddings, "rope_type": "llama3"}  # fmt: skip
+    return {
+        "factor": s.factor,
+        "low_freq_factor": s.low_freq_factor,
+        "high_freq_factor": s.high_freq_factor,
+        "original_max_position_embeddings": s.original_max_position_embeddings,
+        "rope_type": "llama3",
+    }
 
 
 def quantization(fp8: bool, kv_fp8: bool, lm_head_fp8: bool, method: str) -> dict[str, Any]:
@@ -61,45 +72,96 @@ def quantization(fp8: bool, kv_fp8: bool, lm_head_fp8: bool, method: str) -> dic
     if fp8:
         excludes = [e for e in DEFAULT_EXCLUDES if not (lm_head_fp8 and e == "*lm_head")]
         excludes += {"medusa": ["*medusa_heads*"], "eagle": ["*eagle_nets*"]}.get(method, [])
-    return {"quant_algo": "FP8" if fp8 else None, "kv_cache_quant_algo": "FP8" if kv_fp8 else None,
-            "group_size": 128, "smoothquant_val": 0.5, "clamp_val": None, "use_meta_recipe": False,
-            "has_zero_point": False, "pre_quant_scale": False, "exclude_modules": excludes,
-            "mamba_ssm_cache_dtype": None}  # fmt: skip
+    return {
+        "quant_algo": "FP8" if fp8 else None,
+        "kv_cache_quant_algo": "FP8" if kv_fp8 else None,
+        "group_size": 128,
+        "smoothquant_val": 0.5,
+        "clamp_val": None,
+        "use_meta_recipe": False,
+        "has_zero_point": False,
+        "pre_quant_scale": False,
+        "exclude_modules": excludes,
+        "mamba_ssm_cache_dtype": None,
+    }
 
 
-def llama_config(cfg: LlamaConfig, architecture: str, dtype: str, tp: int, pp: int, quant: dict[str, Any],
-                 parallel_embedding: bool) -> dict[str, Any]:  # fmt: skip
+def llama_config(
+    cfg: LlamaConfig, architecture: str, dtype: str, tp: int, pp: int, quant: dict[str, Any], parallel_embedding: bool
+) -> dict[str, Any]:
     """The LLaMAConfig dict of one Llama stack."""
     return {
-        "architecture": architecture, "dtype": dtype, "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
-        "hidden_act": "silu", "logits_dtype": "float32", "norm_epsilon": cfg.rms_norm_eps, "runtime_defaults": None,
-        "position_embedding_type": "rope_gpt_neox", "num_key_value_heads": cfg.num_key_value_heads,
-        "intermediate_size": cfg.intermediate_size, "max_position_embeddings": cfg.max_position_embeddings,
-        "mapping": mapping_config(tp, pp), "quantization": dict(quant),
-        "use_parallel_embedding": parallel_embedding, "embedding_sharding_dim": 0, "head_size": cfg.head_dim,
-        "qk_layernorm": False, "rotary_embedding_dim": cfg.head_dim,
-        "mlp_bias": False, "attn_bias": False, "rotary_base": cfg.rope_theta, "rotary_scaling": rotary_scaling(cfg),
-        "residual_mlp": False, "disable_weight_only_quant_plugin": False, "remove_duplicated_kv_heads": False,
-        "fc_after_embed": False, "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-        "layer_idx_offset": 0, "embedding_multiplier": 1.0, "attention_multiplier": 1.0, "residual_multiplier": 1.0,
-        "output_multiplier_scale": 1.0, "has_partial_lora_mask": False,
+        "architecture": architecture,
+        "dtype": dtype,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "hidden_act": "silu",
+        "logits_dtype": "float32",
+        "norm_epsilon": cfg.rms_norm_eps,
+        "runtime_defaults": None,
+        "position_embedding_type": "rope_gpt_neox",
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "mapping": mapping_config(tp, pp),
+        "quantization": dict(quant),
+        "use_parallel_embedding": parallel_embedding,
+        "embedding_sharding_dim": 0,
+        "head_size": cfg.head_dim,
+        "qk_layernorm": False,
+        "rotary_embedding_dim": cfg.head_dim,
+        "mlp_bias": False,
+        "attn_bias": False,
+        "rotary_base": cfg.rope_theta,
+        "rotary_scaling": rotary_scaling(cfg),
+        "residual_mlp": False,
+        "disable_weight_only_quant_plugin": False,
+        "remove_duplicated_kv_heads": False,
+        "fc_after_embed": False,
+        "use_input_layernorm_in_first_layer": True,
+        "use_last_layernorm": True,
+        "layer_idx_offset": 0,
+        "embedding_multiplier": 1.0,
+        "attention_multiplier": 1.0,
+        "residual_multiplier": 1.0,
+        "output_multiplier_scale": 1.0,
+        "has_partial_lora_mask": False,
         "tie_word_embeddings": cfg.tie_word_embeddings,
-    }  # fmt: skip
+    }
 
 
 def medusa_config(base: dict[str, Any], num_heads: int, num_layers: int, max_draft_len: int) -> dict[str, Any]:
-    return {**base, "architecture": "MedusaForCausalLM", "num_medusa_heads": num_heads,
-            "num_medusa_layers": num_layers, "max_draft_len": max_draft_len}  # fmt: skip
+    return {
+        **base,
+        "architecture": "MedusaForCausalLM",
+        "num_medusa_heads": num_heads,
+        "num_medusa_layers": num_layers,
+        "max_draft_len": max_draft_len,
+    }
 
 
-def eagle_config(base: dict[str, Any], draft: dict[str, Any], num_eagle_layers: int, max_non_leaves: int,
-                 max_draft_len: int) -> dict[str, Any]:  # fmt: skip
+def eagle_config(
+    base: dict[str, Any], draft: dict[str, Any], num_eagle_layers: int, max_non_leaves: int, max_draft_len: int
+) -> dict[str, Any]:
     """EagleConfig.to_dict() as upstream's converter saves it (module docstring: the EagleNet values)."""
     world = base["mapping"]["world_size"]
-    draft = {**draft, "head_dim": draft["head_size"], "mapping": mapping_config(world, 1), "fc_after_embed": True,
-             "use_input_layernorm_in_first_layer": False, "use_last_layernorm": False,
-             "layer_idx_offset": base["num_hidden_layers"]}  # fmt: skip
-    return {**base, "architecture": "EagleForCausalLM", "head_dim": base["head_size"],
-            "num_eagle_layers": num_eagle_layers, "max_non_leaves_per_layer": max_non_leaves,
-            "max_draft_len": max_draft_len, "eagle_net_config": draft}  # fmt: skip
+    draft = {
+        **draft,
+        "head_dim": draft["head_size"],
+        "mapping": mapping_config(world, 1),
+        "fc_after_embed": True,
+        "use_input_layernorm_in_first_layer": False,
+        "use_last_layernorm": False,
+        "layer_idx_offset": base["num_hidden_layers"],
+    }
+    return {
+        **base,
+        "architecture": "EagleForCausalLM",
+        "head_dim": base["head_size"],
+        "num_eagle_layers": num_eagle_layers,
+        "max_non_leaves_per_layer": max_non_leaves,
+        "max_draft_len": max_draft_len,
+        "eagle_net_config": draft,
+    }

@@ -79,8 +79,9 @@ class Heads:
 
     @classmethod
     def of(cls, cfg: LlamaConfig) -> Heads:
-        return cls(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads,
-                   cfg.intermediate_size)
+        return cls(
+            cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
+        )
 
     def qkv_rows(self, tp: int) -> int:  # rows of one rank's fused qkv
         return (self.H // tp + 2 * max(self.KV // tp, 1)) * self.D
@@ -98,14 +99,24 @@ def layer_parts(
     out = [norm] if input_norm else []
     qkv_src = tuple(f"{src}self_attn.{p}_proj.weight" for p in "qkv")
     out += _linear(tllm + "attention.qkv", (h.qkv_rows(tp), h.C), dtype, "qkv", qkv_src, quant, layer)
-    out += _linear(tllm + "attention.dense", (h.C, h.H * h.D // tp), dtype, "cols", (src + "self_attn.o_proj.weight",),
-                   quant, layer)  # fmt: skip
+    out += _linear(
+        tllm + "attention.dense",
+        (h.C, h.H * h.D // tp),
+        dtype,
+        "cols",
+        (src + "self_attn.o_proj.weight",),
+        quant,
+        layer,
+    )
     if quant.kv_cache:
         ks = quant.kv_keys.get(layer) if layer is not None else None
         sf = tllm + "attention.kv_cache_scaling_factor"
         rcp = tllm + "attention.kv_cache_rcp_scaling_factor"
-        out += [Part(sf, (1,), F32, "max_scale", ks), Part(rcp, (1,), F32, "rcp_max_scale", ks)] if ks else \
-            [Part(sf, (1,), F32, "ones"), Part(rcp, (1,), F32, "ones")]  # fmt: skip
+        out += (
+            [Part(sf, (1,), F32, "max_scale", ks), Part(rcp, (1,), F32, "rcp_max_scale", ks)]
+            if ks
+            else [Part(sf, (1,), F32, "ones"), Part(rcp, (1,), F32, "ones")]
+        )
     out += _linear(tllm + "mlp.fc", (h.I // tp, h.C), dtype, "rows", (src + "mlp.gate_proj.weight",), quant, layer)
     out += _linear(tllm + "mlp.gate", (h.I // tp, h.C), dtype, "rows", (src + "mlp.up_proj.weight",), quant, layer)
     out += _linear(tllm + "mlp.proj", (h.C, h.I // tp), dtype, "cols", (src + "mlp.down_proj.weight",), quant, layer)
@@ -114,8 +125,9 @@ def layer_parts(
     return out
 
 
-def _linear(name: str, shape: tuple[int, int], dtype: str, op: str, srcs: tuple[str, ...], quant: Quant,
-            layer: int | None) -> list[Part]:  # fmt: skip
+def _linear(
+    name: str, shape: tuple[int, int], dtype: str, op: str, srcs: tuple[str, ...], quant: Quant, layer: int | None
+) -> list[Part]:
     modules = [s.split(":", 1)[1].removesuffix(".weight") for s in srcs]
     fp8 = [mod in quant.fp8_modules for mod in modules]
     if not any(fp8) or layer is None:
@@ -125,12 +137,16 @@ def _linear(name: str, shape: tuple[int, int], dtype: str, op: str, srcs: tuple[
     w_scales = tuple(s.removesuffix(".weight") + ".weight_scale" for s in srcs)
     a_scales = tuple(s.removesuffix(".weight") + ".input_scale" for s in srcs)
     if op == "qkv":  # one scale for the fused weight: q, k, v share it (requantized only if not: fp8.py)
-        return [Part(name + ".weight", shape, FP8, "qkv_fp8", srcs + w_scales),
-                Part(name + ".weights_scaling_factor", (1,), F32, "max_scale", w_scales),
-                Part(name + ".activation_scaling_factor", (1,), F32, "max_scale", a_scales)]  # fmt: skip
-    return [Part(name + ".weight", shape, FP8, op, srcs),
-            Part(name + ".weights_scaling_factor", (1,), F32, "scale", w_scales),
-            Part(name + ".activation_scaling_factor", (1,), F32, "scale", a_scales)]  # fmt: skip
+        return [
+            Part(name + ".weight", shape, FP8, "qkv_fp8", srcs + w_scales),
+            Part(name + ".weights_scaling_factor", (1,), F32, "max_scale", w_scales),
+            Part(name + ".activation_scaling_factor", (1,), F32, "max_scale", a_scales),
+        ]
+    return [
+        Part(name + ".weight", shape, FP8, op, srcs),
+        Part(name + ".weights_scaling_factor", (1,), F32, "scale", w_scales),
+        Part(name + ".activation_scaling_factor", (1,), F32, "scale", a_scales),
+    ]
 
 
 def embedding_part(name: str, src: str, V: int, C: int, m: Mapping, dtype: str, parallel: bool) -> Part:
@@ -144,8 +160,17 @@ def base_parts(cfg: LlamaConfig, m: Mapping, dtype: str, quant: Quant, parallel_
     h, V = Heads.of(cfg), cfg.vocab_size
     out: list[Part] = []
     if m.is_first_pp_rank:
-        out.append(embedding_part("transformer.vocab_embedding.weight", "base:model.embed_tokens.weight", V, h.C, m,
-                                  dtype, parallel_embedding))  # fmt: skip
+        out.append(
+            embedding_part(
+                "transformer.vocab_embedding.weight",
+                "base:model.embed_tokens.weight",
+                V,
+                h.C,
+                m,
+                dtype,
+                parallel_embedding,
+            )
+        )
     for local, layer in enumerate(m.pp_layers(cfg.num_hidden_layers)):
         out += layer_parts(h, m, dtype, f"base:model.layers.{layer}.", f"transformer.layers.{local}.", quant, layer)
     if m.is_last_pp_rank:
@@ -160,9 +185,11 @@ def _lm_head(name: str, src: str, V: int, C: int, m: Mapping, dtype: str, fp8: b
     if not fp8:
         return [Part(name + ".weight", shape, dtype, "vocab_rows", (src,))]
     base = src.removesuffix(".weight")
-    return [Part(name + ".weight", shape, FP8, "vocab_rows", (src,)),
-            Part(name + ".weights_scaling_factor", (1,), F32, "scale", (base + ".weight_scale",)),
-            Part(name + ".activation_scaling_factor", (1,), F32, "scale", (base + ".input_scale",))]  # fmt: skip
+    return [
+        Part(name + ".weight", shape, FP8, "vocab_rows", (src,)),
+        Part(name + ".weights_scaling_factor", (1,), F32, "scale", (base + ".weight_scale",)),
+        Part(name + ".activation_scaling_factor", (1,), F32, "scale", (base + ".input_scale",)),
+    ]
 
 
 def medusa_parts(C: int, V: int, num_heads: int, num_layers: int, m: Mapping, dtype: str) -> list[Part]:
@@ -173,15 +200,28 @@ def medusa_parts(C: int, V: int, num_heads: int, num_layers: int, m: Mapping, dt
             src, name = f"medusa:{h}.{layer}.linear.", f"medusa_heads.{h}.medusa_layers.{layer}.linear."
             out.append(Part(name + "weight", (C // m.tp, C), dtype, "rows", (src + "weight",)))
             out.append(Part(name + "bias", (C // m.tp,), dtype, "rows", (src + "bias",)))
-        out.append(Part(f"medusa_heads.{h}.lm_head.weight", (pad_vocab_size(V, m.tp) // m.tp, C), dtype, "vocab_rows",
-                        (f"medusa:{h}.{num_layers}.weight",)))  # fmt: skip
+        out.append(
+            Part(
+                f"medusa_heads.{h}.lm_head.weight",
+                (pad_vocab_size(V, m.tp) // m.tp, C),
+                dtype,
+                "vocab_rows",
+                (f"medusa:{h}.{num_layers}.weight",),
+            )
+        )
     return out
 
 
 def eagle_parts(
-    draft: LlamaConfig, base: LlamaConfig, m: Mapping, dtype: str, num_nets: int, fc_bias: bool, kv_fp8: bool,
+    draft: LlamaConfig,
+    base: LlamaConfig,
+    m: Mapping,
+    dtype: str,
+    num_nets: int,
+    fc_bias: bool,
+    kv_fp8: bool,
     parallel_embedding: bool,
-) -> list[Part]:  # fmt: skip
+) -> list[Part]:
     """`num_nets` identical EagleNets (last pp rank): the draft layer(s), fc, the target's embedding and LM head."""
     h, V = Heads.of(draft), base.vocab_size
     quant = Quant(kv_cache=kv_fp8)
@@ -189,13 +229,30 @@ def eagle_parts(
     out: list[Part] = []
     for i in range(num_nets):
         net = f"eagle_nets.{i}."
-        out.append(embedding_part(net + "drafter.vocab_embedding.weight", "base:model.embed_tokens.weight", V, h.C, m,
-                                  dtype, parallel_embedding))  # fmt: skip
+        out.append(
+            embedding_part(
+                net + "drafter.vocab_embedding.weight",
+                "base:model.embed_tokens.weight",
+                V,
+                h.C,
+                m,
+                dtype,
+                parallel_embedding,
+            )
+        )
         for j in range(draft.num_hidden_layers):
-            out += layer_parts(h, m, dtype, f"eagle:layers.{j}.", f"{net}drafter.layers.{j}.", quant, None,
-                               input_norm=j > 0)  # fmt: skip
+            out += layer_parts(
+                h, m, dtype, f"eagle:layers.{j}.", f"{net}drafter.layers.{j}.", quant, None, input_norm=j > 0
+            )
         out.append(Part(net + "drafter.fc.weight", (h.C // m.tp, 2 * h.C), dtype, "rows", ("eagle:fc.weight",)))
-        out.append(Part(net + "drafter.fc.bias", (h.C // m.tp,), dtype, "rows" if fc_bias else "zeros",
-                        ("eagle:fc.bias",) if fc_bias else ()))  # fmt: skip
+        out.append(
+            Part(
+                net + "drafter.fc.bias",
+                (h.C // m.tp,),
+                dtype,
+                "rows" if fc_bias else "zeros",
+                ("eagle:fc.bias",) if fc_bias else (),
+            )
+        )
         out += _lm_head(net + "lm_head", head, V, h.C, m, dtype, False)
     return out

@@ -127,14 +127,19 @@ def _qkv(rk: _Ranks, ranks: list[int], name: str, H: int, KV: int, D: int) -> li
 
 def _layer(rk: _Ranks, ranks: list[int], p: str, cfg: LlamaConfig, input_norm: bool = True) -> dict[str, torch.Tensor]:
     """One decoder layer under TRT-LLM prefix `p`, keyed as in `builder.model.llama.Block`."""
-    q, k, v = _qkv(rk, ranks, p + "attention.qkv.weight", cfg.num_attention_heads, cfg.num_key_value_heads,
-                   cfg.head_dim)  # fmt: skip
-    out = {"self_attn.q_proj.weight": q, "self_attn.k_proj.weight": k, "self_attn.v_proj.weight": v,
-           "self_attn.o_proj.weight": rk.cat(ranks, p + "attention.dense.weight", 1),
-           "mlp.gate_proj.weight": rk.cat(ranks, p + "mlp.fc.weight", 0),  # fc <- gate_proj
-           "mlp.up_proj.weight": rk.cat(ranks, p + "mlp.gate.weight", 0),  # gate <- up_proj
-           "mlp.down_proj.weight": rk.cat(ranks, p + "mlp.proj.weight", 1),
-           "post_attention_layernorm.weight": rk.same(ranks, p + "post_layernorm.weight")}  # fmt: skip
+    q, k, v = _qkv(
+        rk, ranks, p + "attention.qkv.weight", cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    )
+    out = {
+        "self_attn.q_proj.weight": q,
+        "self_attn.k_proj.weight": k,
+        "self_attn.v_proj.weight": v,
+        "self_attn.o_proj.weight": rk.cat(ranks, p + "attention.dense.weight", 1),
+        "mlp.gate_proj.weight": rk.cat(ranks, p + "mlp.fc.weight", 0),  # fc <- gate_proj
+        "mlp.up_proj.weight": rk.cat(ranks, p + "mlp.gate.weight", 0),  # gate <- up_proj
+        "mlp.down_proj.weight": rk.cat(ranks, p + "mlp.proj.weight", 1),
+        "post_attention_layernorm.weight": rk.same(ranks, p + "post_layernorm.weight"),
+    }
     if input_norm:
         out["input_layernorm.weight"] = rk.same(ranks, p + "input_layernorm.weight")
     return out
@@ -147,13 +152,22 @@ def _embedding(rk: _Ranks, ranks: list[int], name: str, V: int, parallel: bool) 
 
 
 def _llama_cfg(c: dict[str, Any], where: str) -> LlamaConfig:
-    hf = {"architectures": ["LlamaForCausalLM"], "hidden_size": c["hidden_size"], "vocab_size": c["vocab_size"],
-          "intermediate_size": c["intermediate_size"], "num_hidden_layers": c["num_hidden_layers"],
-          "num_attention_heads": c["num_attention_heads"], "num_key_value_heads": c["num_key_value_heads"],
-          "head_dim": c.get("head_size"), "rms_norm_eps": c["norm_epsilon"],
-          "rope_theta": c.get("rotary_base", 10000.0), "rope_scaling": c.get("rotary_scaling"),
-          "max_position_embeddings": c["max_position_embeddings"],
-          "tie_word_embeddings": c.get("tie_word_embeddings", False), "hidden_act": c.get("hidden_act", "silu")}  # fmt: skip
+    hf = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": c["hidden_size"],
+        "vocab_size": c["vocab_size"],
+        "intermediate_size": c["intermediate_size"],
+        "num_hidden_layers": c["num_hidden_layers"],
+        "num_attention_heads": c["num_attention_heads"],
+        "num_key_value_heads": c["num_key_value_heads"],
+        "head_dim": c.get("head_size"),
+        "rms_norm_eps": c["norm_epsilon"],
+        "rope_theta": c.get("rotary_base", 10000.0),
+        "rope_scaling": c.get("rotary_scaling"),
+        "max_position_embeddings": c["max_position_embeddings"],
+        "tie_word_embeddings": c.get("tie_word_embeddings", False),
+        "hidden_act": c.get("hidden_act", "silu"),
+    }
     return LlamaConfig.from_hf_dict(hf, where)
 
 
@@ -175,8 +189,12 @@ def read(folder: Path) -> Reassembled:
     config = json.loads(path.read_text(encoding="utf-8"))
     arch = config.get("architecture")
     if arch not in ARCHITECTURES:
-        raise UserError(f"unsupported architecture {arch!r}", location=str(path), field="architecture",
-                        allowed=", ".join(ARCHITECTURES))  # fmt: skip
+        raise UserError(
+            f"unsupported architecture {arch!r}",
+            location=str(path),
+            field="architecture",
+            allowed=", ".join(ARCHITECTURES),
+        )
     tp, pp = config["mapping"]["tp_size"], config["mapping"]["pp_size"]
     cfg = _llama_cfg(config, str(path))
     rk = _Ranks(folder, tp, pp)
@@ -225,9 +243,9 @@ def _collect_scales(rk: _Ranks, ranks: list[int], local: str, glob: str, scales:
     """FP8 scales under `local` (replicated over tp), stored under the global prefix `glob`."""
     for name in sorted(rk.t[ranks[0]]):
         if name.startswith(local) and name.endswith("scaling_factor") and (local != "lm_head." or "." not in name[8:]):
-            scales[glob + name[len(local):]] = rk.same(ranks, name)
+            scales[glob + name[len(local) :]] = rk.same(ranks, name)
         elif name.startswith(local) and rk.t[ranks[0]][name].dtype == torch.float8_e4m3fn:
-            fp8.add(glob + name[len(local):])
+            fp8.add(glob + name[len(local) :])
 
 
 def _medusa(rk: _Ranks, cfg: LlamaConfig, config: dict) -> MedusaHeads:
@@ -258,9 +276,11 @@ def _eagle(rk: _Ranks, cfg: LlamaConfig, config: dict, model: Llama, scales: dic
     nets = []
     for i in range(config["num_eagle_layers"]):
         p = f"eagle_nets.{i}."
-        state = {"embed_tokens.weight": _embedding(rk, ranks, p + "drafter.vocab_embedding.weight", V, parallel),
-                 "fc.weight": rk.cat(ranks, p + "drafter.fc.weight", 0),
-                 "fc.bias": rk.cat(ranks, p + "drafter.fc.bias", 0)}  # fmt: skip
+        state = {
+            "embed_tokens.weight": _embedding(rk, ranks, p + "drafter.vocab_embedding.weight", V, parallel),
+            "fc.weight": rk.cat(ranks, p + "drafter.fc.weight", 0),
+            "fc.bias": rk.cat(ranks, p + "drafter.fc.bias", 0),
+        }
         for j in range(dcfg.num_hidden_layers):
             for k, t in _layer(rk, ranks, f"{p}drafter.layers.{j}.", dcfg, input_norm=j > 0).items():
                 state[f"layers.{j}.{k}"] = t

@@ -93,8 +93,9 @@ def _write_tensor(f, e: Entry, t: torch.Tensor) -> None:
     import torch
 
     if tuple(t.shape) != e.shape or dtype_name(t) != e.dtype:
-        raise ValueError(f"{e.name}: produced {dtype_name(t)} {tuple(t.shape)}, the header promised "
-                         f"{e.dtype} {e.shape}")
+        raise ValueError(
+            f"{e.name}: produced {dtype_name(t)} {tuple(t.shape)}, the header promised {e.dtype} {e.shape}"
+        )
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)  # raw bytes, no copy for a contiguous tensor
     f.write(flat.numpy().data)
 

@@ -89,8 +89,11 @@ def index_target(files: SourceFiles, folder: Path) -> str:
     if single.is_file():
         files.add_file(single, "base")
         return str(single)
-    raise UserError("no model.safetensors or model.safetensors.index.json (pickled checkpoints are not read)",
-                    location=str(folder), field="base_dir")  # fmt: skip
+    raise UserError(
+        "no model.safetensors or model.safetensors.index.json (pickled checkpoints are not read)",
+        location=str(folder),
+        field="base_dir",
+    )
 
 
 def _index_shards(files: SourceFiles, index: Path) -> None:
@@ -106,8 +109,11 @@ def _index_shards(files: SourceFiles, index: Path) -> None:
             raise UserError(f"shard {shard!r} named in the index is missing", location=str(index))
         for key in files.add_file(path, "base"):
             if weight_map.get(key) != shard:
-                raise UserError(f"key {key!r} is in {shard} but the index places it in {weight_map.get(key)}",
-                                location=str(path), field=key)  # fmt: skip
+                raise UserError(
+                    f"key {key!r} is in {shard} but the index places it in {weight_map.get(key)}",
+                    location=str(path),
+                    field=key,
+                )
     absent = sorted(k for k in weight_map if f"base:{k}" not in files.tensors)
     if absent:
         raise UserError(f"key {absent[0]!r} is listed in the index but absent from its shard", location=str(index))
@@ -122,26 +128,43 @@ def index_fp8(files: SourceFiles, folder: Path) -> None:
         files.add_file(shard, "base")
 
 
-def check_shapes(files: SourceFiles, namespace: str, expected: dict[str, tuple[int, ...]], where: str,
-                 optional: frozenset[str] = frozenset(), extra_ok: frozenset[str] = frozenset()) -> None:  # fmt: skip
+def check_shapes(
+    files: SourceFiles,
+    namespace: str,
+    expected: dict[str, tuple[int, ...]],
+    where: str,
+    optional: frozenset[str] = frozenset(),
+    extra_ok: frozenset[str] = frozenset(),
+) -> None:
     """Missing keys (except `optional`), unexpected keys (except `extra_ok`) and wrong shapes -> UserError."""
     have = {k.split(":", 1)[1]: v for k, v in files.tensors.items() if k.startswith(namespace + ":")}
     missing = sorted(expected.keys() - have.keys() - optional)
     if missing:
-        raise UserError(f"missing tensor(s): {', '.join(missing[:4])}" + (" …" if len(missing) > 4 else ""),
-                        location=where, field=missing[0])  # fmt: skip
+        raise UserError(
+            f"missing tensor(s): {', '.join(missing[:4])}" + (" …" if len(missing) > 4 else ""),
+            location=where,
+            field=missing[0],
+        )
     for key, info in sorted(have.items()):
         if key in extra_ok:
             continue
         if key not in expected:
-            raise UserError(f"unexpected tensor {key!r}", location=str(info.file), field=key,
-                            allowed="the tensors config.json implies")  # fmt: skip
+            raise UserError(
+                f"unexpected tensor {key!r}",
+                location=str(info.file),
+                field=key,
+                allowed="the tensors config.json implies",
+            )
         if info.shape != expected[key]:
-            raise UserError(f"wrong shape for {key!r}: {info.shape}, config.json implies {expected[key]}",
-                            location=str(info.file), field=key)  # fmt: skip
+            raise UserError(
+                f"wrong shape for {key!r}: {info.shape}, config.json implies {expected[key]}",
+                location=str(info.file),
+                field=key,
+            )
         if info.dtype not in ("F32", "F16", "BF16", "F8_E4M3"):
-            raise UserError(f"{key!r} has dtype {info.dtype}, expected a floating-point tensor",
-                            location=str(info.file), field=key)  # fmt: skip
+            raise UserError(
+                f"{key!r} has dtype {info.dtype}, expected a floating-point tensor", location=str(info.file), field=key
+            )
 
 
 def fp8_layout(
@@ -166,9 +189,12 @@ def fp8_layout(
             if scale is None:
                 raise UserError(f"FP8 weight without {module}.{name}", location=str(folder), field=f"{module}.{name}")
             if len(scale.shape) > 1 or (scale.shape and scale.shape[0] != 1):
-                raise UserError(f"{module}.{name} has shape {scale.shape}: TensorRT-LLM's FP8 linears take "
-                                "per-tensor scales", location=str(scale.file), field=f"{module}.{name}",
-                                allowed="[] or [1]")  # fmt: skip
+                raise UserError(
+                    f"{module}.{name} has shape {scale.shape}: TensorRT-LLM's FP8 linears take per-tensor scales",
+                    location=str(scale.file),
+                    field=f"{module}.{name}",
+                    allowed="[] or [1]",
+                )
             scales.add(f"{module}.{name}")
     if any(set(s) != {"k", "v"} for s in kv.values()):
         raise UserError("a layer has a k_scale without its v_scale (or the reverse)", location=str(folder))

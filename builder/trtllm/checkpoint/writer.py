@@ -37,12 +37,21 @@ def rank_parts(req: CheckpointRequest, inputs: Inputs, m: Mapping) -> list[Part]
     dt = ST_DTYPE[req.dtype]
     parts = base_parts(inputs.cfg, m, dt, inputs.quant, req.use_parallel_embedding)
     if req.method == "medusa":
-        parts += medusa_parts(inputs.cfg.hidden_size, inputs.cfg.vocab_size, inputs.medusa_heads, inputs.medusa_layers,
-                              m, dt)  # fmt: skip
+        parts += medusa_parts(
+            inputs.cfg.hidden_size, inputs.cfg.vocab_size, inputs.medusa_heads, inputs.medusa_layers, m, dt
+        )
     elif req.method == "eagle" and m.is_last_pp_rank:
         assert inputs.draft is not None
-        parts += eagle_parts(inputs.draft, inputs.cfg, m, dt, req.num_eagle_layers, inputs.fc_bias,
-                             inputs.quant.kv_cache, req.use_parallel_embedding)  # fmt: skip
+        parts += eagle_parts(
+            inputs.draft,
+            inputs.cfg,
+            m,
+            dt,
+            req.num_eagle_layers,
+            inputs.fc_bias,
+            inputs.quant.kv_cache,
+            req.use_parallel_embedding,
+        )
     return parts
 
 
@@ -50,18 +59,22 @@ def config_dict(req: CheckpointRequest, inputs: Inputs) -> dict[str, Any]:
     """config.json (see `config.py`)."""
     q = inputs.quant
     if req.method == "eagle" and "lm_head" in q.fp8_modules:
-        raise UserError("an FP8 LM head cannot be shared with the EAGLE drafter's LM heads; keep lm_head in "
-                        "exclude_modules", field="quantization.exclude_modules",
-                        allowed="a list containing 'lm_head'")  # fmt: skip
+        raise UserError(
+            "an FP8 LM head cannot be shared with the EAGLE drafter's LM heads; keep lm_head in exclude_modules",
+            field="quantization.exclude_modules",
+            allowed="a list containing 'lm_head'",
+        )
     quant = cfgjson.quantization(bool(q.fp8_modules), q.kv_cache, "lm_head" in q.fp8_modules, req.method)
-    base = cfgjson.llama_config(inputs.cfg, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant,
-                                req.use_parallel_embedding)  # fmt: skip
+    base = cfgjson.llama_config(
+        inputs.cfg, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant, req.use_parallel_embedding
+    )
     if req.method == "medusa":
         return cfgjson.medusa_config(base, inputs.medusa_heads, inputs.medusa_layers, req.max_draft_len)
     if req.method == "eagle":
         assert inputs.draft is not None
-        draft = cfgjson.llama_config(inputs.draft, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant,
-                                     req.use_parallel_embedding)  # fmt: skip
+        draft = cfgjson.llama_config(
+            inputs.draft, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant, req.use_parallel_embedding
+        )
         return cfgjson.eagle_config(base, draft, req.num_eagle_layers, req.max_non_leaves_per_layer, req.max_draft_len)
     return base
 
@@ -96,8 +109,15 @@ def _write_rank(path: Path, parts: list[Part], inputs: Inputs, m: Mapping) -> di
     by_name = {p.name: p for p in parts}
     size = write_file(path, entries, lambda e: make(by_name[e.name], inputs, m))
     _verify(path, entries)
-    return {"rank": m.rank, "tp_rank": m.tp_rank, "pp_rank": m.pp_rank, "file": path.name, "bytes": size,
-            "tensors": len(entries), "largest_tensor_bytes": max(e.nbytes for e in entries)}  # fmt: skip
+    return {
+        "rank": m.rank,
+        "tp_rank": m.tp_rank,
+        "pp_rank": m.pp_rank,
+        "file": path.name,
+        "bytes": size,
+        "tensors": len(entries),
+        "largest_tensor_bytes": max(e.nbytes for e in entries),
+    }
 
 
 def _verify(path: Path, entries: list[Entry]) -> None:
@@ -180,13 +200,25 @@ def _vocab_rows(part: Part, inputs: Inputs, m: Mapping) -> torch.Tensor:
 def _facts(req: CheckpointRequest, inputs: Inputs, config: dict[str, Any], ranks: list[dict]) -> dict[str, Any]:
     m = Mapping(req.tp, req.pp)
     return {
-        "architecture": config["architecture"], "dtype": req.dtype, "method": req.method,
-        "mapping": {"tp_size": req.tp, "pp_size": req.pp, "world_size": m.world_size,
-                    "pp_layers": [Mapping(req.tp, req.pp, p * req.tp).pp_layers(inputs.cfg.num_hidden_layers)
-                                  for p in range(req.pp)]},
-        "vocab_size": inputs.cfg.vocab_size, "vocab_size_padded": pad_vocab_size(inputs.cfg.vocab_size, req.tp),
-        "quantization": {k: config["quantization"][k]
-                         for k in ("quant_algo", "kv_cache_quant_algo", "exclude_modules")},
-        "fp8_linears": len(inputs.quant.fp8_modules), "max_draft_len": req.max_draft_len,
-        "ranks": ranks, "tensors": sum(r["tensors"] for r in ranks), "bytes": sum(r["bytes"] for r in ranks),
-    }  # fmt: skip
+        "architecture": config["architecture"],
+        "dtype": req.dtype,
+        "method": req.method,
+        "mapping": {
+            "tp_size": req.tp,
+            "pp_size": req.pp,
+            "world_size": m.world_size,
+            "pp_layers": [
+                Mapping(req.tp, req.pp, p * req.tp).pp_layers(inputs.cfg.num_hidden_layers) for p in range(req.pp)
+            ],
+        },
+        "vocab_size": inputs.cfg.vocab_size,
+        "vocab_size_padded": pad_vocab_size(inputs.cfg.vocab_size, req.tp),
+        "quantization": {
+            k: config["quantization"][k] for k in ("quant_algo", "kv_cache_quant_algo", "exclude_modules")
+        },
+        "fp8_linears": len(inputs.quant.fp8_modules),
+        "max_draft_len": req.max_draft_len,
+        "ranks": ranks,
+        "tensors": sum(r["tensors"] for r in ranks),
+        "bytes": sum(r["bytes"] for r in ranks),
+    }

@@ -42,8 +42,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         torch.set_num_threads(1)
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(parameter(config, "gpt_model_path"), dtype=torch.float32,
-                                                          local_files_only=True).eval()  # fmt: skip
+        self.model = AutoModelForCausalLM.from_pretrained(
+            parameter(config, "gpt_model_path"), dtype=torch.float32, local_files_only=True
+        ).eval()
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.exclude_default = parameter(config, "exclude_input_in_output").strip().lower() == "true"
 
@@ -60,8 +61,12 @@ class TritonPythonModel:
                     return
                 yield token
                 mask = torch.cat([mask, torch.ones((1, 1), dtype=mask.dtype)], dim=1)
-                out = self.model(input_ids=torch.tensor([[token]]), attention_mask=mask,
-                                 past_key_values=out.past_key_values, use_cache=True)  # fmt: skip
+                out = self.model(
+                    input_ids=torch.tensor([[token]]),
+                    attention_mask=mask,
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                )
 
     def parse(self, request) -> dict:
         given = {t.name(): np.asarray(t.as_numpy()) for t in request.inputs()}
@@ -75,9 +80,14 @@ class TritonPythonModel:
         def one(name: str, default) -> np.ndarray:  # [B] (the config reshapes [B, 1] inputs to [B])
             return given[name].reshape(batch) if name in given else np.full(batch, default)
 
-        return {"ids": given["input_ids"], "lengths": one("input_lengths", -1), "n": one("request_output_len", 0),
-                "end": one("end_id", -1), "stream": one("streaming", False),
-                "exclude": one("exclude_input_in_output", self.exclude_default)}  # fmt: skip
+        return {
+            "ids": given["input_ids"],
+            "lengths": one("input_lengths", -1),
+            "n": one("request_output_len", 0),
+            "end": one("end_id", -1),
+            "stream": one("streaming", False),
+            "exclude": one("exclude_input_in_output", self.exclude_default),
+        }
 
     @staticmethod
     def tensors(rows: list[list[int]]) -> list:

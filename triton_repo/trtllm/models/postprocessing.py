@@ -46,8 +46,10 @@ class TritonPythonModel:
         tokens = np.asarray(pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy())
         lengths = np.asarray(pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy())
         if tokens.ndim != 3 or lengths.shape != tokens.shape[:2]:
-            raise ValueError(f"TOKENS_BATCH {list(tokens.shape)} / SEQUENCE_LENGTH {list(lengths.shape)}: "
-                             "expected [B, beams, T] and [B, beams]")  # fmt: skip
+            raise ValueError(
+                f"TOKENS_BATCH {list(tokens.shape)} / SEQUENCE_LENGTH {list(lengths.shape)}: "
+                "expected [B, beams, T] and [B, beams]"
+            )
         if (lengths < 0).any() or (lengths > tokens.shape[2]).any():
             raise ValueError(f"SEQUENCE_LENGTH {lengths.tolist()} outside [0, {tokens.shape[2]}]")
         rows = [tokens[b, k, : lengths[b, k]].tolist() for b in range(tokens.shape[0]) for k in range(tokens.shape[1])]

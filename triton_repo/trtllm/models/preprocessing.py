@@ -30,8 +30,16 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
-REFUSED = ("DECODER_QUERY", "IMAGE_BYTES", "IMAGE_URL", "IMAGES", "VIDEO_BYTES", "EMBEDDING_BIAS_WORDS",
-           "EMBEDDING_BIAS_WEIGHTS", "PROMPT_TABLE_EXTRA_ID")  # fmt: skip
+REFUSED = (
+    "DECODER_QUERY",
+    "IMAGE_BYTES",
+    "IMAGE_URL",
+    "IMAGES",
+    "VIDEO_BYTES",
+    "EMBEDDING_BIAS_WORDS",
+    "EMBEDDING_BIAS_WEIGHTS",
+    "PROMPT_TABLE_EXTRA_ID",
+)
 TRUE, FALSE = ("true", "1", "yes", "t", "y"), ("false", "0", "no", "f", "n")
 
 
@@ -116,15 +124,18 @@ class TritonPythonModel:
             "DECODER_INPUT_ID": pad.copy(),
             "REQUEST_DECODER_INPUT_LEN": np.ones((batch, 1), np.int32),
             "REQUEST_OUTPUT_LEN": np.asarray(
-                pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy(), np.int32),
-            "BAD_WORDS_IDS": self.word_ids(None if words["BAD_WORDS_DICT"] is None
-                                           else words["BAD_WORDS_DICT"].as_numpy(), batch),
-            "STOP_WORDS_IDS": self.word_ids(None if words["STOP_WORDS_DICT"] is None
-                                            else words["STOP_WORDS_DICT"].as_numpy(), batch),
+                pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy(), np.int32
+            ),
+            "BAD_WORDS_IDS": self.word_ids(
+                None if words["BAD_WORDS_DICT"] is None else words["BAD_WORDS_DICT"].as_numpy(), batch
+            ),
+            "STOP_WORDS_IDS": self.word_ids(
+                None if words["STOP_WORDS_DICT"] is None else words["STOP_WORDS_DICT"].as_numpy(), batch
+            ),
             "EMBEDDING_BIAS": np.zeros((batch, 0), np.float32),
             "OUT_END_ID": self.ids_or_default(request, "END_ID", self.end_id, batch),
             "OUT_PAD_ID": pad,
-        }  # fmt: skip
+        }
         return [pb_utils.Tensor(k, v) for k, v in out.items()]
 
     def execute(self, requests):

@@ -21,31 +21,83 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
-TO_PREPROCESSING = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
-                    "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}  # fmt: skip
-FROM_PREPROCESSING = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths",
-                      "REQUEST_OUTPUT_LEN": "request_output_len", "BAD_WORDS_IDS": "bad_words_list",
-                      "STOP_WORDS_IDS": "stop_words_list", "OUT_END_ID": "end_id", "OUT_PAD_ID": "pad_id",
-                      "EMBEDDING_BIAS": "embedding_bias"}  # fmt: skip
-TO_LLM = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "temperature": "temperature",
-          "length_penalty": "len_penalty", "repetition_penalty": "repetition_penalty", "min_tokens": "min_tokens",
-          "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty", "seed": "seed",
-          "return_log_probs": "return_log_probs", "return_context_logits": "return_context_logits",
-          "return_generation_logits": "return_generation_logits", "return_perf_metrics": "return_perf_metrics",
-          "return_num_input_tokens": "return_num_input_tokens", "return_num_output_tokens": "return_num_output_tokens",
-          "num_return_sequences": "num_return_sequences", "beam_width": "beam_width",
-          "exclude_input_in_output": "exclude_input_in_output", "prompt_embedding_table": "prompt_embedding_table",
-          "prompt_vocab_size": "prompt_vocab_size", "lora_task_id": "lora_task_id", "lora_weights": "lora_weights",
-          "lora_config": "lora_config", "guided_decoding_guide_type": "guided_decoding_guide_type",
-          "guided_decoding_guide": "guided_decoding_guide"}  # fmt: skip
-REFUSED = ("decoder_text_input", "image_input", "image_bytes_input", "image_url_input", "video_bytes_input",
-           "embedding_bias_words", "embedding_bias_weights", "prompt_table_extra_id", "num_draft_tokens",
-           "use_draft_logits")  # fmt: skip
-PASS_THROUGH = ("cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index",
-                "sequence_index", "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
-                "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
-                "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens",
-                "num_output_tokens")  # fmt: skip
+TO_PREPROCESSING = {
+    "text_input": "QUERY",
+    "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT",
+    "stop_words": "STOP_WORDS_DICT",
+    "end_id": "END_ID",
+    "pad_id": "PAD_ID",
+}
+FROM_PREPROCESSING = {
+    "INPUT_ID": "input_ids",
+    "REQUEST_INPUT_LEN": "input_lengths",
+    "REQUEST_OUTPUT_LEN": "request_output_len",
+    "BAD_WORDS_IDS": "bad_words_list",
+    "STOP_WORDS_IDS": "stop_words_list",
+    "OUT_END_ID": "end_id",
+    "OUT_PAD_ID": "pad_id",
+    "EMBEDDING_BIAS": "embedding_bias",
+}
+TO_LLM = {
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "exclude_input_in_output": "exclude_input_in_output",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
+}
+REFUSED = (
+    "decoder_text_input",
+    "image_input",
+    "image_bytes_input",
+    "image_url_input",
+    "video_bytes_input",
+    "embedding_bias_words",
+    "embedding_bias_weights",
+    "prompt_table_extra_id",
+    "num_draft_tokens",
+    "use_draft_logits",
+)
+PASS_THROUGH = (
+    "cum_log_probs",
+    "output_log_probs",
+    "context_logits",
+    "generation_logits",
+    "batch_index",
+    "sequence_index",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
+)
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -76,13 +128,17 @@ class TritonPythonModel:
         self.llm = parameter(config, "tensorrt_llm_model_name") or "tensorrt_llm"
         for key in ("tensorrt_llm_draft_model_name", "multimodal_encoders_name"):
             if parameter(config, key):
-                raise ValueError(f"tensorrt_llm_bls: parameter {key} is not supported by trtspec's BLS "
-                                 "(leave it empty)")  # fmt: skip
+                raise ValueError(
+                    f"tensorrt_llm_bls: parameter {key} is not supported by trtspec's BLS (leave it empty)"
+                )
         self.accumulate = parameter(config, "accumulate_tokens").strip().lower() in ("true", "1", "yes")
 
     def call(self, model: str, inputs: dict[str, np.ndarray], wanted, stream: bool = False):
-        request = pb_utils.InferenceRequest(model_name=model, requested_output_names=list(wanted),
-                                            inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()])  # fmt: skip
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            requested_output_names=list(wanted),
+            inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
+        )
         if stream:
             for response in request.exec(decoupled=True):
                 out = outputs(response, wanted)
@@ -144,8 +200,9 @@ class TritonPythonModel:
                     sender.send(pb_utils.InferenceResponse([pb_utils.Tensor(k, v) for k, v in result.items()]))
                 sender.send(flags=FINAL)
             except Exception as exc:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
-                            flags=FINAL)  # fmt: skip
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")), flags=FINAL
+                )
         return None
 
     def finalize(self):
