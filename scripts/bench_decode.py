@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode benchmark on one or more fixtures (not a test): HF, CPU peers (ONNX Runtime GenAI, llama.cpp) and our
 engines, every method (default and, with --tuned, tuned trees), one table with a fixture column
-(builder/bench/decode.py says what each column means, builder/bench/decode_table.py the ratios).
+(devtools/bench/decode.py says what each column means, devtools/bench/decode_table.py the ratios).
 
     .venv/bin/python scripts/bench_decode.py [FIXTURE | RECIPE ...] --threads 1 [--rows hf,ortgenai,llamacpp,ours]
         [--tuned [--tune-prompts 8] [--tune-max-new-tokens 32] | --tuned-dir DIR] [--torch]
@@ -36,12 +36,13 @@ import sys
 import time
 from pathlib import Path
 
-from builder.bench.decode import DEFAULT_FIXTURE, DEFAULT_ROWS, FIXTURES, ROW_GROUPS, resolve_recipes
-from builder.bench.decode_table import markdown, write
-from builder.bench.fixtures import Tuning, bench_fixtures, group_recipes
-from builder.errors import UserError
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from builder.errors import UserError  # noqa: E402
+from devtools.bench.decode import DEFAULT_FIXTURE, DEFAULT_ROWS, FIXTURES, ROW_GROUPS, resolve_recipes  # noqa: E402
+from devtools.bench.decode_table import markdown, write  # noqa: E402
+from devtools.bench.fixtures import Tuning, bench_fixtures, group_recipes  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
 
 
 def main() -> None:
@@ -35,10 +36,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from builder.engines.ort.session import make_session
-    from builder.fixture.regime import last_level_cache
     from builder.recipe.loader import load_recipe
     from builder.stages.decoders import cache_dir
     from builder.stages.runner import build
+    from builder.timing import alternate, markdown_table
+    from devtools.fixture.regime import last_level_cache
 
     folder = build(load_recipe(args.recipe), cache_dir(), until="engine").folder("engine")
     meta = json.loads((folder / "engine.json").read_text(encoding="utf-8"))
@@ -79,15 +81,9 @@ def main() -> None:
             b.bind_output(o, "cpu")
         for _ in range(5):
             session.run_with_iobinding(b)
-        warm, cold = [], []
-        for _ in range(args.runs):
-            t = time.perf_counter()
-            session.run_with_iobinding(b)
-            warm.append(time.perf_counter() - t)
-            flush.sum()
-            t = time.perf_counter()
-            session.run_with_iobinding(b)
-            cold.append(time.perf_counter() - t)
+        call = lambda: session.run_with_iobinding(b)  # noqa: E731
+        times = alternate({"warm": call, "cold": call}, args.runs, before={"cold": flush.sum})  # cold: after a flush
+        warm, cold = times["warm"], times["cold"]
         rows.append(
             {
                 "F": f,
@@ -107,11 +103,10 @@ def main() -> None:
     }
     print(
         f"EAGLE draft call, session only: weights file {weights / 2**20:.1f} MiB (the embedding's rows read as needed), "
-        f"LLC {llc / 2**20:.0f} MiB, past {args.past}, median of {args.runs}\n\n| F | warm ms | cold ms | cold / warm |\n"
-        "|---|---|---|---|"
+        f"LLC {llc / 2**20:.0f} MiB, past {args.past}, median of {args.runs}\n"
     )
-    for r in rows:
-        print(f"| {r['F']} | {r['warm_ms']:.3f} | {r['cold_ms']:.3f} | {r['cold_ms'] / r['warm_ms']:.2f} |")
+    cells = [(r["F"], f"{r['warm_ms']:.3f}", f"{r['cold_ms']:.3f}", f"{r['cold_ms'] / r['warm_ms']:.2f}") for r in rows]
+    print("\n".join(markdown_table(("F", "warm ms", "cold ms", "cold / warm"), cells)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(f"\nJSON: {args.out}")

@@ -5,19 +5,21 @@
         [--repeats 300] [--out out/bench_export_variants.json]
 
 Prints a table (median / p10 / p90 ms per step, node counts per graph and per layer) and writes JSON.
-The logic lives in builder/export/bench.py.
+The logic lives in devtools/bench/export_variants.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from builder.export.bench import bench_variants, table
-from builder.model.loader import load_model
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from builder.model.loader import load_model  # noqa: E402
+from devtools.bench.export_variants import bench_variants, table  # noqa: E402
 
 
 def main() -> None:

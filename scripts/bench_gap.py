@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # devtools/ is not installed: imported from this checkout
 
 
 def _busy(ms: float) -> None:
@@ -55,11 +56,11 @@ def main() -> int:
 
     import numpy as np
 
-    from builder.bench.step import chain
-    from builder.engines.ort.build import target_engine
+    from builder.engines.step_curve import host_about
     from builder.model.loader import load_model
-    from builder.speculative.engine import SamplingBatch
-    from builder.stages.engine import host_about
+    from builder.speculative.protocols import SamplingBatch
+    from devtools.bench.step import chain
+    from devtools.ort_engines import target_engine
 
     model = load_model(ROOT / "tests" / "fixtures" / "tiny-llama3" / "base")
     longest = max(after, default=1)

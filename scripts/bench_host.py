@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Host work per decoding step (not a test): the Python around the session calls, per method, at batch 1
-and 16, with a cProfile of each (builder/bench/host.py says what each column means).
+and 16, with a cProfile of each (devtools/bench/host.py says what each column means).
 
     .venv/bin/python scripts/bench_host.py [FIXTURE] [--batches 1,16] [--methods none,lookahead,medusa,eagle-1,eagle-2]
         [--max-new-tokens 64] [--rounds 3] [--out out/bench_host.json]
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from builder.bench.decode import DEFAULT_FIXTURE, FIXTURES
-from builder.bench.host import METHODS, bench_host, table
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from devtools.bench.decode import DEFAULT_FIXTURE, FIXTURES  # noqa: E402
+from devtools.bench.host import METHODS, bench_host, table  # noqa: E402
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
         [--threads 1,2] [--out out/bench_scale.json]
 
 Needs ~9 GiB of RAM and ~11 GB of disk under --work (removed afterwards unless --keep). Prints one
-markdown table and writes JSON (+ the table as .md beside it). The logic lives in builder/bench/scale.py.
+markdown table and writes JSON (+ the table as .md beside it). The logic lives in devtools/bench/scale.py.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
-from builder.bench.scale import run, table
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from devtools.bench.scale import run, table  # noqa: E402
 
 
 def main() -> None:

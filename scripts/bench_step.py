@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
 
 
 def load(name: str):
@@ -59,7 +61,7 @@ def main() -> None:
     ap.add_argument("--past", type=int, default=300)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_step.json")
     args = ap.parse_args()
-    from builder.bench.step import report, table
+    from devtools.bench.step import report, table
 
     reports = []
     for name in args.models.split(","):

@@ -26,7 +26,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # be
 
 import numpy as np  # noqa: E402
 
-from builder.stages.engine import host_about  # noqa: E402  (CPU model name, ISA level)
+from builder.engines.step_curve import host_about  # noqa: E402  (CPU model name, ISA level)
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

@@ -12,7 +12,7 @@
    Add(bias), Softmax, MatMul(V); no rotary, no cache write, no slicing: less work than any real replacement).
 3. replay — HF greedy decodes of HumanEval's first prompts, replayed (`builder.tune.ngram.replay`) under the n-gram
    recipe's setting and charged the tiny-llama3-ngram engine's step curve, timed at batch 1 right before (as
-   `trtspec tune --curve now` does; builder.stages.engine.measure_folder): tokens per ms of
+   `trtspec tune --curve now` does; builder.engines.step_curve.measure_folder): tokens per ms of
    the recipe's setting, of the best setting in the tuner's grid, of a perfect draft-length oracle (each step drafts
    exactly what it will accept), and of a REST-style datastore (the shared pool seeded with the fixture's training
    text before the first prompt).
@@ -24,11 +24,12 @@ import argparse
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from builder.timing import alternate, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "tiny-llama3" / "base"
@@ -49,13 +50,7 @@ def _session(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: lis
 
 def _alternate(calls: dict[str, Any], runs: int) -> dict[str, float]:
     """Median µs per call, the calls alternating one by one."""
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(runs):
-        for k, f in calls.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    return {k: statistics.median(v) * 1e6 for k, v in alternate(calls, runs).items()}
 
 
 def lm_head(rows: list[int], runs: int) -> list[dict[str, Any]]:
@@ -187,12 +182,12 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from builder.data.corpus import load_corpus
     from builder.data.humaneval import heldout_prompts
-    from builder.fixture.corpus import load_corpus
+    from builder.engines.step_curve import measure_folder
     from builder.recipe.loader import load_recipe
     from builder.speculative.ngram.pool import shared_pool_for
     from builder.stages.decoders import cache_dir
-    from builder.stages.engine import measure_folder
     from builder.stages.parts import load_tokenizer
     from builder.stages.runner import build
     from builder.tune.curve import StepCurve
@@ -271,19 +266,24 @@ def main() -> None:
     report: dict[str, Any] = {"benchmark": "bench_tiny_limits", "load_avg": os.getloadavg(), "past": args.past}
     if "lm_head" in parts:
         report["lm_head"] = lm_head(rows, args.runs)
-        print("| LM head rows | float32 MatMul µs (GFLOP/s) | int8 MatMulNBits µs | int8 / float32 |")
-        print("|---|---|---|---|")
-        for r in report["lm_head"]:
-            print(
-                f"| {r['rows']} | {r['fp32_us']:.1f} ({r['fp32_gflops']:.0f}) | {r['int8_us']:.1f} | "
-                f"{r['int8_us'] / r['fp32_us']:.2f} |"
+        head = ("LM head rows", "float32 MatMul µs (GFLOP/s)", "int8 MatMulNBits µs", "int8 / float32")
+        cells = [
+            (
+                r["rows"],
+                f"{r['fp32_us']:.1f} ({r['fp32_gflops']:.0f})",
+                f"{r['int8_us']:.1f}",
+                f"{r['int8_us'] / r['fp32_us']:.2f}",
             )
+            for r in report["lm_head"]
+        ]
+        print("\n".join(markdown_table(head, cells)))
     if "attention" in parts:
         report["attention"] = attention(rows, args.past, args.runs)
-        print("\n| T | GroupQueryAttention µs | folded core µs | core / GQA |\n|---|---|---|---|")
-        for r in report["attention"]:
-            core, gqa = r["folded_core_us"], r["gqa_us"]
-            print(f"| {r['T']} | {gqa:.1f} | {core:.1f} | {core / gqa:.2f} |")
+        cells = [
+            (r["T"], f"{r['gqa_us']:.1f}", f"{r['folded_core_us']:.1f}", f"{r['folded_core_us'] / r['gqa_us']:.2f}")
+            for r in report["attention"]
+        ]
+        print("\n" + "\n".join(markdown_table(("T", "GroupQueryAttention µs", "folded core µs", "core / GQA"), cells)))
     if "replay" in parts:
         rep = report["replay"] = replay_limits(args.num_prompts, args.max_new_tokens)
         base = rep["recipe"]["tokens_per_ms"]
@@ -291,15 +291,16 @@ def main() -> None:
             f"\nreplay on the engine's curve (c(1) {rep['curve_c1_ms']:.2f} ms, "
             f"c({rep['curve_max_nodes']}) {rep['curve_cmax_ms']:.2f} ms):"
         )
-        print("| setting | tokens per ms | vs the recipe's |\n|---|---|---|")
-        for label, key in (
+        settings = (
             ("the recipe's", "recipe"),
             ("best of the tuner's grid", "grid_best"),
             ("perfect draft-length oracle", "length_oracle"),
             ("training-text datastore", "datastore"),
-        ):
-            v = rep[key]["tokens_per_ms"]
-            print(f"| {label} | {v:.3f} | {v / base:.3f}× |")
+        )
+        cells = [
+            (label, f"{rep[k]['tokens_per_ms']:.3f}", f"{rep[k]['tokens_per_ms'] / base:.3f}×") for label, k in settings
+        ]
+        print("\n".join(markdown_table(("setting", "tokens per ms", "vs the recipe's"), cells)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
     print(f"\nJSON: {args.out}")

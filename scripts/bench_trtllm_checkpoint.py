@@ -6,18 +6,20 @@
 
 Needs ~7 GiB of RAM (making the 5.95 GB fp32 input) and ~9 GB of disk under --work (removed afterwards
 unless --keep). Each conversion runs in its own subprocess; prints a markdown table and writes JSON. The
-logic lives in builder/bench/trtllm_checkpoint.py.
+logic lives in devtools/bench/trtllm_checkpoint.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
-from builder.bench.trtllm_checkpoint import run, table
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from devtools.bench.trtllm_checkpoint import run, table  # noqa: E402
 
 
 def main() -> None:

@@ -4,7 +4,8 @@
     .venv/bin/python scripts/make_fixture.py                      # full run → tests/fixtures/tiny-llama3
     .venv/bin/python scripts/make_fixture.py --quick --out /tmp/f  # seconds-long smoke run, toy sizes
 
-All logic lives in `builder.fixture`; this is the command-line shell. CPU only, deterministic seeds.
+All logic lives in `devtools.fixture` (the drafters' training loops: `builder.train`); this is the command-line
+shell. CPU only, deterministic seeds.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="toy sizes, for smoke tests (not a usable fixture)")
     args = parser.parse_args(argv)
 
-    from builder.fixture.common import FixtureSpec, quick_spec
-    from builder.fixture.pipeline import make_fixture
+    from devtools.fixture.common import FixtureSpec, quick_spec
+    from devtools.fixture.pipeline import make_fixture
 
     spec = quick_spec() if args.quick else FixtureSpec()
     spec = replace(spec, seed=args.seed, threads=args.threads)

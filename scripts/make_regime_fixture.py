@@ -5,9 +5,9 @@
     .venv/bin/python scripts/make_regime_fixture.py --force    # remake
     .venv/bin/python scripts/make_regime_fixture.py --check    # exit 1 when missing or stale, write nothing
 
-A function-preserving inflation (builder/fixture/inflate.py) into the deployment's regime: a T=1
+A function-preserving inflation (devtools/fixture/inflate.py) into the deployment's regime: a T=1
 step reads ≥ 4× the last-level cache, the EAGLE layer + LM head ≈ 10 % of a step, Medusa ≤ 15 %.
-All logic lives in `builder.fixture.regime`; this is the command-line shell. Deterministic.
+All logic lives in `devtools.fixture.regime`; this is the command-line shell. Deterministic.
 """
 
 from __future__ import annotations
@@ -22,7 +22,15 @@ sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from builder.fixture.regime import OUT, SOURCE, InflateSpec, ensure_regime_fixture, fixture_key, is_current, summary
+    from devtools.fixture.regime import (
+        OUT,
+        SOURCE,
+        InflateSpec,
+        ensure_regime_fixture,
+        fixture_key,
+        is_current,
+        summary,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", type=Path, default=SOURCE, help="source fixture (default: %(default)s)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from builder.fixture.corpus import load_corpus
+from builder.data.corpus import load_corpus
 from builder.recipe.loader import load_recipe
 from builder.speculative.medusa.accuracy import rank_accuracy
 from builder.speculative.tree_search import best_choices, expected_accepted

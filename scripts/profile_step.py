@@ -7,26 +7,28 @@
 
 FIXTURE: tiny-llama3 (default) or regime-llama3; RECIPE: a recipe name or path (its checkpoint is used).
 Prints kernel time per op type, node counts and kernel time per token side by side, and writes JSON.
-The logic lives in builder/bench/profile.py.
+The logic lives in devtools/bench/profile.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from builder.bench.profile import profile_fixture, table
-from builder.errors import UserError
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # devtools/ is not installed: imported from this checkout
+
+from builder.errors import UserError  # noqa: E402
+from devtools.bench.profile import profile_fixture, table  # noqa: E402
 
 
 def checkpoint(name: str) -> tuple[str, Path]:
     """(label, HF checkpoint folder) of a fixture name, a recipe name or a recipe path (its target checkpoint)."""
-    from builder.bench.decode import FIXTURES, resolve_recipes
     from builder.recipe.loader import load_recipe
     from builder.stages.parts import local_dir
+    from devtools.bench.decode import FIXTURES, resolve_recipes
 
     loaded = load_recipe(resolve_recipes([name], REPO / "recipes")[0])
     label = name if name in FIXTURES else Path(name).stem

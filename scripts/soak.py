@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Soak test of a served recipe (not part of the default test suite): 32 concurrent streams for 5 minutes with
-random cancels, malformed requests and deadline expiries mixed in (builder/bench/soak.py says what is checked).
+random cancels, malformed requests and deadline expiries mixed in (devtools/bench/soak.py says what is checked).
 
     .venv/bin/python scripts/soak.py [RECIPE] [--streams 32] [--duration-s 300] [--out out/soak.json]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from builder.bench.soak import Settings, make_oracle, soak  # noqa: E402
+from devtools.bench.soak import Settings, make_oracle, soak  # noqa: E402
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from builder.speculative.decoding import Request
-from builder.speculative.engine import Sampling
+from builder.speculative.protocols import Sampling
 from plugins.tree_verify.contract import TEMPERATURE_EPS
 
 MAX_TEMPERATURE = 100.0  # as `trtspec generate --temperature`

@@ -7,7 +7,8 @@ into every model's version folder, so the repository imports nothing from the bu
 How it is made, and why. The emitter copies, byte for byte and under their own names, the import closure of
 the models (ENTRY) in the source tree it runs from (`copy_runtime`): every project module they import, at module
 level or inside a function, and what those import in turn — `if TYPE_CHECKING:` blocks (never run) and the
-BUILD_ONLY edges aside (each names the function that makes it and why serving never calls it). So:
+BUILD_ONLY edges aside (each names the function that makes it and why serving never calls it). The walker is
+`builder.closure`, the one the stage cache keys use for every stage's code (`builder.stages.keys`). So:
 * no second copy of any code lives in the source tree (the decoding loop, drafters and engines' host layers stay
   where the build and its tests use them; they are being reshaped for speed while this is written, and a module
   they add joins the runtime without anyone keeping a list);
@@ -34,7 +35,6 @@ Standard library only: the repo stage and `trtspec serve` import it without the 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -42,6 +42,10 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
+
+from builder.closure import Imports, import_closure
+from builder.closure import imports as closure_imports
+from builder.closure import module_file as closure_module_file
 
 SOURCE = Path(__file__).resolve().parents[1]  # the folder holding builder/, plugins/, triton_repo/
 FOLDER = "trtspec_runtime"  # inside each model's version folder
@@ -70,6 +74,8 @@ SCOPE = (
     "builder",
     "builder.errors",
     "builder.section",  # the package, its error type, the base of LookaheadConfig
+    "builder.closure",  # the import walker `closure()` runs (triton_repo.compat reads runtime.json through this module)
+    "builder.handoffs",  # engine.json's model, checked when spec_decoder opens the engine folder
     "builder.speculative.*",  # the decoding loop and the drafters (not the tree search / Medusa training below)
     "builder.engines.*",  # the neutral entry point and the ONNX Runtime / TensorRT host layers (not the torch engines)
     "builder.export",
@@ -80,7 +86,7 @@ SCOPE = (
 SCOPE_EXCEPT = (
     "triton_repo.config",
     "triton_repo.emit",
-    "triton_repo.trtllm",
+    "triton_repo.trtllm",  # the TensorRT-LLM repository renderer: build time only
     "triton_repo.models.model",
     "builder.speculative.tree_search",
     "builder.speculative.medusa.heads",
@@ -112,65 +118,19 @@ THIRD_PARTY = {**CPU_THIRD_PARTY, **GPU_THIRD_PARTY}
 
 def module_file(module: str, root: Path = SOURCE) -> Path:
     """The source file of `module` under `root` (a package's __init__.py)."""
-    base = root.joinpath(*module.split("."))
-    return base / "__init__.py" if (base / "__init__.py").is_file() else base.with_suffix(".py")
+    return closure_module_file(module, root)
 
 
-def _module_of(name: str, root: Path) -> str | None:
-    """The longest prefix of `name` that is a project module under `root` (`from pkg import sub` names a submodule)."""
-    while name:
-        base = root.joinpath(*name.split("."))
-        if (base / "__init__.py").is_file() or base.with_suffix(".py").is_file():
-            return name
-        name = name.rpartition(".")[0]
-    return None
-
-
-def imports(module: str, root: Path = SOURCE) -> list[tuple[str, str | None, int]]:
-    """(imported name, enclosing function or None, line) of every import `module` may run; `if TYPE_CHECKING:`
-    blocks are skipped. Names of `from X import a` are given as X and X.a (a may be a submodule)."""
-    path = module_file(module, root)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out: list[tuple[str, str | None, int]] = []
-
-    def visit(node: ast.AST, func: str | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for sub in child.orelse:
-                    visit(sub, func)
-                continue
-            if isinstance(child, ast.Import):
-                out.extend((a.name, func, child.lineno) for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    base = ".".join([*parts, base] if base else parts)
-                out.append((base, func, child.lineno))
-                out.extend((f"{base}.{a.name}", func, child.lineno) for a in child.names)
-            visit(child, child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")), None)
-    return out
+def imports(module: str, root: Path = SOURCE) -> Imports:
+    """(imported name, enclosing function or None, line) of every import `module` may run (`builder.closure`)."""
+    return closure_imports(module, root)
 
 
 def closure(root: Path = SOURCE) -> dict[str, str | None]:
     """Every project module the models (ENTRY) may import, with the module that first imported it (None: an entry
-    or a package of one), their packages' __init__ included; BUILD_ONLY edges are not followed."""
-    found: dict[str, str | None] = {}
-    todo: list[tuple[str, str | None]] = [(m, None) for m in ENTRY]
-    while todo:
-        module, via = todo.pop(0)
-        if module in found:
-            continue
-        found[module] = via
-        parts = module.split(".")
-        todo += [(".".join(parts[:i]), module) for i in range(1, len(parts))]
-        for name, _func, _line in imports(module, root):
-            target = _module_of(name, root) if name.partition(".")[0] in PACKAGES else None
-            if target is not None and target != module and (module, target) not in BUILD_ONLY:
-                todo.append((target, module))
-    return found
+    or a package of one), their packages' __init__ included; BUILD_ONLY edges are not followed
+    (`builder.closure.import_closure`, the walker the stage cache keys use too)."""
+    return import_closure(ENTRY, root, PACKAGES, skip=BUILD_ONLY)
 
 
 def in_scope(module: str) -> bool:
@@ -185,7 +145,7 @@ def in_scope(module: str) -> bool:
 
 
 def runtime_files(root: Path = SOURCE) -> list[str]:
-    """The runtime's files (the closure's), relative to `root`, sorted (e.g. for a stage key over the runtime's code)."""
+    """The runtime's files (the closure's), relative to `root`, sorted."""
     return sorted(module_file(m, root).relative_to(root).as_posix() for m in closure(root))
 
 

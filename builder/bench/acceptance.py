@@ -7,16 +7,17 @@ from typing import Any
 
 from tqdm import tqdm
 
+from builder import timing
 from builder.data.humaneval import heldout_prompts
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint
 from builder.speculative.decoding import Decoder as Loop
 from builder.speculative.decoding import Request
-from builder.stages.decoders import Decoder, build_decoder
+from builder.stages.decoders import DecoderSetup, build_decoder
 
 
-def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[Decoder]:
+def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[DecoderSetup]:
     """none and lookahead on the first recipe's target, then each recipe's own method (deduplicated)."""
     first = loaded[0]
     decs = [build_decoder(first, "none", engine=engine), build_decoder(first, "lookahead", engine=engine)]
@@ -53,9 +54,9 @@ def split_columns(seconds: float, first: float | None, prompts: int, tokens: int
 
 class MethodTally:
     """One method's decodes, one prompt at a time (batch 1), summed: τ, acceptance per depth, tokens/s, ms per
-    step. `decode` times itself, so prompts of several methods can be interleaved (builder/bench/decode.py)."""
+    step. `decode` times itself, so prompts of several methods can be interleaved (devtools/bench/decode.py)."""
 
-    def __init__(self, dec: Decoder) -> None:
+    def __init__(self, dec: DecoderSetup) -> None:
         self.dec = dec
         self.prompts = self.tokens = self.steps = self.accepted = 0
         self.depth_hits: list[int] = []
@@ -97,7 +98,7 @@ class MethodTally:
         }
 
 
-def run_method(dec: Decoder, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
+def run_method(dec: DecoderSetup, prompts: list[list[int]], max_new: int) -> dict[str, Any]:
     """Decode every prompt one at a time (batch 1); τ, acceptance per depth, tokens/s, ms per step."""
     tally = MethodTally(dec)
     for ids in tqdm(prompts, desc=dec.label, leave=False, disable=None):
@@ -130,15 +131,26 @@ def markdown_table(report: dict[str, Any]) -> str:
         f"Acceptance on {report['prompts']} prompts, {report['max_new_tokens']} new tokens "
         f"({report['recipe']}, {report['engine']} engine)",
         "",
-        "| method | τ (tokens/step) | accepted ≥ depth 1,2,3,… (share of steps) | target passes | "
-        "draft / target ms per step | tokens/s | vs none |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for r in report["methods"]:
-        depths = ", ".join(f"{x:.2f}" for x in r["accept_rate_by_depth"][:8]) or "–"
-        lines.append(
-            f"| {r['method']} | {r['tau']:.2f} | {depths} | {r['target_passes']} | "
-            f"{r['draft_ms_per_step']:.2f} / {r['target_ms_per_step']:.2f} | "
-            f"{r['tokens_per_s']:.1f} | {r['speedup_vs_none']:.2f}× |"
+    header = (
+        "method",
+        "τ (tokens/step)",
+        "accepted ≥ depth 1,2,3,… (share of steps)",
+        "target passes",
+        "draft / target ms per step",
+        "tokens/s",
+        "vs none",
+    )
+    rows = [
+        (
+            r["method"],
+            f"{r['tau']:.2f}",
+            ", ".join(f"{x:.2f}" for x in r["accept_rate_by_depth"][:8]) or "–",
+            r["target_passes"],
+            f"{r['draft_ms_per_step']:.2f} / {r['target_ms_per_step']:.2f}",
+            f"{r['tokens_per_s']:.1f}",
+            f"{r['speedup_vs_none']:.2f}×",
         )
-    return "\n".join(lines)
+        for r in report["methods"]
+    ]
+    return "\n".join(lines + timing.markdown_table(header, rows))

@@ -4,7 +4,7 @@
     level = combine([(row, records), ...], output_len)
 
 perf_analyzer (`-i grpc --streaming --async`, time windows; the command from `builder.serve.perf`) runs in its
-own process group (`_run_tool`: killed with its children on timeout or interruption) and writes its CSV
+own process group (`run_tool`: killed with its children on timeout or interruption) and writes its CSV
 (requests/s, its own latency percentiles) and a profile export (each request's response timestamps and
 spec_decoder's counters), from which `serve_metrics` derives request latency, TTFT, ITL and τ. Triton's model
 statistics before and after count the failed requests; spec_decoder's Prometheus counters, scraped before and
@@ -33,7 +33,7 @@ def _model_stats(http: str, model: str) -> dict[str, int]:
     return {"success": int(s["success"]["count"]), "fail": int(s["fail"]["count"])}
 
 
-def _run_tool(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float) -> int:
+def run_tool(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float) -> int:
     """Run a client tool in its own process group (killed with its children on timeout or interruption)."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -49,7 +49,7 @@ def _run_tool(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                 proc.wait(10)
 
 
-def _tail(path: Path, n: int = 25) -> str:
+def log_tail(path: Path, n: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
@@ -86,11 +86,11 @@ def run_level(
     before = _model_stats(endpoints["http"], model)
     metrics_before = _scrape(endpoints)
     timeout = 120 + 3 * (s.max_trials + 1) * s.window_ms / 1000
-    code = _run_tool(cmd, perf_env(), log, timeout)
+    code = run_tool(cmd, perf_env(), log, timeout)
     after = _model_stats(endpoints["http"], model)
     server = _server_delta(endpoints, metrics_before)
     if code != 0 or not csv.is_file() or not export.is_file():
-        raise BenchError(f"perf_analyzer failed ({mode}, concurrency {concurrency}, exit {code}):\n{_tail(log)}")
+        raise BenchError(f"perf_analyzer failed ({mode}, concurrency {concurrency}, exit {code}):\n{log_tail(log)}")
     row = read_perf_csv(csv)[0]
     exp = read_profile_export(export)["experiments"][0]
     export.with_suffix(".json.gz").write_bytes(gzip.compress(export.read_bytes()))

@@ -102,7 +102,7 @@ def run_genai(
     endpoints: dict[str, str], model: str, prompts: Any, s: Any, out: Path, log: Callable[[str], None], repo: Path
 ) -> list[dict[str, Any]]:
     """genai-perf at every level in both modes (alternating like the perf_analyzer sweep)."""
-    from builder.bench.perf_analyzer import _run_tool, _tail
+    from builder.bench.perf_analyzer import log_tail, run_tool
     from builder.bench.serve_settings import MODES, BenchError, order
     from builder.serve.perf import find_perf_analyzer, perf_env
 
@@ -140,10 +140,10 @@ def run_genai(
                 art,
             )
             logf = out / f"{mode}_c{c}.log"
-            code = _run_tool(cmd, env, logf, 300 + 6 * s.window_ms / 1000)
+            code = run_tool(cmd, env, logf, 300 + 6 * s.window_ms / 1000)
             found = sorted(art.rglob("profile_export_genai_perf.json"))
             if code != 0 or not found:
-                raise BenchError(f"genai-perf failed ({mode}, concurrency {c}, exit {code}):\n{_tail(logf)}")
+                raise BenchError(f"genai-perf failed ({mode}, concurrency {c}, exit {code}):\n{log_tail(logf)}")
             row = {
                 "concurrency": c,
                 "mode": mode,

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from builder.timing import markdown_table
+
 CSV_COLUMNS = (
     "concurrency",
     "mode",
@@ -90,38 +92,67 @@ def _f(v: Any, digits: int = 1) -> str:
 
 def table_lines(results: dict[str, Any]) -> list[str]:
     """The markdown comparison table (also what the command prints)."""
-    lines = [
-        "| conc. | tokens/s spec | tokens/s base | **spec/base** | p50 ms spec / base | p99 ms spec / base | "
-        "TTFT p50 ms spec / base | ITL ms spec / base | τ spec / base |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in comparison(results):
-        lines.append(
-            f"| {r['concurrency']} | {_f(r['spec_tokens_per_s'])} | {_f(r['base_tokens_per_s'])} | "
-            f"**{_f(r['throughput_ratio'], 2)}×** | {_f(r['spec_latency_p50_ms'])} / {_f(r['base_latency_p50_ms'])} | "
-            f"{_f(r['spec_latency_p99_ms'])} / {_f(r['base_latency_p99_ms'])} | "
-            f"{_f(r['spec_ttft_p50_ms'])} / {_f(r['base_ttft_p50_ms'])} | "
-            f"{_f(r['spec_itl_ms'], 3)} / {_f(r['base_itl_ms'], 3)} | {_f(r['spec_tau'], 2)} / {_f(r['base_tau'], 2)} |"
+    header = (
+        "conc.",
+        "tokens/s spec",
+        "tokens/s base",
+        "**spec/base**",
+        "p50 ms spec / base",
+        "p99 ms spec / base",
+        "TTFT p50 ms spec / base",
+        "ITL ms spec / base",
+        "τ spec / base",
+    )
+    rows = [
+        (
+            r["concurrency"],
+            _f(r["spec_tokens_per_s"]),
+            _f(r["base_tokens_per_s"]),
+            f"**{_f(r['throughput_ratio'], 2)}×**",
+            f"{_f(r['spec_latency_p50_ms'])} / {_f(r['base_latency_p50_ms'])}",
+            f"{_f(r['spec_latency_p99_ms'])} / {_f(r['base_latency_p99_ms'])}",
+            f"{_f(r['spec_ttft_p50_ms'])} / {_f(r['base_ttft_p50_ms'])}",
+            f"{_f(r['spec_itl_ms'], 3)} / {_f(r['base_itl_ms'], 3)}",
+            f"{_f(r['spec_tau'], 2)} / {_f(r['base_tau'], 2)}",
         )
-    return lines
+        for r in comparison(results)
+    ]
+    return markdown_table(header, rows, "r" * len(header))
 
 
 def _detail_lines(results: dict[str, Any]) -> list[str]:
-    lines = [
-        "| conc. | mode | req/s | tokens/s | tokens/s per run | measured requests | tokens ok | failed | "
-        "perf_analyzer p50 ms | export req/s | responses / request | CSV |",
-        "|---:|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
-    ]
-    for r in results["levels"]:
-        per_run = ", ".join(_f(x["output_tokens_per_s"]) for x in r.get("runs") or [r])
-        lines.append(
-            f"| {r['concurrency']} | {r['mode']} | {_f(r['requests_per_s'], 2)} | {_f(r['output_tokens_per_s'])} | "
-            f"{per_run} | "
-            f"{r['measured_requests']} | {'yes' if r['token_counts_ok'] else 'NO ' + str(r['wrong_token_counts'])} | "
-            f"{r['failed_requests']} | {_f(r['pa_latency_p50_ms'])} | {_f(r.get('export_requests_per_s'), 2)} | "
-            f"{_f(r['responses_per_request'])} | `{r['csv']}` |"
+    header = (
+        "conc.",
+        "mode",
+        "req/s",
+        "tokens/s",
+        "tokens/s per run",
+        "measured requests",
+        "tokens ok",
+        "failed",
+        "perf_analyzer p50 ms",
+        "export req/s",
+        "responses / request",
+        "CSV",
+    )
+    rows = [
+        (
+            r["concurrency"],
+            r["mode"],
+            _f(r["requests_per_s"], 2),
+            _f(r["output_tokens_per_s"]),
+            ", ".join(_f(x["output_tokens_per_s"]) for x in r.get("runs") or [r]),
+            r["measured_requests"],
+            "yes" if r["token_counts_ok"] else "NO " + str(r["wrong_token_counts"]),
+            r["failed_requests"],
+            _f(r["pa_latency_p50_ms"]),
+            _f(r.get("export_requests_per_s"), 2),
+            _f(r["responses_per_request"]),
+            f"`{r['csv']}`",
         )
-    return lines
+        for r in results["levels"]
+    ]
+    return markdown_table(header, rows, "rlrrlrlrrrrl")
 
 
 def server_lines(results: dict[str, Any]) -> list[str]:
@@ -137,19 +168,35 @@ def server_lines(results: dict[str, Any]) -> list[str]:
         "all its steps = (accepted + sequence steps) / sequence steps; mean batch = sequences per target step; "
         "step = mean wall time of a batched step (draft + target + commit).",
         "",
-        "| conc. | mode | requests | output tokens | target steps | mean batch | step ms | τ (server) | "
-        "τ (perf_analyzer's requests) | errors |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        v = r["server"]
-        errors = ", ".join(f"{k} {int(n)}" for k, n in (v.get("errors") or {}).items() if n) or "0"
-        lines.append(
-            f"| {r['concurrency']} | {r['mode']} | {int(v['requests'])} | {int(v['output_tokens'])} | "
-            f"{int(v['steps'])} | {_f(v.get('mean_batch'), 2)} | {_f(v.get('step_ms_mean'), 2)} | "
-            f"{_f(v.get('tau'), 2)} | {_f(r.get('tau'), 2)} | {errors} |"
+    header = (
+        "conc.",
+        "mode",
+        "requests",
+        "output tokens",
+        "target steps",
+        "mean batch",
+        "step ms",
+        "τ (server)",
+        "τ (perf_analyzer's requests)",
+        "errors",
+    )
+    cells = [
+        (
+            r["concurrency"],
+            r["mode"],
+            int(v["requests"]),
+            int(v["output_tokens"]),
+            int(v["steps"]),
+            _f(v.get("mean_batch"), 2),
+            _f(v.get("step_ms_mean"), 2),
+            _f(v.get("tau"), 2),
+            _f(r.get("tau"), 2),
+            ", ".join(f"{k} {int(n)}" for k, n in (v.get("errors") or {}).items() if n) or "0",
         )
-    return lines
+        for r, v in ((r, r["server"]) for r in rows)
+    ]
+    return lines + markdown_table(header, cells, "rlrrrrrrrl")
 
 
 def _genai_lines(results: dict[str, Any]) -> list[str]:
@@ -163,17 +210,31 @@ def _genai_lines(results: dict[str, Any]) -> list[str]:
         "genai-perf counts output tokens by re-tokenizing the streamed text, so its token numbers can "
         "differ slightly from spec_decoder's counts above.",
         "",
-        "| conc. | mode | output tokens/s | req/s | request latency p50 / p99 ms | TTFT p50 ms | ITL mean ms | output len mean |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for g in rows:
-        lines.append(
-            f"| {g['concurrency']} | {g['mode']} | {_f(g.get('output_token_throughput'))} | "
-            f"{_f(g.get('request_throughput'), 2)} | {_f(g.get('request_latency_p50_ms'))} / "
-            f"{_f(g.get('request_latency_p99_ms'))} | {_f(g.get('ttft_p50_ms'))} | {_f(g.get('itl_mean_ms'), 3)} | "
-            f"{_f(g.get('output_sequence_length'))} |"
+    header = (
+        "conc.",
+        "mode",
+        "output tokens/s",
+        "req/s",
+        "request latency p50 / p99 ms",
+        "TTFT p50 ms",
+        "ITL mean ms",
+        "output len mean",
+    )
+    cells = [
+        (
+            g["concurrency"],
+            g["mode"],
+            _f(g.get("output_token_throughput")),
+            _f(g.get("request_throughput"), 2),
+            f"{_f(g.get('request_latency_p50_ms'))} / {_f(g.get('request_latency_p99_ms'))}",
+            _f(g.get("ttft_p50_ms")),
+            _f(g.get("itl_mean_ms"), 3),
+            _f(g.get("output_sequence_length")),
         )
-    return lines
+        for g in rows
+    ]
+    return lines + markdown_table(header, cells, "rlrrrrrr")
 
 
 def _busy_lines(m: dict[str, Any]) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from builder.timing import rotated
+
 MODES: dict[str, bool] = {"speculative": True, "baseline": False}  # mode -> the `speculate` input
 REQUEST_PARAMETERS = {"ignore_eos": True}
 PROMPT_BUFFER = 8  # tokens kept free below max_input_len's edge when padding prompts
@@ -44,5 +46,4 @@ class Prompts:
 
 def order(index: int) -> list[str]:
     """The modes' order at the index-th level: alternating, so neither mode always runs first."""
-    names = list(MODES)
-    return names if index % 2 == 0 else names[::-1]
+    return rotated(list(MODES), index)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 from builder.ci.matrix import Checks
 from builder.recipe.loader import LoadedRecipe
+from builder.timing import rotated
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 MAX_MISMATCHES = 5  # reported per check
@@ -99,8 +100,7 @@ def measure(engine: Any, make_drafter: Callable[[], Any], prompts: list[list[int
         _decode(engine, make(), prompts[0], max_new, None)
     roles = {name: Role() for name in makers}
     for i, ids in enumerate(prompts):
-        order = list(makers) if i % 2 == 0 else list(reversed(makers))
-        for name in order:
+        for name in rotated(list(makers), i):
             _decode(engine, makers[name](), ids, max_new, roles[name])
     return roles
 
@@ -179,7 +179,7 @@ def _torch_oracle(
     at every position; remembered per target checkpoint, dtype and prompts."""
     import torch
 
-    from builder.plan.stages import checkpoint_identity
+    from builder.stages.inputs import checkpoint_identity
     from builder.stages.parts import Parts
 
     r = loaded.recipe

@@ -3,8 +3,9 @@
 The layout and the guarantees are `builder.ci.publish`'s. Each stage is fetched into the cache's own
 staging folder (`Store.staging`, under the stage key's lock) and renamed into `<cache>/<stage>/<key>/` only
 when every file's sha256 and size are the index's and the manifest's: a corrupted or missing blob raises a
-UserError naming the file, and nothing is installed for that stage. A stage already complete in the cache
-(every file's sha256 as its manifest says) is left as it is.
+UserError naming the file, and nothing is installed for that stage. So does a hand-off of another format (an
+entry published by another trtspec, `builder.handoffs.check_folder`), naming the rebuild command. A stage already
+complete in the cache (every file's sha256 as its manifest says) is left as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 from builder.ci.publish import CHUNK, INDEX, Target, blob_rel, checked_stage, find_entry, read_index
 from builder.errors import UserError
+from builder.handoffs import check_folder
 from builder.stages.manifest import MANIFEST, Manifest
 from builder.stages.store import Store
 
@@ -59,6 +61,7 @@ def pull(index_uri: str, recipe: str, cache_dir: str | Path, say: Say = lambda _
             _same_outputs(raw, files, name, key)
             for f in files:
                 _fetch_file(t, f, tmp / f["path"], f"{name}/{key}/{f['path']}", index_uri)
+            check_folder(tmp, entry.get("recipe"))  # a hand-off of another format is refused, nothing installed
             (tmp / MANIFEST).write_bytes(raw)
         store.touch(name, key)
         rows.append(
@@ -131,8 +134,8 @@ def _same_outputs(raw: bytes, files: list[dict[str, Any]], name: str, key: str) 
 def keys_here(entry: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether `trtspec build` of the entry's recipe on this machine would find the pulled stages cached:
     its stage keys planned here against the pulled ones (keys hash checkpoint files' identity, tools, GPU)."""
-    from builder.plan.stages import plan_stages
     from builder.recipe.loader import load_recipe
+    from builder.stages.keys import plan_stages
 
     try:
         planned = {s.name: s.key for s in plan_stages(load_recipe(entry["recipe"], entry.get("overrides") or ()))}

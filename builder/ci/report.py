@@ -19,6 +19,7 @@ from typing import Any
 
 import builder
 from builder.ci.gates import FORMAT, KIND
+from builder.timing import markdown_table
 
 MIB = 2**20
 
@@ -146,7 +147,7 @@ COLUMNS = (
 )
 
 
-def _row(e: dict[str, Any]) -> str:
+def _row(e: dict[str, Any]) -> list[str]:
     built = ", ".join(s["stage"] for s in e["stages"] if s["status"] == "built") or "–"
     cached = ", ".join(s["stage"] for s in e["stages"] if s["status"] == "cached") or "–"
     size = next((s["bytes"] for s in e["stages"] if s["stage"] == "engine"), None)
@@ -171,7 +172,7 @@ def _row(e: dict[str, Any]) -> str:
         _pct(fp8.get("token_agreement")),
         gates,
     ]
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return [_cell(c) for c in cells]
 
 
 def _publish_line(pub: dict[str, Any]) -> str:
@@ -193,10 +194,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{c['passed']} passed, {c['failed']} failed, {c['needs_gpu']} need a GPU host · {doc['wall_s']:.1f} s · "
         f"trtspec {doc['trtspec']} · {base}",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *markdown_table(COLUMNS, [_row(e) for e in doc["entries"]]),
     ]
-    lines += [_row(e) for e in doc["entries"]]
     failed = [e for e in doc["entries"] if e["status"] == "failed"]
     if failed:
         lines += ["", "**Failed**", ""] + [f"- `{_cell(e['id'])}`: {_cell(e['reason'])}" for e in failed]

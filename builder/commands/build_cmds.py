@@ -51,6 +51,8 @@ class _Display:
 @click.option(
     "--until",
     metavar="STAGE",
+    # the stage names a user types (`builder.stages.registry.stage_order`); the TensorRT-LLM backend's pipeline has
+    # its checkpoint stage where trtspec's own engines have export, which the help says by the backend's name
     help="Stop after this stage (load, quantize, export, engine, repo; trtllm: checkpoint instead of export).",
 )
 @click.option("--force", is_flag=True, help="Rebuild every stage even when its output is cached.")

@@ -85,7 +85,7 @@ def deploy(
 
 def _engine_folder(loaded, cache_dir: Path) -> Path | None:
     """The engine stage's output when this host built it (a cache hit), else None."""
-    from builder.plan.stages import plan_stages
+    from builder.stages.keys import plan_stages
     from builder.stages.store import Store
 
     stage = next(s for s in plan_stages(loaded) if s.name == "engine")

@@ -91,7 +91,7 @@ class _Streamer:
 def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, top_p, seed, as_json, engine, overrides):
     """Generate text from RECIPE's model with speculative decoding (on this machine's CPU)."""
     from builder.speculative.decoding import generate as run_generate
-    from builder.speculative.engine import Sampling
+    from builder.speculative.protocols import Sampling
     from builder.stages.decoders import build_decoder
 
     loaded, findings = load_checked(recipe, overrides)

@@ -1,5 +1,5 @@
 """The host side of the EAGLE draft net, shared by the ONNX Runtime and the TensorRT engines: the `EagleNet`
-protocol (builder.speculative.engine) minus the runtime (as `builder.engines.batched` is for the target).
+protocol (builder.speculative.protocols) minus the runtime (as `builder.engines.batched` is for the target).
 
 `EagleHost` keeps its own dense rows (`builder.engines.rows`) and committed lengths; the sequence ids are
 the target engine's. `extend` runs the pending pairs causally and commits them; `expand` runs one tree
@@ -30,7 +30,7 @@ from builder.engines.bindings import Binding, LruBindings
 from builder.engines.results import arange
 from builder.engines.rows import RowTable
 from builder.export.contract import CPU, EAGLE, Precision, call_spec
-from builder.speculative.engine import DraftOutput
+from builder.speculative.protocols import DraftOutput
 
 IoSpec = dict[str, tuple[tuple[int, ...], Any]]  # name -> (shape, NumPy dtype)
 

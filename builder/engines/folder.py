@@ -19,7 +19,6 @@ Standard library only at import; each backend's modules are imported when a fold
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,27 +27,18 @@ if TYPE_CHECKING:
     from builder.engines.tensorrt.device import CudaApi
 
 ENGINE_JSON = "engine.json"
-FORMATS = {"onnxruntime": 1, "tensorrt": 1}  # backend -> the engine.json format this trtspec reads
+# backend -> the engine.json format this trtspec reads: `builder.handoffs.ENGINE_JSONS`' FORMATs (a test keeps them
+# equal; here as data so that reading them imports nothing)
+FORMATS = {"onnxruntime": 1, "tensorrt": 1}
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:
-    """engine.json of `folder`; ValueError naming the file unless its backend and format are ones this reads."""
-    path = Path(folder) / ENGINE_JSON
-    try:
-        meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no engine.json (not an engine folder of `trtspec build`)") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
-    backend = meta.get("backend") if isinstance(meta, dict) else None
-    if backend not in FORMATS:
-        raise ValueError(f"{path}: backend {backend!r} is none this trtspec opens (allowed: {', '.join(FORMATS)})")
-    if meta.get("format") != FORMATS[backend]:
-        raise ValueError(
-            f"{path}: format {meta.get('format')!r} of a {backend} engine folder; this trtspec reads "
-            f"format {FORMATS[backend]}: rebuild the engine (trtspec build RECIPE)"
-        )
-    return meta
+    """engine.json of `folder`, checked against its backend's model (`builder.handoffs.read_engine_json`): a
+    folder of a backend this trtspec does not open, of another format or of another shape is refused
+    (`OtherFormat`: a ValueError naming the file, both formats and the rebuild command)."""
+    from builder.handoffs import read_engine_json  # (pydantic: when a folder is read, not at import)
+
+    return read_engine_json(folder)
 
 
 def open_engine(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.speculative.drafters import DrafterFactory, drafter_shape, label
-from builder.speculative.engine import Engine
+from builder.speculative.protocols import Engine
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from builder.speculative.batch import DraftBatch
-from builder.speculative.engine import StepResult
+from builder.speculative.protocols import StepResult
 
 
 def checked_verdicts(batch: DraftBatch, acc: np.ndarray, best: np.ndarray) -> np.ndarray | bool:

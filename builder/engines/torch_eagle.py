@@ -1,6 +1,6 @@
 """`TorchEagleNet`: the torch face of the `EagleNet` protocol over `EagleDraft`, one KV cache per sequence.
 
-The reference for the ONNX Runtime face (`builder.engines.ort`); see `builder.speculative.engine.EagleNet`
+The reference for the ONNX Runtime face (`builder.engines.ort`); see `builder.speculative.protocols.EagleNet`
 for the pair/position conventions.
 """
 
@@ -13,7 +13,7 @@ import torch
 
 from builder.model.kv_cache import KVCache
 from builder.speculative.eagle.draft_model import EagleDraft
-from builder.speculative.engine import DraftOutput
+from builder.speculative.protocols import DraftOutput
 
 
 class TorchEagleNet:

@@ -1,4 +1,4 @@
-"""`TorchEngine`: the reference `Engine` (builder.speculative.engine) over the plain-torch Llama.
+"""`TorchEngine`: the reference `Engine` (builder.speculative.protocols) over the plain-torch Llama.
 
 Readable over fast: each sequence has its own batch-1 `KVCache`; `step` runs the sequences one by
 one (tree attention through an explicit mask), verifies each draft with the torch reference of the
@@ -20,8 +20,8 @@ from builder.errors import UserError
 from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama, causal_mask
 from builder.model.loader import load_model, resolve_dtype
-from builder.speculative.engine import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 from builder.speculative.medusa.heads import MedusaHeads
+from builder.speculative.protocols import Draft, PrefillResult, SamplingBatch, StepResult, check_draft
 from plugins.tree_verify.contract import TEMPERATURE_EPS
 from plugins.tree_verify.reference import tree_verify
 

@@ -106,7 +106,7 @@ per-row offsets, the tree as an attention bias, separate gate / up MatMuls, Quic
 bias and the tree verification for plain steps — in the target graph; the EAGLE draft graph, whose calls are
 mostly tree levels, takes the tree bias always; float32 only, head_dim % 16 == 0). See
 `builder.export.attention`, `builder.export.ort_variant`, `builder.export.verify`; measured with ORT's
-profiler by scripts/profile_step.py (`builder.bench.profile`), beside ONNX Runtime GenAI's graph.
+profiler by scripts/profile_step.py (`devtools.bench.profile`), beside ONNX Runtime GenAI's graph.
 
 `hidden` is emitted by both variants although only EAGLE reads it: the host side
 (`builder.engines.batched.BatchedTarget`) binds and reads it for every method. It costs no kernel: it is the

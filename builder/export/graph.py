@@ -7,7 +7,7 @@ Constants are initializers, not `Constant` nodes: they cost nothing at run time 
 Weights over 1 KiB go straight to an external-data file as they are added when the graph has a
 `DataSink` (what the exporters use): the ModelProto then holds only references, never a second copy of
 the weights, so exporting costs the model's own memory plus one tensor (the Llama-3-8B-width bench,
-`builder.bench.scale`). Without a sink, `save` moves them out at the end, as onnx does.
+`devtools.bench.scale`). Without a sink, `save` moves them out at the end, as onnx does.
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
-"""Assemble and render the `trtspec plan` report (rich tables for humans, a dict for --json)."""
+"""Assemble and render the `trtspec plan` report (rich tables for humans, a dict for --json).
+
+The recipe's backend (`builder.stages.registry`) says which stages run (`builder.stages.keys.plan_stages`) and
+which memory plan sizes it (`MEMORY_PLANS`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.plan.memory import GIB, plan_memory
 from builder.plan.own_engines import plan_own_engines
-from builder.plan.stages import plan_stages
 from builder.quantize.placement import HostFacts, LlamaShape, Placement, place, recipe_host, this_host
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import (
@@ -21,6 +24,8 @@ from builder.recipe.resolve import (
     tree_field,
 )
 from builder.recipe.schema import Architecture, Recipe
+from builder.stages.keys import plan_stages
+from builder.stages.registry import backend_of
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # recipe model.dtype -> calibration dtype
 
@@ -110,11 +115,7 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
                 "cached": (out / "manifest.json").is_file(),
             }
         )
-    if recipe.target.engine_backend == "trtllm":
-        levels = max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe))))
-        memory = plan_memory(recipe, arch, draft_len, levels, draft_architecture(loaded))
-    else:  # trtspec's own engines: per-slot contiguous KV in the graphs' real dtypes
-        memory = plan_own_engines(recipe, arch, draft_len)
+    memory = MEMORY_PLANS[backend_of(recipe).memory_plan](loaded, arch, draft_len)
     return {
         "recipe": str(loaded.path),
         "method": recipe.speculative.method,
@@ -126,6 +127,25 @@ def build_report(loaded: LoadedRecipe, cache_dir: str | Path) -> dict[str, Any]:
         "ptq": ptq,
         "memory": memory.to_json(),
     }
+
+
+def own_engines_plan(loaded: LoadedRecipe, arch: Architecture, draft_len: int) -> Any:
+    """trtspec's own engines: per-slot contiguous KV in the graphs' real dtypes (`builder.plan.own_engines`)."""
+    return plan_own_engines(loaded.recipe, arch, draft_len)
+
+
+def paged_plan(loaded: LoadedRecipe, arch: Architecture, draft_len: int) -> Any:
+    """A paged KV runtime (TensorRT-LLM's): blocks of tokens in a budget after weights (`builder.plan.memory`)."""
+    recipe = loaded.recipe
+    levels = max(1, draft_levels(recipe, loaded.dir_of(tree_field(recipe))))
+    return plan_memory(recipe, arch, draft_len, levels, draft_architecture(loaded))
+
+
+# Backend.memory_plan -> the plan that sizes it (the backends name one; `to_json` and `fits` are read from it)
+MEMORY_PLANS: dict[str, Callable[[LoadedRecipe, Architecture, int], Any]] = {
+    "own_engines": own_engines_plan,
+    "paged": paged_plan,
+}
 
 
 def _gib(n: int) -> str:

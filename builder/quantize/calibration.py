@@ -1,7 +1,7 @@
 """Calibration token ids from the recipe's `quantization.calibration` section.
 
 Sources (`Calibration.source`):
-* `builtin:stdlib` — the fixture corpus's training text (`builder.fixture.corpus`: this interpreter's
+* `builtin:stdlib` — the built-in corpus's training text (`builder.data.corpus`: this interpreter's
   standard library minus the held-out files), files taken spread over the sorted list;
 * `builtin:humaneval` — HumanEval problems (prompt + canonical solution) from the SECOND half of the
   file only: the quality report evaluates on the first half's prompts (`HELDOUT`), never calibrated on;
@@ -27,7 +27,7 @@ CHARS_PER_TOKEN = 8  # generous: a document is cut to seq_len * 8 characters bef
 def documents(source: str, base_dir: Path, wanted: int) -> Iterator[str]:
     """The source's documents in calibration order (`wanted` = samples asked for, to spread stdlib files)."""
     if source == "builtin:stdlib":
-        from builder.fixture.corpus import load_corpus
+        from builder.data.corpus import load_corpus
 
         train = load_corpus().train
         step = max(1, len(train) // max(wanted, 1))

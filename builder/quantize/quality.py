@@ -24,6 +24,7 @@ from builder.export.qdq import Fp8Spec
 from builder.model.llama import Llama, causal_mask
 from builder.quantize.reference import Fp8KVCache, fake_quant_model
 from builder.speculative.decoding import Decoder, Request
+from builder.timing import markdown_table
 
 NUM_PROMPTS = 20
 MAX_NEW = 48
@@ -33,7 +34,7 @@ MAX_NEW = 48
 class Side:
     """One precision's engine and drafter factories, by method label."""
 
-    engine: Any  # an Engine (builder.speculative.engine)
+    engine: Any  # an Engine (builder.speculative.protocols)
     drafters: dict[str, Callable[[], Any]]  # label -> () -> Drafter | None
 
 
@@ -141,13 +142,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"{g['positions']} positions; {g['identical_prompts']}/{report['num_prompts']} prompts identical; "
         f"first divergence per prompt: {g['first_divergence']}.",
         "",
-        "| method | τ fp32 | τ FP8 | target ms/step fp32 | target ms/step FP8 |",
-        "|---|---|---|---|---|",
     ]
-    for label, row in report["methods"].items():
-        a, b = row["fp32"], row["fp8"]
-        lines.append(
-            f"| {label} | {a['tau']:.3f} | {b['tau']:.3f} | {a['target_ms_per_step']:.3f} | "
-            f"{b['target_ms_per_step']:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
+    header = ("method", "τ fp32", "τ FP8", "target ms/step fp32", "target ms/step FP8")
+    rows = [
+        (label, *(f"{side[k]:.3f}" for k in ("tau", "target_ms_per_step") for side in (row["fp32"], row["fp8"])))
+        for label, row in report["methods"].items()
+    ]
+    return "\n".join(lines + markdown_table(header, rows)) + "\n"

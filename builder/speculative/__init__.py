@@ -32,4 +32,9 @@ window, ngram, verification set (Lookahead)
     Lookahead keeps a Jacobi *window* of W future positions × (N-1) levels, harvests *ngrams* of
     length N from it into a pool keyed by their first token, and offers at most G pool entries that
     start with the last accepted token as the *verification set* (the step's draft).
+
+One step, where to read it: `decoding.Decoder.step` (the algorithm: budget, propose, one engine step, accept,
+update, emit, retire) over the interfaces in `protocols` (engines, drafters, their optional capabilities), the
+per-sequence state and stop rules in `sequence`, the fast paths beside the reference in `fast_paths`, and the engine
+host side in `builder.engines.batched`.
 """

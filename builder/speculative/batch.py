@@ -4,7 +4,7 @@ inputs from. NumPy; words as in the glossary (`builder.speculative`).
 `DraftBatch.of(drafts, vocab_size, previous)` stacks the drafts' tokens, masks, depths and paths into
 [B, T], [B, T, T], [B, T] and [B, P, W] arrays (T, P, W the largest of the batch; a padding node attends
 itself only, sits at depth 0 and is on no path; a padding path is the root alone) and checks them with the
-same rules as `builder.speculative.engine.check_draft` — vectorised over the batch, so a step costs a fixed
+same rules as `builder.speculative.protocols.check_draft` — vectorised over the batch, so a step costs a fixed
 number of NumPy calls whatever its size (`check_trees` is tested against `check_draft` on the same cases).
 
 The structure (masks, depths, paths) usually repeats: static trees and Lookahead layouts share read-only
@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft, check_tree, check_trees
+from builder.speculative.protocols import Draft, check_tree, check_trees
 
 TreeKey = tuple[int, int, int]  # ids of (mask, depth, paths)
 StructureCache = dict[tuple[TreeKey, ...], "DraftBatch"]  # recent reusable batches by their drafts' keys

@@ -1,44 +1,56 @@
 """The decoding loop: one algorithm over any engine (torch reference, ONNX Runtime, TensorRT) and drafter.
 
     ids, first = engine.start(prompts)            # prefill; the first token is verified at the root
-    loop:  drafts = drafter.propose(seqs, roots)  # Medusa heads | EAGLE tree | Lookahead n-grams
+    loop:  drafts = drafter.propose(seqs, roots)  # Medusa heads | EAGLE tree | Lookahead n-grams | n-grams
            out = engine.step(seqs, drafts)        # one target pass, tree_verify and commit inside
            drafter.update(seqs, drafts, out)
 
-`Decoder` runs many requests at once (in-flight batching): requests join between steps (`add`) and
-leave when done or cancelled (`cancel`: slot and KV freed at once); `run` drives a list of requests
-through it. A draft schedule (`DraftSchedule`) caps each step's tree at a node budget that depends on
-the batch size — speculation shrinks as the batch grows and switches off (root-only trees) where it
-does not pay; drafters that support it (`set_budget`) apply the cap. Without a drafter (or with speculation
-off for a request) every step is a root-only tree (T = 1): plain autoregressive decoding through the
-very same engine and verification, which is what makes "speculative output == plain output" a real
-test. Each request draws its sampling uniforms from its own seeded generator, so its output does not
-depend on which other requests shared its steps. Words as in the glossary (`builder.speculative`).
+`Decoder.step` is that algorithm, top to bottom (gpt-fast's `speculative_decode`, pytorch-labs/gpt-fast
+generate.py, is the model). `Decoder` runs many requests at once (in-flight batching): requests join between steps
+(`add`) and leave when done or cancelled (`cancel`: slot and KV freed at once); `run` drives a list of requests
+through it. A draft schedule (`DraftSchedule`) caps each step's tree at a node budget that depends on the batch
+size — speculation shrinks as the batch grows and switches off (root-only trees) where it does not pay; drafters
+that support it (`Budgeted`) apply the cap. Without a drafter (or with speculation off for a request) every step is
+a root-only tree (T = 1): plain autoregressive decoding through the very same engine and verification, which is what
+makes "speculative output == plain output" a real test. Each request draws its sampling uniforms from its own seeded
+generator, so its output does not depend on which other requests shared its steps. Words as in the glossary
+(`builder.speculative`); per-sequence state and the stop rules: `builder.speculative.sequence`.
+
+Fast paths: where the engine has greedy fast steps (`ChainStepping`, `PlainStepping`, `GreedyBursting`: the ONNX
+Runtime and TensorRT engines), a step that is a common simple case — batch 1 plain or drafting chains, a batch in
+which nothing drafts, a lone plain sequence's steps back to back in `run` (`STREAM_BURST` steps at a time while
+tokens stream) — goes through them instead, with the same outcome and less host work (`builder.speculative.
+fast_paths.FastPaths`, picked per step). `Decoder(..., fast_paths=False)` runs the reference step alone.
 
 Failures never leak a slot: a failed drafter start releases the engine's new sequences; a step that raises
 ends (finish_reason "error") and releases every active sequence, then propagates. If releasing fails too,
-the engine is beyond repair (`EngineBroken`). (`builder.speculative.engine.check_paths`: what KV compaction
+the engine is beyond repair (`EngineBroken`). (`builder.speculative.protocols.check_paths`: what KV compaction
 needs of a draft's paths.)
-
-Batch 1 has shortcuts where the engine's class has them: a greedy step of a chain draft (a plain step included)
-through `step_chain` (scalars instead of the batch arrays; a drafter whose drafts are chains, the one-candidate
-n-gram drafter, hands them over as token lists, `propose_chain`, and no `Draft` is made), and — in `run`, for a
-lone greedy sequence that does not draft — its plain steps back to back through `decode_greedy`, nothing but the
-feed in Python between the session calls (as ORT GenAI's C++ loop; tokens stream to `on_tokens` every
-`STREAM_BURST` steps). The shortcut steps and the per-sequence bookkeeping live in `builder.speculative.shortcuts`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import numpy as np
 
-from builder.speculative.engine import Draft, Drafter, Engine, PrefillResult, Sampling, SamplingBatch, root_only
+from builder.speculative.fast_paths import FastPaths
+from builder.speculative.protocols import (
+    Budgeted,
+    Configurable,
+    Draft,
+    Drafter,
+    Engine,
+    PrefillResult,
+    Sampling,
+    SamplingBatch,
+    implements,
+    root_only,
+)
 from builder.speculative.requests import DraftSchedule, Generation, Request, Timing, Totals
-from builder.speculative.shortcuts import EngineBroken, OnTokens, ShortcutSteps, _Seq
+from builder.speculative.sequence import EngineBroken, OnTokens, SequenceState
 
 __all__ = [
     "Decoder",
@@ -48,54 +60,58 @@ __all__ = [
     "OnTokens",
     "Request",
     "STREAM_BURST",
+    "SequenceState",
     "Timing",
     "Totals",
     "generate",
-]  # (the request and result types live in builder.speculative.requests; EngineBroken
-# and OnTokens in builder.speculative.shortcuts, with the per-sequence bookkeeping and the shortcut steps)
+]  # (the request and result types live in builder.speculative.requests; EngineBroken, OnTokens and the
+# per-sequence state in builder.speculative.sequence)
 
 STREAM_BURST = 8  # `run`'s back-to-back plain steps between two `on_tokens` calls (module docstring)
 
 
-class Decoder(ShortcutSteps):
+class Decoder:
     """In-flight batching over one engine and at most one (batched) drafter."""
 
-    def __init__(self, engine: Engine, drafter: Drafter | None = None, schedule: DraftSchedule | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        drafter: Drafter | None = None,
+        schedule: DraftSchedule | None = None,
+        *,
+        fast_paths: bool = True,
+    ) -> None:
         self.engine, self.drafter = engine, drafter
         self.schedule = schedule or DraftSchedule()
-        self.active: list[_Seq] = []
+        self.active: list[SequenceState] = []
         self.timing = Timing()
         self.totals = Totals()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
         self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
-        # batch-1 shortcuts, taken where the engine's class (and, for drafting sequences, the drafter's) has them: a
-        # wrapper that does not define them (fault injection, a tap) keeps every step on `step` / `update`
-        self._step_chain = getattr(engine, "step_chain") if getattr(type(engine), "step_chain", None) else None
-        self._decode_greedy = getattr(engine, "decode_greedy") if getattr(type(engine), "decode_greedy", None) else None
-        self._step_plain = getattr(engine, "step_plain") if getattr(type(engine), "step_plain", None) else None
-        self._plain_last: tuple[list[_Seq], int, list[int], list[int]] | None = None  # `_plain_step`'s batch
-        self._update_emitted = getattr(type(drafter), "update_emitted", None) is not None
-        self._chains = bool(
-            self._update_emitted and getattr(type(drafter), "propose_chain", None) and getattr(drafter, "chains", False)
-        )  # chains as token lists (`propose_chain`)
+        self._budgeted = implements(drafter, Budgeted)
+        self._configurable = implements(drafter, Configurable)
+        # the engine's fast paths where it has them (a wrapper that does not define them — fault injection, a tap —
+        # keeps every step on `step` / `update`: `implements`); fast_paths=False: the reference step alone
+        self.fast = FastPaths.of(engine, drafter, self.timing, self.totals, self._apply_budget) if fast_paths else None
 
     @property
     def free_slots(self) -> int:
         return self.engine.max_batch_size - len(self.active)
 
     @property
-    def rows_in_use(self) -> int | None:
-        """Sequences the engine holds (its own count: equals len(active) unless a slot leaked); None if unknown."""
-        rows = getattr(self.engine, "rows", None)
-        return None if rows is None else len(rows)
+    def rows_in_use(self) -> int:
+        """Sequences the engine holds (its own count: equals len(active) unless a slot leaked)."""
+        return len(self.engine.rows)
 
-    def add(self, requests: Sequence[Request], first_index: int = 0, on_tokens: OnTokens | None = None) -> list[_Seq]:
+    def add(
+        self, requests: Sequence[Request], first_index: int = 0, on_tokens: OnTokens | None = None
+    ) -> list[SequenceState]:
         """Prefill requests into the running batch (at most `free_slots` of them)."""
         if len(requests) > self.free_slots:
             raise ValueError(f"{len(requests)} requests but {self.free_slots} free slots")
         t0 = time.perf_counter()
         seqs = [
-            _Seq(
+            SequenceState(
                 first_index + i,
                 r,
                 Generation([]),
@@ -106,9 +122,9 @@ class Decoder(ShortcutSteps):
         ]
         for r in requests:  # refuse before the engine starts anything
             if r.lookahead is not None and r.speculate:
-                if not hasattr(self.drafter, "configure"):
+                if not self._configurable:
                     raise ValueError("per-request Lookahead settings need a Lookahead drafter")
-                self.drafter.check(*r.lookahead)  # type: ignore[union-attr]
+                cast(Configurable, self.drafter).check(*r.lookahead)
         ids, pre = self.engine.start([list(r.prompt) for r in requests], self._sampling(seqs, [1] * len(seqs)))
         for s, sid in zip(seqs, ids):
             s.id, s.committed, s.stops = sid, len(s.req.prompt), frozenset(s.req.stop_ids)
@@ -121,37 +137,13 @@ class Decoder(ShortcutSteps):
         self.timing.prefill += time.perf_counter() - t0
         for s, tok in zip(seqs, pre.tokens.tolist()):
             self.active.append(s)
-            self._emit(s, [int(tok)], on_tokens)
+            s.emit([int(tok)], self.totals, on_tokens)
         self._retire()
         return seqs
 
-    def _start_drafting(self, seqs: list[_Seq], pre: PrefillResult) -> None:
-        drafting = [i for i, s in enumerate(seqs) if s.drafting]
-        if not drafting:
-            return
-        assert self.drafter is not None
-        self.drafter.start(
-            [seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting], _rows(pre, drafting)
-        )
-        for i in drafting:
-            if seqs[i].req.lookahead is not None:  # checked in add
-                self.drafter.configure(seqs[i].id, *seqs[i].req.lookahead)  # type: ignore[attr-defined]
-
-    def _abandon(self, seqs: Sequence[_Seq]) -> None:
-        """Release sequences the engine started (a failed prefill or step); EngineBroken if that fails."""
-        for s in seqs:
-            try:
-                if s.drafting and self.drafter is not None:
-                    s.drafting = False
-                    with contextlib.suppress(KeyError):  # (the drafter may never have started it)
-                        self.drafter.release(s.id)
-                self.engine.release(s.id)
-            except Exception as exc:
-                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
-
-    def step(self, on_tokens: OnTokens | None = None, *, burst: int = 1) -> list[_Seq]:
+    def step(self, on_tokens: OnTokens | None = None, *, burst: int = 1) -> list[SequenceState]:
         """One target step for every active sequence; returns the sequences that finished. `burst` > 1: where one
-        greedy sequence without a draft or stop sequences is active and the engine can (`decode_greedy`), up to
+        greedy sequence without a draft or stop sequences is active and the engine can (`GreedyBursting`), up to
         that many of its plain steps back to back instead (`run` asks for it when nothing could join meanwhile).
 
         If anything in the step raises, every active sequence ends (finish_reason "error", released)
@@ -159,73 +151,66 @@ class Decoder(ShortcutSteps):
         if not self.active:
             return []
         try:
-            return self._step(on_tokens, burst)
+            t0 = time.perf_counter()
+            fast = self.fast
+            if fast is not None:  # a fast path, where one applies to this step (`FastPaths`: the same outcome)
+                took = fast.step(self.active, t0, on_tokens, burst)
+                if took is not None:
+                    return self._retire() if took else []
+            # 1. the budget: a tree that no longer fits ends that sequence's drafting; the cap for this batch size
+            if self.drafter is not None:
+                room = self.engine.max_seq_len - self.drafter.max_nodes
+                for s in self.active:
+                    if s.drafting and s.committed > room:
+                        self._stop_drafting(s)
+            self._apply_budget()
+            # 2. propose: the k drafting sequences' drafts, then a root-only tree for each of the rest
+            active = self.active
+            k = sum(s.drafting for s in active)
+            order = (
+                active
+                if k in (0, len(active))
+                else [s for s in active if s.drafting] + [s for s in active if not s.drafting]
+            )
+            roots = [s.tokens[-1] for s in order]
+            ids = [s.id for s in order]
+            drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []  # type: ignore[union-attr]
+            drafts += [root_only(r) for r in roots[k:]]
+            t1 = time.perf_counter()
+            if fast is not None and len(order) == 1:  # batch 1: a chain draft through the engine's chain step
+                took = fast.chain_draft(order[0], drafts[0], bool(k), t0, t1, on_tokens)
+                if took is not None:
+                    return self._retire() if took else []
+            # 3. one batched engine step: the target over every draft, tree_verify and the KV commit inside
+            out = self.engine.step(ids, drafts, self._sampling(order, [d.paths.shape[1] for d in drafts]))
+            t2 = time.perf_counter()
+            # 4. the drafter learns the step (its result is valid until the engine's next step)
+            if k:
+                self.drafter.update(ids[:k], drafts[:k], out)  # type: ignore[union-attr]
+            t3 = time.perf_counter()
+            timing = self.timing
+            timing.draft += (t1 - t0) + (t3 - t2)
+            timing.target += t2 - t1
+            timing.steps += 1
+            # 5. accept: each sequence emits its accepted drafts and the bonus token, cut at its stop rules
+            accepted, emitted = out.accepted_len.tolist(), out.tokens.tolist()
+            drafted_total = 0
+            for s, n, d, toks in zip(order, accepted, drafts, emitted):
+                drafted = d.tokens.shape[0] - 1
+                drafted_total += drafted
+                s.account(n, drafted, toks, self.totals, on_tokens)
+            totals = self.totals
+            totals.drafted += drafted_total
+            totals.accepted += sum(accepted) - len(order)
+            totals.sequence_steps += len(order)
+            # 6. retire: finished sequences leave, their slots and KV freed
+            return self._retire()
         except BaseException:
             failed, self.active = self.active, []
             for s in failed:
                 s.gen.finish_reason = "error"
             self._abandon(failed)
             raise
-
-    def _step(self, on_tokens: OnTokens | None, burst: int) -> list[_Seq]:
-        t0 = time.perf_counter()
-        if self._step_chain is not None and len(self.active) == 1 and not self.active[0].drafting:  # batch-1 plain
-            s = self.active[0]  # no draft: no room, budget or ordering to see to
-            if s.req.sampling.greedy:
-                done = self._burst(s, burst, t0, on_tokens) if burst > 1 else None
-                if done is None:
-                    toks = self._step_chain(s.id, [s.gen.token_ids[-1]])
-                    done = None if toks is None else self._chain_done(s, toks, 0, False, t0, t0, on_tokens)
-                if done is not None:
-                    return done
-        elif self._chains and self._step_chain is not None and len(self.active) == 1:
-            done = self._drafted_chain_step(self.active[0], t0, on_tokens)  # batch 1, drafting chains
-            if done is not None:
-                return done
-        elif self._step_plain is not None and len(self.active) > 1:
-            done = self._plain_step(t0, on_tokens)
-            if done is not None:
-                return done
-        room = self.engine.max_seq_len - self._max_nodes()
-        for s in self.active:  # a tree that no longer fits: finish this sequence plainly
-            if s.drafting and s.committed > room:
-                self._stop_drafting(s)
-        self._apply_budget()
-        k = sum(s.drafting for s in self.active)
-        order = (
-            self.active
-            if k in (0, len(self.active))
-            else ([s for s in self.active if s.drafting] + [s for s in self.active if not s.drafting])
-        )
-        roots = [s.gen.token_ids[-1] for s in order]
-        ids = [s.id for s in order]
-        drafts: list[Draft] = self.drafter.propose(ids[:k], roots[:k]) if k else []
-        drafts += [root_only(r) for r in roots[k:]]
-        t1 = time.perf_counter()
-        if len(order) == 1 and self._step_chain is not None:  # batch 1: the engine's shortcut, if it takes this draft
-            done = self._chain_step(order[0], drafts[0], bool(k), t0, t1, on_tokens)
-            if done is not None:
-                return done
-        out = self.engine.step(ids, drafts, self._sampling(order, [d.paths.shape[1] for d in drafts]))
-        t2 = time.perf_counter()
-        if k:
-            assert self.drafter is not None
-            self.drafter.update(ids[:k], drafts[:k], out)
-        t3 = time.perf_counter()
-        self.timing.draft += (t1 - t0) + (t3 - t2)
-        self.timing.target += t2 - t1
-        self.timing.steps += 1
-        accepted, emitted = out.accepted_len.tolist(), out.tokens.tolist()  # read before the engine's next step
-        drafted_total = 0
-        for s, n, d, toks in zip(order, accepted, drafts, emitted):
-            drafted = d.tokens.shape[0] - 1
-            drafted_total += drafted
-            self._account(s, n, drafted, toks, on_tokens)
-        totals = self.totals
-        totals.drafted += drafted_total
-        totals.accepted += sum(accepted) - len(order)
-        totals.sequence_steps += len(order)
-        return self._retire()
 
     def cancel(self, index: int) -> Generation | None:
         """Drop the active request with this index now (between steps): its slot and KV are freed.
@@ -263,21 +248,29 @@ class Decoder(ShortcutSteps):
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _max_nodes(self) -> int:
-        return int(getattr(self.drafter, "max_nodes", self.engine.max_seq_len))
+    def _start_drafting(self, seqs: list[SequenceState], pre: PrefillResult) -> None:
+        drafting = [i for i, s in enumerate(seqs) if s.drafting]
+        if not drafting:
+            return
+        assert self.drafter is not None
+        self.drafter.start(
+            [seqs[i].id for i in drafting], [list(seqs[i].req.prompt) for i in drafting], _rows(pre, drafting)
+        )
+        for i in drafting:
+            if seqs[i].req.lookahead is not None:  # checked in add
+                cast(Configurable, self.drafter).configure(seqs[i].id, *seqs[i].req.lookahead)
 
     def _apply_budget(self) -> None:
         """Tell the drafter this step's node cap (from the schedule and the batch size)."""
         budget = self.schedule.budget(len(self.active))
         if budget != self.budget and self.drafter is not None:
-            set_budget = getattr(self.drafter, "set_budget", None)
-            if set_budget is None and budget is not None:
+            if not self._budgeted and budget is not None:
                 raise ValueError(f"{type(self.drafter).__name__} cannot apply a draft budget")
-            if set_budget is not None:
-                set_budget(budget)
+            if self._budgeted:
+                cast(Budgeted, self.drafter).set_budget(budget)
         self.budget = budget
 
-    def _sampling(self, seqs: Sequence[_Seq], widths: Sequence[int]) -> SamplingBatch:
+    def _sampling(self, seqs: Sequence[SequenceState], widths: Sequence[int]) -> SamplingBatch:
         w = max(widths)
         if all(s.req.sampling.greedy for s in seqs):  # the common case: one shared, read-only batch per shape
             key = (len(seqs), w)
@@ -296,6 +289,38 @@ class Decoder(ShortcutSteps):
             if not s.req.sampling.greedy:
                 batch.uniforms[row, :width] = s.rng.random(width, dtype=np.float32)
         return batch
+
+    def _stop_drafting(self, s: SequenceState) -> None:
+        s.drafting = False
+        if self.drafter is not None:
+            self.drafter.release(s.id)
+
+    def _retire(self) -> list[SequenceState]:
+        """Finished sequences leave: released from the drafter and the engine (EngineBroken if that fails)."""
+        finished = [s for s in self.active if s.gen.finish_reason]
+        if not finished:
+            return finished
+        self.active = [s for s in self.active if not s.gen.finish_reason]
+        for s in finished:
+            try:
+                if s.drafting:
+                    self._stop_drafting(s)
+                self.engine.release(s.id)
+            except Exception as exc:
+                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
+        return finished
+
+    def _abandon(self, seqs: Sequence[SequenceState]) -> None:
+        """Release sequences the engine started (a failed prefill or step); EngineBroken if that fails."""
+        for s in seqs:
+            try:
+                if s.drafting and self.drafter is not None:
+                    s.drafting = False
+                    with contextlib.suppress(KeyError):  # (the drafter may never have started it)
+                        self.drafter.release(s.id)
+                self.engine.release(s.id)
+            except Exception as exc:
+                raise EngineBroken(f"releasing sequence {s.id} failed: {exc!r}") from exc
 
 
 def _rows(pre: PrefillResult, rows: list[int]) -> PrefillResult:

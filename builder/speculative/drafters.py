@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from builder.speculative.engine import Drafter, EagleNet
 from builder.speculative.lookahead.config import lookahead_draft_len
 from builder.speculative.ngram.config import ngram_nodes
+from builder.speculative.protocols import Drafter, EagleNet
 
 DrafterFactory = Callable[[], "Drafter | None"]
 

@@ -44,7 +44,7 @@ from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft
+from builder.speculative.protocols import Draft
 from builder.speculative.tree import Tree, tree_draft, tree_from_choices, tree_from_parents
 
 Frontier = tuple[np.ndarray, np.ndarray]  # tokens [F] int64, parent rows [F] int64

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from builder.speculative.engine import Sampling
+from builder.speculative.protocols import Sampling
 
 
 @dataclass(frozen=True)

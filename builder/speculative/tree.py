@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.choices import check_choices
-from builder.speculative.engine import Draft
+from builder.speculative.protocols import Draft
 
 Choice = tuple[int, ...]
 

@@ -1,5 +1,5 @@
-"""An engine, a drafter factory and the tokenizer for a recipe — what `generate`, `profile-acceptance`
-and the benchmarks run.
+"""An engine, a drafter factory and the tokenizer for a recipe (`DecoderSetup`, what `build_decoder` returns) — what
+`generate`, `profile-acceptance` and the benchmarks run a decoding loop (`builder.speculative.decoding.Decoder`) over.
 
 `engine="onnxruntime"` (cpu recipes) or `"tensorrt"` (GPU recipes, on a GPU host with TensorRT) builds the
 recipe through the cached stages (`builder.stages.runner`, up to `engine`) and opens the engine folder through
@@ -26,10 +26,12 @@ def cache_dir() -> Path:
 
 
 @dataclass
-class Decoder:
-    engine: Any  # an Engine (builder.speculative.engine)
+class DecoderSetup:
+    """What a recipe's decoding loop runs over: its engine, a drafter factory, its tokenizer, the method's label."""
+
+    engine: Any  # an Engine (builder.speculative.protocols)
     tokenizer: Any  # tokenizers.Tokenizer
-    make_drafter: Callable[[], Any]  # () -> Drafter | None (a fresh drafter per Decoder run)
+    make_drafter: Callable[[], Any]  # () -> Drafter | None (a fresh drafter per decoding run)
     method: str
     label: str  # e.g. "eagle-2", "medusa", "lookahead(W=4,N=4,G=4)"
     stop_ids: list[int]
@@ -42,7 +44,7 @@ def build_decoder(
     max_batch_size: int = 1,
     threads: int = 1,
     cache: Path | None = None,
-) -> Decoder:
+) -> DecoderSetup:
     """Engine + drafter factory for `method` (default: the recipe's own)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", field="--engine", allowed=", ".join(ENGINES))
@@ -50,11 +52,11 @@ def build_decoder(
     if engine == "torch":
         eng, make, label = _torch(parts, max_batch_size)
         base = parts.base_dir()
-        return Decoder(eng, load_tokenizer(parts.tokenizer_dir()), make, parts.method, label, stop_ids(base))
+        return DecoderSetup(eng, load_tokenizer(parts.tokenizer_dir()), make, parts.method, label, stop_ids(base))
     return _engine_folder(parts, engine, max_batch_size, threads, cache or cache_dir())
 
 
-def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int, cache: Path) -> Decoder:
+def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int, cache: Path) -> DecoderSetup:
     """Build the recipe up to its engine folder (cached) and open it, whichever backend built it."""
     from builder.engines.folder import open_engine
     from builder.stages.runner import build
@@ -85,7 +87,7 @@ def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int,
     opened = open_engine(
         result.folder("engine"), None if same else parts.drafter_config(), max_batch_size, threads=threads
     )
-    return Decoder(
+    return DecoderSetup(
         opened.engine,
         load_tokenizer(opened.tokenizer_path),
         opened.make_drafter,

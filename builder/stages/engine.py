@@ -1,57 +1,38 @@
-"""engine: a self-contained engine folder for the recipe's target.
+"""engine (target.backend: onnxruntime): a self-contained ONNX Runtime engine folder for a cpu target.
 
-cpu: the ONNX Runtime-ready graphs (hard links to the export stage's files where the filesystem allows,
-else copies), the tokenizer, and engine.json (see `builder.engines.ort.load`); the sessions are opened
-once as a check. Then step(T) is timed on this host for every tree size the engine has room for and every
-batch size up to build.max_batch_size (and the EAGLE draft graph's calls), as TensorRT times tactics, and
-recorded as engine.json's "step_curve" (`builder.tune.curve`): the cost `trtspec tune` weighs E[τ] by.
-
-GPU targets: TensorRT engines from the export stage's TensorRT-form graphs, with engine.json of backend
-"tensorrt" (`builder.engines.tensorrt.folder`), built only where TensorRT ≥ 10.15 imports — elsewhere the
-stage stops with `NeedsGpu` (exit code 3, saying why) after everything before it is cached.
+The ONNX Runtime-ready graphs (hard links to the export stage's files where the filesystem allows, else copies),
+the tokenizer, and engine.json (`builder.handoffs.OrtEngineJson`; opened by `builder.engines.ort.load`); the
+sessions are opened once as a check. Then step(T) is timed on this host for every tree size the engine has room
+for and every batch size up to build.max_batch_size (and the EAGLE draft graph's calls), as TensorRT times
+tactics, and recorded as engine.json's "step_curve" (`builder.engines.step_curve`): the cost `trtspec tune` weighs
+E[τ] by. GPU targets build TensorRT engines instead (`builder.stages.tensorrt_engine`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import platform
 import shutil
-import statistics
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
 
 from builder.files import link_or_copy
-from builder.stages.context import NeedsGpu, StageContext
+from builder.handoffs import EngineGraph, ExportJson, ModelShape, OrtEngineInfo, OrtEngineJson, OrtTargets, SourceJson
 from builder.stages.manifest import tool_versions
+from builder.stages.stage import Stage, StageContext
 
-CURVE_BUDGET_S = 1.0  # seconds of target steps timed per engine (plus half that for an EAGLE draft graph)
+GRAPHS = (
+    ("greedy", "target-greedy", "target"),
+    ("rejection", "target-rejection", "target"),
+    ("eagle", "eagle", "eagle"),
+)
 
 
 def run(ctx: StageContext, out: Path) -> None:
-    if ctx.loaded.recipe.target.engine_backend == "trtllm":
-        from builder.stages.trtllm_engine import run as run_trtllm
+    from builder.engines.ort.load import open_engine
 
-        run_trtllm(ctx, out)
-        return
-    if ctx.loaded.recipe.target.device != "cpu":
-        _gpu(ctx, out)
-        return
-    from builder.engines.ort.load import ENGINE_JSON, FORMAT, open_engine
-    from builder.stages.export import EXPORT_INFO
-    from builder.stages.load import SOURCE
-
+    recipe = str(ctx.loaded.path)
     exp, src = ctx.upstream["export"], ctx.upstream["load"]
-    info = json.loads((exp / EXPORT_INFO).read_text(encoding="utf-8"))
-    source = json.loads((src / SOURCE).read_text(encoding="utf-8"))
+    info, source = ExportJson.read(exp, recipe), SourceJson.read(src, recipe)
     files = {}
-    for name, stem, graph in (
-        ("greedy", "target-greedy", "target"),
-        ("rejection", "target-rejection", "target"),
-        ("eagle", "eagle", "eagle"),
-    ):
+    for name, stem, graph in GRAPHS:
         folder = exp / stem
         if not folder.is_dir():
             continue
@@ -61,53 +42,50 @@ def run(ctx: StageContext, out: Path) -> None:
         files[name] = f"{stem}/{graph}.ort.onnx"
         if (folder / f"{graph}.plain.ort.onnx").is_file():  # the plain-steps twin (builder.export.verify.plain_twin)
             files[f"{name}_plain"] = f"{stem}/{graph}.plain.ort.onnx"
-    tok = Path(source["tokenizer"]) / "tokenizer.json"
-    shutil.copy2(tok, out / "tokenizer.json")
-    a = source["architecture"]
-    meta = {
-        "format": FORMAT,
-        "backend": "onnxruntime",
-        "variant": info["variant"],
-        "recipe": str(ctx.loaded.path),
-        "capacity": info["capacity"],
-        "max_seq_len": info["max_seq_len"],
-        "max_batch_size": ctx.loaded.recipe.build.max_batch_size,
-        "model": {
-            "layers": a["num_hidden_layers"],
-            "kv_heads": a["num_key_value_heads"],
-            "head_dim": a["head_dim"],
-            "hidden": a["hidden_size"],
-            "vocab": a["vocab_size"],
-        },
-        "target": {
-            "greedy": files["greedy"],
-            "rejection": files.get("rejection"),
-            "greedy_plain": files.get("greedy_plain"),
-        },
-        "medusa": info["medusa"],
-        "eagle": None if info["eagle"] is None else {"graph": files["eagle"], **info["eagle"]},
-        "drafter": info["drafter"],
-        "tokenizer": "tokenizer.json",
-        "stop_ids": source["stop_ids"],
-        "versions": tool_versions("onnxruntime", "onnx"),
-    }
-    (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    shutil.copy2(Path(source.tokenizer) / "tokenizer.json", out / "tokenizer.json")
+    a = source.architecture
+    meta = OrtEngineJson(
+        format=OrtEngineJson.FORMAT,
+        backend="onnxruntime",
+        variant=info.variant,
+        recipe=recipe,
+        capacity=info.capacity,
+        max_seq_len=info.max_seq_len,
+        max_batch_size=ctx.loaded.recipe.build.max_batch_size,
+        model=ModelShape(
+            layers=a["num_hidden_layers"],
+            kv_heads=a["num_key_value_heads"],
+            head_dim=a["head_dim"],
+            hidden=a["hidden_size"],
+            vocab=a["vocab_size"],
+        ),
+        target=OrtTargets(
+            greedy=files["greedy"], rejection=files.get("rejection"), greedy_plain=files.get("greedy_plain")
+        ),
+        medusa=info.medusa,
+        eagle=None if info.eagle is None else EngineGraph(graph=files["eagle"], **info.eagle.model_dump()),
+        drafter=info.drafter,
+        tokenizer="tokenizer.json",
+        stop_ids=source.stop_ids,
+        versions=tool_versions("onnxruntime", "onnx"),
+    )
+    meta.write(out)
     ctx.say("opening the sessions once (check)")
     opened = open_engine(out)
-    ctx.info.update(variant=info["variant"], label=opened.label, kv_bytes=opened.engine.kv.nbytes)
-    _step_curve(ctx, out, meta)
+    ctx.info = facts = OrtEngineInfo(variant=info.variant, label=opened.label, kv_bytes=opened.engine.kv.nbytes)
+    facts.step_curve = _step_curve(ctx, out, meta)
 
 
-def _step_curve(ctx: StageContext, out: Path, meta: dict) -> None:
-    """Time step(T) on this host for every tree size the engine has room for and record the curve in
-    engine.json ("step_curve") and the stage manifest: what `trtspec tune` weighs E[τ] by."""
-    from builder.engines.ort.load import ENGINE_JSON
+def _step_curve(ctx: StageContext, out: Path, meta: OrtEngineJson) -> dict:
+    """Time step(T) on this host for every tree size the engine has room for and record the curve in engine.json
+    ("step_curve"); its summary for the stage manifest."""
+    from builder.engines.step_curve import CURVE_BUDGET_S, measure_folder
 
     ctx.say("timing step(T) on this host (the step-cost curve)")
-    curve = measure_folder(out, meta["max_batch_size"], threads=1, budget_s=CURVE_BUDGET_S)
-    meta["step_curve"] = curve
-    (out / ENGINE_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    ctx.info["step_curve"] = {
+    curve = measure_folder(out, meta.max_batch_size, threads=1, budget_s=CURVE_BUDGET_S)
+    meta.step_curve = curve
+    meta.write(out)
+    return {
         "source": "measured",
         "threads": 1,
         "batches": [int(b) for b in curve["target"]],
@@ -115,276 +93,13 @@ def _step_curve(ctx: StageContext, out: Path, meta: dict) -> None:
     }
 
 
-# -- the step-cost curve (engine.json "step_curve"; read by `builder.tune.curve.StepCurve`) ------------------------
-#
-# For every batch size b (`batch_grid`) and tree size T (`size_grid`, up to the nodes the engine has room for)
-# one target step over b sequences with a T-node chain each is timed: the median of a few steps after one
-# warm-up (bindings are built on first use), after a random prompt of CURVE_PAST tokens per sequence. A chain
-# costs what any T-node tree costs: the graph's work depends on T, not on the mask's shape. EAGLE engines also
-# time their draft graph: `expand` over F tentative nodes and `extend` committing M pairs, each as a decoding
-# loop runs it — `extend`, a step's first draft call, right after a plain target step (`after_target`), whose
-# weights stream through the cache first (a regime fixture's draft level stays in the L3 only back to back: its
-# int8 extend took 0.17-0.29 ms so, 0.52-0.81 ms after a target step), the `expand` levels back to back, as they
-# follow one another. Bounded: each point gets budget / points seconds (MIN..MAX_REPEATS steps, plus the target
-# steps before each extend), so a tiny engine's curve costs about a second.
-
-MIN_REPEATS, MAX_REPEATS = 3, 15
-CURVE_PAST = 128  # prompt tokens before the timed steps (HumanEval prompts are ~100-200 tokens)
-
-
-def size_grid(room: int) -> list[int]:
-    """Tree sizes to time for an engine with room for `room` nodes: every size to 8, then ~1.25x apart, and room."""
-    sizes, n = [], 1
-    while n < room:
-        sizes.append(n)
-        n = n + 1 if n < 8 else max(n + 1, round(n * 1.25))
-    return sizes + [room]
-
-
-def batch_grid(max_batch: int) -> list[int]:
-    """Batch sizes to time: powers of two below max_batch, and max_batch."""
-    out, b = [], 1
-    while b < max_batch:
-        out.append(b)
-        b *= 2
-    return out + [max_batch]
-
-
-def _timed(fn: Callable[[], Any], seconds: float, before: Callable[[], Any] | None = None) -> float:
-    """Median ms of fn() over MIN..MAX_REPEATS calls fitting in `seconds`, after one warm-up call; `before`: run
-    (untimed) before each call."""
-    if before is not None:
-        before()
-    t0 = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t0
-    reps = int(min(MAX_REPEATS, max(MIN_REPEATS, seconds / max(first, 1e-6))))
-    times = []
-    for _ in range(reps):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
-
-
-def _start(engine: Any, b: int, past: int, rng: Any) -> tuple[list[int], list[int]]:
-    from builder.speculative.engine import SamplingBatch
-
-    seqs, pre = engine.start(
-        [rng.integers(0, engine.vocab_size, past).tolist() for _ in range(b)], SamplingBatch.all_greedy(b, 1)
-    )
-    return seqs, [int(x) for x in pre.tokens]
-
-
-def target_table(engine: Any, sizes: list[int], batches: list[int], budget_s: float) -> dict[str, dict[str, float]]:
-    """{batch: {T: median ms of one step}} over the `Engine` protocol; sequences restart before they would overflow."""
-    import numpy as np
-
-    from builder.speculative.engine import Draft, SamplingBatch
-    from builder.speculative.tree import tree_from_parents
-
-    rng = np.random.default_rng(0)
-    per_point, most = budget_s / (len(sizes) * len(batches)), (MAX_REPEATS + 1) * max(sizes)
-    past = max(1, min(CURVE_PAST, engine.max_seq_len - most - 1))  # a fresh start always fits
-    out: dict[str, dict[str, float]] = {}
-    for b in batches:
-        seqs, roots = _start(engine, b, past, rng)
-        out[str(b)] = {}
-        for t in sizes:
-            if max(engine.committed_len(s) for s in seqs) + (MAX_REPEATS + 1) * t + 1 > engine.max_seq_len:
-                for s in seqs:
-                    engine.release(s)
-                seqs, roots = _start(engine, b, past, rng)
-            tree, greedy = tree_from_parents([-1] + list(range(t - 1))), SamplingBatch.all_greedy(b, t)
-
-            def step() -> None:
-                drafts = [
-                    Draft(
-                        np.concatenate([[r], rng.integers(0, engine.vocab_size, t - 1)]).astype(np.int64),
-                        tree.mask,
-                        tree.depth,
-                        tree.paths,
-                    )
-                    for r in roots
-                ]
-                res = engine.step(seqs, drafts, greedy)
-                roots[:] = [int(res.tokens[i, int(res.accepted_len[i]) - 1]) for i in range(b)]
-
-            out[str(b)][str(t)] = round(_timed(step, per_point), 5)
-        for s in seqs:
-            engine.release(s)
-    return out
-
-
-def draft_tables(
-    net: Any,
-    widths: list[int],
-    pairs: list[int],
-    batches: list[int],
-    budget_s: float,
-    after_target: Callable[[], Any] | None = None,
-) -> tuple[dict, dict]:
-    """({batch: {F: ms}}, {batch: {M: ms}}) of an `EagleNet`'s expand (F tentative nodes) and extend (M pairs);
-    each extend timed right after `after_target()` (a target step, as in a decoding loop; see above)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    per_point = budget_s / ((len(widths) + len(pairs)) * len(batches))
-    expand: dict[str, dict[str, float]] = {}
-    extend: dict[str, dict[str, float]] = {}
-    for b in batches:
-        seqs = list(range(10_000, 10_000 + b))  # sequence ids of our own: the net keeps its own rows
-        net.start(seqs)
-        tokens = rng.integers(0, 100, (b, CURVE_PAST)).astype(np.int64)  # [B, M]
-        hidden = rng.standard_normal((b, CURVE_PAST, net.hidden_size)).astype(np.float32)  # [B, M, C]
-        net.extend(seqs, tokens, hidden, np.full(b, CURVE_PAST, dtype=np.int64))
-        expand[str(b)], extend[str(b)] = {}, {}
-        for f in widths:
-            pos = np.array([[net.committed_len(s)] * f for s in seqs], dtype=np.int64)  # [B, F]
-            mask = np.broadcast_to(np.eye(f, dtype=bool), (b, f, f)).copy()  # [B, F, F] each node itself
-            toks, hid = tokens[:, :1].repeat(f, 1), hidden[:, :1].repeat(f, 1)
-            expand[str(b)][str(f)] = round(_timed(lambda: net.expand(seqs, toks, hid, pos, 0, mask), per_point), 5)
-        for m in pairs:
-            if max(net.committed_len(s) for s in seqs) + (MAX_REPEATS + 1) * m + 1 > net.capacity:
-                break
-            toks, hid, n = tokens[:, :m], hidden[:, :m], np.full(b, m, dtype=np.int64)
-            extend[str(b)][str(m)] = round(_timed(lambda: net.extend(seqs, toks, hid, n), per_point, after_target), 5)
-        for s in seqs:
-            net.release(s)
-    return expand, extend
-
-
-def host_about(threads: int) -> dict[str, Any]:
-    """Where a curve was measured (a curve from another host does not describe this one): the CPU's model name,
-    the instruction-set level its kernels run at (`isa_level`) and the threads."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "isa": isa_level(), "cpus": os.cpu_count(), "threads": threads, "past": CURVE_PAST}
-
-
-def isa_level() -> str:
-    """The x86-64 level (v1-v4: v3 = AVX2 + FMA, v4 = AVX-512) this process's CPUID reports, as ONNX Runtime's
-    MLAS and NumPy pick their kernels by it: a virtual machine can hide AVX-512 and keep the CPU's model name,
-    and its fp32 steps then run at about half the FLOP per cycle (README: "Other x86 CPUs"). NumPy's view of
-    CPUID; the machine name elsewhere."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:  # NumPy < 2
-        try:
-            from numpy.core._multiarray_umath import __cpu_features__ as features  # type: ignore[no-redef]
-        except ImportError:
-            return platform.machine()
-    levels = [v for v in (4, 3, 2) if features.get(f"X86_V{v}")]
-    if levels:
-        return f"x86-64-v{levels[0]}"
-    return "x86-64" if features.get("SSE2") else platform.machine()
-
-
-def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: float = CURVE_BUDGET_S) -> dict[str, Any]:
-    """The step curve (engine.json form) of an ONNX Runtime engine folder: its target graph for T = 1..room and,
-    for EAGLE, its draft graph, opened with room for `max_batch` sequences."""
-    from builder.engines.ort.eagle import OrtEagleNet
-    from builder.engines.ort.load import open_engine
-
-    opened = open_engine(folder, max_batch_size=max_batch, threads=threads, trees=True)
-    meta, batches = opened.meta, batch_grid(max_batch)
-    room = meta["capacity"] - meta["max_seq_len"]
-    target = target_table(opened.engine, size_grid(room), batches, budget_s)
-    curve = {
-        "source": "measured",
-        "unit": "ms",
-        "target": target,
-        "expand": {},
-        "extend": {},
-        "about": host_about(threads),
-    }
-    e = meta.get("eagle")
-    if e is not None:  # a level's frontier holds at most room - 1 nodes
-        net = OrtEagleNet(
-            folder / e["graph"],
-            layers=e["layers"],
-            kv_heads=e["kv_heads"],
-            head_dim=e["head_dim"],
-            hidden_size=e["hidden"],
-            top_k=e["top_k"],
-            capacity=e["capacity"],
-            max_batch_size=max_batch,
-            threads=threads,
-        )
-        widths = size_grid(max(room - 1, 1))
-        with plain_steps(opened.engine) as after_target:
-            curve["expand"], curve["extend"] = draft_tables(
-                net, widths, [1, 2, 4, 8], batches, budget_s / 2, after_target
-            )
-    return curve
-
-
-@contextlib.contextmanager
-def plain_steps(engine: Any) -> Iterator[Callable[[], None]]:
-    """A callable that runs one plain target step (T = 1) of a sequence of its own (restarted before it would
-    overflow, released at the end): what precedes a step's first draft call in a decoding loop."""
-    import numpy as np
-
-    from builder.speculative.engine import Draft, SamplingBatch
-    from builder.speculative.tree import tree_from_parents
-
-    rng, tree, greedy = np.random.default_rng(1), tree_from_parents([-1]), SamplingBatch.all_greedy(1, 1)
-    state: dict[str, int] = {}
-
-    def step() -> None:
-        if not state or engine.committed_len(state["seq"]) + 2 > engine.max_seq_len:
-            if state:
-                engine.release(state["seq"])
-            seqs, roots = _start(engine, 1, CURVE_PAST, rng)
-            state.update(seq=seqs[0], root=roots[0])
-        draft = Draft(np.array([state["root"]], np.int64), tree.mask, tree.depth, tree.paths)
-        state["root"] = int(engine.step([state["seq"]], [draft], greedy).tokens[0, 0])
-
-    try:
-        yield step
-    finally:
-        if state:
-            engine.release(state["seq"])
-
-
-def _gpu(ctx: StageContext, out: Path) -> None:
-    """TensorRT engines from the export stage's TensorRT-form graphs (`builder.engines.tensorrt.folder`)."""
-    from builder.engines.tensorrt.probe import missing
-
-    target = ctx.loaded.recipe.target
-    if target.engine_backend != "tensorrt":
-        from builder.errors import UserError
-
-        raise UserError(
-            f"backend {target.engine_backend} is not built by trtspec yet", field="target.backend", allowed="tensorrt"
-        )
-    reason = missing()
-    if reason is not None:
-        raise NeedsGpu(
-            f"target {target.device} builds TensorRT engines, which needs TensorRT >= 10.15 on a GPU host ({reason})"
-        )
-    from builder.engines.tensorrt.folder import Settings, build_folder
-    from builder.recipe.gpus import GPUS
-    from builder.stages.load import SOURCE
-
-    build = ctx.loaded.recipe.build
-    source = json.loads((ctx.upstream["load"] / SOURCE).read_text(encoding="utf-8"))
-    settings = Settings(
-        str(ctx.loaded.path),
-        target.device,
-        GPUS[target.device].compute_capability,
-        build.max_batch_size,
-        build.max_input_len,
-    )
-    meta = build_folder(ctx.upstream["export"], source, settings, out, say=ctx.say)
-    ctx.info.update(
-        variant=meta["variant"],
-        tensorrt=meta["tensorrt"],
-        engine_bytes={k: e["engine_bytes"] for k, e in meta["engines"].items()},
-    )
+STAGE = Stage(
+    name="engine",
+    description="ORT sessions (cpu) | TensorRT + tree_verify (GPU)",
+    reads=("target", "parallelism", "build"),
+    tools=("onnxruntime", "onnx"),
+    needs=("load", "export"),
+    run=run,
+    info=OrtEngineInfo,
+    output=OrtEngineJson,
+)

@@ -23,21 +23,26 @@ the unquantized checkpoint, whose graphs are exported to a temporary folder for 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from builder.export.contract import CPU, FP8, Precision
-from builder.speculative.drafters import drafter_shape
+from builder.handoffs import ExportInfo, ExportJson
+from builder.recipe.loader import LoadedRecipe
 from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
-from builder.stages.context import StageContext
+from builder.stages.inputs import calibration_source, tree_contents
 from builder.stages.parts import DTYPES, Parts
+from builder.stages.stage import Backend, Stage, StageContext
 
-EXPORT_INFO = "export.json"
+EXPORT_INFO = ExportJson.FILE
 QUALITY_JSON, QUALITY_MD = "quality.json", "quality.md"
 
 
 def capacity(max_seq_len: int, config: dict[str, Any]) -> int:
+    from builder.speculative.drafters import drafter_shape  # (NumPy: not at import, `trtspec plan` reads STAGE)
+
     w, n, g = DEFAULT_LOOKAHEAD
     default = drafter_shape({"method": "lookahead", "window": w, "ngram": n, "verification_set": g})["max_nodes"]
     return max_seq_len + max(drafter_shape(config)["max_nodes"], default)
@@ -68,12 +73,12 @@ def run(ctx: StageContext, out: Path) -> None:
         from builder.export.tensorrt import write_tensorrt_graphs
 
         info["tensorrt"] = write_tensorrt_graphs(out, info["variant"], ctx.say)
-    (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    ctx.info.update(
+    ExportJson.model_validate({"format": ExportJson.FORMAT, **info}).write(out)
+    ctx.info = facts = ExportInfo(
         variant=info["variant"], capacity=info["capacity"], fp8=fp8 is not None, precision=info["precision"]
     )
     if fp8 is not None:
-        _quality(ctx, parts, model, fp8, out, info)
+        facts.quality = _quality(ctx, parts, model, fp8, out, info)
 
 
 def export_graphs(
@@ -90,6 +95,7 @@ def export_graphs(
     from builder.engines.ort.build import pick_variant
     from builder.export.nbits import BITS
     from builder.export.target import export_target
+    from builder.speculative.drafters import drafter_shape
 
     config = parts.drafter_config()
     shape = drafter_shape(config)
@@ -218,11 +224,11 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
     return Side(engine, drafters)
 
 
-def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: dict[str, Any]) -> None:
+def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """quality.json / quality.md (module docstring); the summary the manifest records."""
     from builder.data.humaneval import heldout_prompts
     from builder.quantize.quality import NUM_PROMPTS, markdown, measure
-    from builder.stages.decoders import load_tokenizer
-    from builder.stages.parts import stop_ids
+    from builder.stages.parts import load_tokenizer, stop_ids
 
     ctx.say("quality: loading the unquantized target")
     fp32_model = parts.model()
@@ -251,8 +257,31 @@ def _quality(ctx: StageContext, parts: Parts, fp8_model, spec, out: Path, info: 
         )
     (out / QUALITY_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out / QUALITY_MD).write_text(markdown(report), encoding="utf-8")
-    ctx.info["quality"] = {
+    return {
         "perplexity": report["perplexity"],
         "token_agreement": report["greedy"]["token_agreement"],
         "tau": {m: {k: r[k]["tau"] for k in r} for m, r in report["methods"].items()},
     }
+
+
+def inputs(loaded: LoadedRecipe, _backend: Backend) -> dict[str, Any]:
+    """The tree's contents; the counted calibration text of an EAGLE draft vocabulary; a developer override of
+    the ONNX Runtime graph variant (`builder.engines.ort.build.pick_variant`)."""
+    out: dict[str, Any] = {"env.TRTSPEC_ORT_VARIANT": os.environ.get("TRTSPEC_ORT_VARIANT"), **tree_contents(loaded)}
+    if getattr(loaded.recipe.speculative, "draft_vocab", None) is not None:
+        out["quantization.calibration.source"] = calibration_source(loaded)  # the counted text
+    return out
+
+
+STAGE = Stage(
+    name="export",
+    description="ONNX step + draft graphs, FP8 Q/DQ",
+    reads=("speculative", "build", "target.device"),
+    tools=("torch", "onnx", "onnxruntime"),
+    needs=("load",),
+    optional=("quantize",),
+    run=run,
+    info=ExportInfo,
+    output=ExportJson,
+    inputs=inputs,
+)

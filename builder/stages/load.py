@@ -6,22 +6,26 @@ is the check (missing/extra keys, shapes, truncated files; upstream's pickled fi
 `model.allow_pickle` / `speculative.allow_pickle`, refused naming the field otherwise).
 
 A pickle read under the opt-in is converted to safetensors here, once, when a later stage reads safetensors
-only: the trtllm backend's checkpoint converter indexes safetensors headers and streams tensor by tensor.
-The copy sits in this stage's output (`safetensors/model`, `safetensors/draft`, named in source.json) and
-costs the checkpoint's size again on disk; `trtspec convert-draft` makes it once outside the cache instead.
+only (the backend says so, `Backend.safetensors_only`: a checkpoint converter that indexes safetensors headers and
+streams tensor by tensor). The copy sits in this stage's output (`safetensors/model`, `safetensors/draft`, named in
+source.json) and costs the checkpoint's size again on disk; `trtspec convert-draft` makes it once outside the cache
+instead. Whether a copy is made is in the key (`inputs`): an output with copies is another output.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
+from typing import Any
 
-from builder.stages.context import StageContext
+from builder.handoffs import CheckpointFiles, LoadInfo, SourceJson
+from builder.recipe.loader import LoadedRecipe
+from builder.stages.inputs import checkpoints
 from builder.stages.manifest import sha256_file
 from builder.stages.parts import PICKLE_FIELD, Parts, stop_ids
+from builder.stages.stage import Backend, Stage, StageContext
 
-SOURCE = "source.json"
+SOURCE = SourceJson.FILE
 CONVERTED = "safetensors"  # subfolder of the output holding safetensors copies of pickled checkpoints
 
 
@@ -36,20 +40,20 @@ def _files(folder: Path) -> list[dict]:
 def safetensors_dir(load_out: Path, role: str) -> Path | None:
     """The load stage's safetensors copy of the "model" or "draft" checkpoint, where it made one (else None:
     read the checkpoint directory itself)."""
-    source = json.loads((load_out / SOURCE).read_text(encoding="utf-8"))
-    rel = source.get(role, {}).get("safetensors")
-    return None if rel is None else load_out / rel
+    source = SourceJson.read(load_out)
+    entry = source.model if role == "model" else source.draft
+    return None if entry is None or entry.safetensors is None else load_out / entry.safetensors
 
 
 def _convert(ctx: StageContext, folder: Path, role: str, kind: str, out: Path, entry: dict) -> None:
-    """Under the trtllm backend, write the safetensors copy of `folder` when its weights are a pickle."""
+    """Where the backend's converter reads safetensors only, write the safetensors copy of a pickled `folder`."""
     from builder.model.pickled import LAYOUTS, pickle_to_read
 
-    if ctx.loaded.recipe.target.engine_backend != "trtllm" or pickle_to_read(folder, LAYOUTS[kind]) is None:
+    if not ctx.backend.safetensors_only or pickle_to_read(folder, LAYOUTS[kind]) is None:
         return
     from builder.model.convert import to_safetensors
 
-    ctx.say(f"writing a safetensors copy of the pickled {role} (read by the trtllm checkpoint stage)")
+    ctx.say(f"writing a safetensors copy of the pickled {role} (read by the {ctx.backend.name} checkpoint stage)")
     field = "model.allow_pickle" if role == "model" else PICKLE_FIELD
     to_safetensors(folder, LAYOUTS[kind], out / CONVERTED / role, allow_pickle=True, opt_in=field)  # loaded above
     entry["safetensors"] = f"{CONVERTED}/{role}"
@@ -61,18 +65,41 @@ def run(ctx: StageContext, out: Path) -> None:
     base, tok = parts.base_dir(), parts.tokenizer_dir()
     ctx.say(f"checking {base}")
     model = parts.model()
-    source = {
-        "model": {"dir": str(base), "files": _files(base)},
-        "tokenizer": str(tok),
-        "stop_ids": stop_ids(base),
-        "architecture": dataclasses.asdict(model.cfg),
-    }
-    _convert(ctx, base, "model", "model", out, source["model"])
+    target = {"dir": str(base), "files": _files(base)}
+    _convert(ctx, base, "model", "model", out, target)
+    draft_entry = None
     if parts.method in ("medusa", "eagle"):
         draft = parts.draft_dir()
         ctx.say(f"checking the {parts.method} draft {draft}")
         parts.medusa(model) if parts.method == "medusa" else parts.eagle(model, draft_vocab=False)
-        source["draft"] = {"dir": str(draft), "files": _files(draft)}
-        _convert(ctx, draft, "draft", parts.method, out, source["draft"])
-    (out / SOURCE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
-    ctx.info.update(parameters=sum(p.numel() for p in model.parameters()), dtype=str(model.dtype))
+        draft_entry = {"dir": str(draft), "files": _files(draft)}
+        _convert(ctx, draft, "draft", parts.method, out, draft_entry)
+    source = SourceJson(
+        format=SourceJson.FORMAT,
+        model=CheckpointFiles.model_validate(target),
+        tokenizer=str(tok),
+        stop_ids=stop_ids(base),
+        architecture=dataclasses.asdict(model.cfg),
+    )
+    if draft_entry is not None:
+        source.draft = CheckpointFiles.model_validate(draft_entry)
+    source.write(out)
+    ctx.info = LoadInfo(parameters=sum(p.numel() for p in model.parameters()), dtype=str(model.dtype))
+
+
+def inputs(loaded: LoadedRecipe, backend: Backend) -> dict[str, Any]:
+    """The checkpoints' identities; whether pickled weights get a safetensors copy (another output)."""
+    return {**checkpoints(loaded), **({"backend.safetensors_only": True} if backend.safetensors_only else {})}
+
+
+STAGE = Stage(
+    name="load",
+    description="HF checkpoint + draft → torch reference",
+    reads=("model", "speculative.method", "speculative.checkpoint", "speculative.allow_pickle"),
+    tools=("torch", "safetensors", "transformers"),
+    needs=(),
+    run=run,
+    info=LoadInfo,
+    output=SourceJson,
+    inputs=inputs,
+)

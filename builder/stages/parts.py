@@ -18,7 +18,6 @@ from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
 from builder.speculative.choices import load_choices
-from builder.speculative.drafters import NGRAM_KEYS
 from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
 from builder.speculative.ngram.config import DEFAULT_NGRAM
 
@@ -202,6 +201,8 @@ class Parts:
             w, n, g = self.lookahead()
             return {"method": "lookahead", "window": w, "ngram": n, "verification_set": g}
         if self.method == "ngram":
+            from builder.speculative.drafters import NGRAM_KEYS  # (NumPy: not at import, `trtspec plan` reads STAGEs)
+
             return {"method": "ngram", **dict(zip(NGRAM_KEYS, self.ngram()))}
         weights = {} if self.draft_weights is None else {"draft_weights": self.draft_weights}  # (in the graph)
         if self.method == "medusa":

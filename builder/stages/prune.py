@@ -29,9 +29,10 @@ from typing import Callable, Iterable
 
 from builder.errors import UserError
 from builder.stages.manifest import Manifest
-from builder.stages.runner import IMPLEMENTED as ORDER  # the stages, upstream -> downstream
+from builder.stages.registry import stage_order
 from builder.stages.store import Store
 
+ORDER = stage_order()  # every backend's stages, upstream -> downstream
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SPANS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

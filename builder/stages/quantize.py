@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UserError
-from builder.stages.context import StageContext
+from builder.handoffs import QuantizeInfo
+from builder.recipe.schema import Recipe
 from builder.stages.parts import DTYPES, Parts
+from builder.stages.stage import Stage, StageContext
 
 QUANTIZE_INFO = "quantize.json"
 DRAFT_PATTERNS = {"medusa": "medusa_heads", "eagle": "eagle_draft"}
@@ -75,21 +77,7 @@ def run(ctx: StageContext, out: Path) -> None:
         "warnings": warnings,
     }  # modelopt's own counts win
     (out / QUANTIZE_INFO).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
-    ctx.info.update(
-        {
-            k: info[k]
-            for k in (
-                "source",
-                "quantizers",
-                "quantized_linears",
-                "kv_layers",
-                "scales",
-                "placement",
-                "modelopt",
-                "warnings",
-            )
-        }
-    )
+    ctx.info = QuantizeInfo(**{k: info[k] for k in QuantizeInfo.model_fields})
 
 
 def _calibrate(ctx: StageContext, parts: Parts, out: Path) -> dict[str, Any]:
@@ -97,7 +85,7 @@ def _calibrate(ctx: StageContext, parts: Parts, out: Path) -> dict[str, Any]:
     from builder.quantize import ptq
     from builder.quantize.calibration import calibration_ids
     from builder.quantize.placement import GIB, place
-    from builder.stages.decoders import load_tokenizer
+    from builder.stages.parts import load_tokenizer
 
     recipe = ctx.loaded.recipe
     q, cal = recipe.quantization, recipe.quantization.calibration
@@ -177,3 +165,20 @@ def _check(out: Path) -> dict[str, Any]:
 
 def _range(xs: list[float]) -> list[float] | None:
     return [min(xs), max(xs)] if xs else None
+
+
+def quantized(recipe: Recipe) -> bool:
+    """Whether the recipe quantizes anything (else there is no quantize stage)."""
+    return recipe.quantization.mode != "none" or recipe.quantization.kv_cache != "model_dtype"
+
+
+STAGE = Stage(
+    name="quantize",
+    description="modelopt FP8 PTQ (weights, activations, KV)",
+    reads=("quantization",),
+    tools=("torch", "nvidia-modelopt", "transformers"),
+    needs=("load",),
+    run=run,
+    info=QuantizeInfo,
+    planned=quantized,
+)

@@ -20,16 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.errors import UserError
-from builder.stages.context import StageContext
+from builder.handoffs import RepoInfo
+from builder.stages.stage import Stage, StageContext
+from triton_repo.runtime import ENTRY
 
 
 def run(ctx: StageContext, out: Path) -> None:
     recipe = ctx.loaded.recipe
-    if recipe.target.engine_backend == "trtllm":
-        from builder.stages.trtllm_repo import run as run_trtllm
-
-        run_trtllm(ctx, out)
-        return
     try:
         from triton_repo.config import Settings
         from triton_repo.emit import emit
@@ -52,13 +49,13 @@ def run(ctx: StageContext, out: Path) -> None:
         max_input_len=recipe.build.max_input_len,
         max_queue_size=t.max_queue_size,
         request_timeout_s=t.request_timeout_s,
-        gpus=tuple(range(recipe.target.gpus)) if recipe.target.engine_backend == "tensorrt" else (),
+        gpus=tuple(range(recipe.target.gpus)) if ctx.backend.gpu else (),
     )
     ctx.say(
         "writing the model repository" + (f" (spec_decoder on GPUs {list(settings.gpus)})" if settings.gpus else "")
     )
     info = emit(out, ctx.upstream["engine"], settings)
-    ctx.info.update(
+    ctx.info = RepoInfo(
         ensemble=info["ensemble"],
         models=info["models"],
         decoupled=t.decoupled,
@@ -66,3 +63,17 @@ def run(ctx: StageContext, out: Path) -> None:
         gpus=list(settings.gpus),
         runtime=info["runtime"],
     )
+
+
+STAGE = Stage(
+    name="repo",
+    description="Triton repository (pre → spec_decoder → post)",
+    reads=("triton",),
+    tools=("onnxruntime", "tritonclient", "nvidia-pytriton"),
+    needs=("engine",),
+    run=run,
+    info=RepoInfo,
+    # the repository carries the serving runtime (the models' import closure, copied by `triton_repo.runtime`, never
+    # imported here) and the bootstrap model.py each model folder gets (`triton_repo.emit.BOOTSTRAP`)
+    code=(*ENTRY, "triton_repo.models.model"),
+)

@@ -1,28 +1,28 @@
 """Run a recipe's stages in order: cache hits are reused, the rest run locked, staged and timed.
 
-`build(loaded, cache_dir)` returns one `StageRun` per stage it reached. A stage that needs a GPU host
-(`NeedsGpu`) ends the build: what was built stays cached and the same command resumes there. Stage
-modules are imported only when a stage actually runs, so a fully cached build imports no torch and
-finishes in well under a second. Every entry a build reaches is stamped used and held by the process until
-it exits (`Store.touch`, `Store.hold`): `trtspec cache prune` leaves it alone.
+`build(loaded, cache_dir)` returns one `StageRun` per stage it reached: the recipe's backend's stages
+(`builder.stages.registry`), keyed by `builder.stages.keys`. A stage that needs a GPU host (`NeedsGpu`) ends
+the build: what was built stays cached and the same command resumes there. Stage modules import their heavy
+modules inside `run`, so a fully cached build imports no torch and finishes in well under a second. A cache hit
+is checked like any hand-off read: a stage output of another format (`builder.handoffs`) is refused with the
+rebuild command. Every entry a build reaches is stamped used and held by the process until it exits
+(`Store.touch`, `Store.hold`): `trtspec cache prune` leaves it alone.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from builder.errors import UserError
-from builder.plan.stages import Stage, plan_stages, stage_tools
 from builder.recipe.loader import LoadedRecipe
-from builder.stages.context import NeedsGpu, StageContext
+from builder.stages.keys import PlannedStage, plan_stages
 from builder.stages.manifest import Manifest, tool_versions
+from builder.stages.registry import backend_of
+from builder.stages.stage import NeedsGpu, StageContext
 from builder.stages.store import Store
-
-IMPLEMENTED = ("load", "quantize", "export", "checkpoint", "engine", "repo")
 
 
 @dataclass
@@ -47,8 +47,8 @@ class BuildResult:
 Reporter = Callable[[str, str], None]  # (stage, message)
 
 
-def stages_for(loaded: LoadedRecipe, until: str | None = None) -> list[Stage]:
-    stages = [s for s in plan_stages(loaded) if s.name in IMPLEMENTED]
+def stages_for(loaded: LoadedRecipe, until: str | None = None) -> list[PlannedStage]:
+    stages = plan_stages(loaded)
     names = [s.name for s in stages]
     if until is not None:
         if until not in names:
@@ -82,34 +82,60 @@ def build(
     return result
 
 
+def _cached(store: Store, loaded: LoadedRecipe, stage: PlannedStage, report: Reporter) -> StageRun | None:
+    """The complete output of `stage` when the cache holds one, its hand-off checked (`OtherFormat`)."""
+    hit = store.hit(stage.name, stage.key)
+    if hit is None:
+        return None
+    folder = store.dir(stage.name, stage.key)
+    if stage.stage.output is not None:
+        stage.stage.output.read(folder, str(loaded.path))
+    report(stage.name, "cached")
+    return StageRun(stage.name, stage.key, folder, True, 0.0, hit)
+
+
 def _one(
-    store: Store, loaded: LoadedRecipe, stage: Stage, upstream: dict[str, Path], force: bool, report: Reporter
+    store: Store, loaded: LoadedRecipe, stage: PlannedStage, upstream: dict[str, Path], force: bool, report: Reporter
 ) -> StageRun:
-    hit = None if force else store.hit(stage.name, stage.key)
+    hit = None if force else _cached(store, loaded, stage, report)
     if hit is not None:
-        report(stage.name, "cached")
-        return StageRun(stage.name, stage.key, store.dir(stage.name, stage.key), True, 0.0, hit)
+        return hit
     with store.lock(stage.name, stage.key, on_wait=lambda: report(stage.name, "waiting for another build")):
-        hit = None if force else store.hit(stage.name, stage.key)  # built while we waited
+        hit = None if force else _cached(store, loaded, stage, report)  # built while we waited
         if hit is not None:
-            report(stage.name, "cached")
-            return StageRun(stage.name, stage.key, store.dir(stage.name, stage.key), True, 0.0, hit)
-        module = importlib.import_module(f"builder.stages.{stage.name}")
-        ctx = StageContext(loaded, stage.name, stage.key, dict(upstream), say=lambda m: report(stage.name, m))
+            return hit
+        declared = stage.stage
+        missing = [n for n in declared.needs if n not in upstream]
+        if missing:  # a backend whose stage list does not provide what one of its stages reads
+            raise RuntimeError(
+                f"stage {stage.name} reads the output of {', '.join(missing)}: no stage before it wrote one"
+            )
+        ctx = StageContext(
+            loaded,
+            backend_of(loaded.recipe),
+            stage.name,
+            stage.key,
+            dict(upstream),
+            say=lambda m: report(stage.name, m),
+        )
         with store.staging(stage.name, stage.key) as tmp:
             _reset_peak_rss()
             t0 = time.perf_counter()
-            module.run(ctx, tmp)
+            declared.run(ctx, tmp)
             wall = time.perf_counter() - t0
+            if not isinstance(ctx.info, declared.info):
+                raise RuntimeError(
+                    f"stage {stage.name} recorded {type(ctx.info).__name__}, not {declared.info.__name__}"
+                )
             manifest = Manifest(
                 stage.name,
                 stage.key,
                 stage.upstream,
                 stage.inputs,
-                tool_versions(*stage_tools(stage.name, loaded.recipe.target.engine_backend)),
+                tool_versions(*declared.tools),
                 round(wall, 3),
                 _peak_rss(),
-                info=ctx.info,
+                info=ctx.info.to_json(),
             )
             manifest.write(tmp)
         report(stage.name, f"built in {wall:.1f} s")

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UserError
+from builder.handoffs import TrtllmBuildJson
 from builder.recipe.gpus import GPUS
 from builder.recipe.resolve import max_draft_len, tree_size
 from builder.recipe.schema import Recipe
@@ -103,7 +104,9 @@ class BuildCommand:
         return replace(self, flags=flags)
 
     def manifest(self) -> dict[str, Any]:
+        """build.json (`builder.handoffs.TrtllmBuildJson`; the bundle's check_engine.py reads it as plain JSON)."""
         return {
+            "format": TrtllmBuildJson.FORMAT,
             "tool": "trtllm-build",
             "tensorrt_llm": self.trtllm_version,
             "tensorrt": self.tensorrt_version,

@@ -5,7 +5,7 @@ c: the tuner picks the Medusa / EAGLE-1 tree, EAGLE-2's total_nodes (and depth),
 the per-batch-size draft schedule (`triton.draft_schedule`) that maximise E[τ] / c.
 
     curve       `StepCurve`: what a step costs, c(batch, T) for the target and c(batch, F) per EAGLE draft
-                call; measured on the build host by the engine stage (CPU: `builder.stages.engine`, stored in
+                call; measured on the build host by the engine stage (CPU: `builder.engines.step_curve`, stored in
                 engine.json) or predicted from a roofline of the recipe's GPU (`builder.tune.roofline`)
     acceptance  E[τ] inputs from calibration prompts (the recipe's calibration source, held out from the
                 HumanEval bench prompts): per-node acceptance of static trees, τ per EAGLE-2 / Lookahead setting

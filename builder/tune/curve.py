@@ -1,5 +1,5 @@
-"""`StepCurve`: what one decoding step costs, as data (engine.json's "step_curve", written by the engine stage
-`builder.stages.engine.measure_folder`; or the roofline's prediction, `builder.tune.roofline`).
+"""`StepCurve`: what one decoding step costs, as data (engine.json's "step_curve", timed by the engine stage with
+`builder.engines.step_curve.measure_folder`; or the roofline's prediction, `builder.tune.roofline`).
 
     target[b][T]   ms of one target step over b sequences with T tree nodes each (verification and the
                    KV commit included; Medusa heads are fused into the target graph, so they are in it)

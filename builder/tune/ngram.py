@@ -74,8 +74,8 @@ def replay(
     setting (batch 1, greedy, no stop tokens): the output must hold max_new + max_draft tokens or the text's end.
     `pool`: a `SharedPool` the texts start from instead of an empty one (a setting with shared_pool only; e.g. a
     datastore of other text, `scripts/bench_tiny_limits.py`)."""
-    from builder.speculative.engine import PrefillResult
     from builder.speculative.ngram.drafter import NgramFactory
+    from builder.speculative.protocols import PrefillResult
 
     steps = tokens = 0
     nodes: list[int] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from builder.timing import markdown_table
+
 _SETTING_KEYS = (
     "depth",
     "top_k",
@@ -39,26 +41,25 @@ def markdown(report: dict[str, Any]) -> str:
         f"{cost['max_nodes']} nodes; acceptance from {cal['prompts']} calibration prompts ({cal['source']}) × "
         f"{cal['max_new_tokens']} tokens",
         "",
-        "| setting | nodes | E[τ] | c ms/step | predicted × plain | measured × plain | measured τ |",
-        "|---|---|---|---|---|---|---|",
     ]
     measured = {r["row"]: r for r in report.get("measured", {}).get("rows", [])}
+    rows = []
     for name, key in (("current", "current"), ("tuned (pick)", "pick")):
         r, m = report[key], measured.get("current" if key == "current" else "tuned")
-        got = f"{m['speedup']:.2f}× | {m['tau']:.2f}" if m else "– | –"
+        got = (f"{m['speedup']:.2f}×", f"{m['tau']:.2f}") if m else ("–", "–")
         what = describe(r)
         b1 = report.get("tuned_batch1", r) if key == "pick" else r
         if b1["nodes"] != r["nodes"]:  # the pick's own draft schedule cuts it at batch 1
             what += f"; its schedule at batch 1: {'off' if b1['nodes'] == 1 else str(b1['nodes']) + ' nodes'}"
             r = b1
-        lines.append(
-            f"| {name}: {what} | {r['nodes']} | {r['tau']:.2f} | {r['cost_ms']:.4g} | {r['speedup']:.2f}× | {got} |"
+        rows.append(
+            (f"{name}: {what}", r["nodes"], f"{r['tau']:.2f}", f"{r['cost_ms']:.4g}", f"{r['speedup']:.2f}×", *got)
         )
     if "plain" in measured:
-        lines.append(
-            f"| plain | 1 | 1.00 | {cost['plain_ms']:.4g} | 1.00× | 1.00× "
-            f"({measured['plain']['tokens_per_s']:.0f} tok/s) | 1.00 |"
-        )
+        plain = f"1.00× ({measured['plain']['tokens_per_s']:.0f} tok/s)"
+        rows.append(("plain", 1, "1.00", f"{cost['plain_ms']:.4g}", "1.00×", plain, "1.00"))
+    header = ("setting", "nodes", "E[τ]", "c ms/step", "predicted × plain", "measured × plain", "measured τ")
+    lines += markdown_table(header, rows)
     sched = report["draft_schedule"] or "[] (the full draft at every batch size)"
     note = f" ({report['draft_schedule_note']})" if "draft_schedule_note" in report else ""
     lines += ["", f"draft schedule [[max_batch, max_nodes], …]: {sched}{note}"]

@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.gpus import GPUS, Gpu
 from builder.recipe.schema import Architecture, Recipe
-from builder.stages.engine import batch_grid, size_grid
 from builder.tune.curve import StepCurve, Table
 
 BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}

@@ -67,7 +67,7 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         nodes = drafter_shape(Parts(loaded, recipe.speculative.method).drafter_config())["max_nodes"]
         return roofline_curve(recipe, arch, max(64, nodes)), None
     from builder.engines.ort.load import read_meta
-    from builder.stages.engine import host_about, measure_folder
+    from builder.engines.step_curve import host_about, measure_folder
     from builder.stages.runner import build
 
     opts.say("building the engine (cached) for its step-cost curve")

@@ -12,12 +12,12 @@ lossless) — `tokens_equal` says whether they did.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
+from builder.timing import rotated, timed
 
 
 def _rows(loaded: LoadedRecipe, tuned: LoadedRecipe, cache: Path, threads: int) -> list[tuple[str, Any, Any]]:
@@ -36,9 +36,8 @@ def _decode(dec: Any, sched: Any, ids: list[int], max_new: int) -> tuple[list[in
     from builder.speculative.decoding import Decoder as Loop
     from builder.speculative.decoding import Request
 
-    t0 = time.perf_counter()
-    (g,) = Loop(dec.engine, dec.make_drafter(), sched).run([Request(tuple(ids), max_new)])
-    return g.token_ids, g.steps, time.perf_counter() - t0
+    seconds, (g,) = timed(lambda: Loop(dec.engine, dec.make_drafter(), sched).run([Request(tuple(ids), max_new)]))
+    return g.token_ids, g.steps, seconds
 
 
 def measure(
@@ -68,7 +67,7 @@ def measure(
     for i, ids in enumerate(prompts[1:]):
         say(f"measured: prompt {i + 1}/{num_prompts}")
         outputs = {}
-        for label, dec, sched in rows[i % 3 :] + rows[: i % 3]:
+        for label, dec, sched in rotated(rows, i):
             out, steps, secs = _decode(dec, sched, ids, max_new)
             outputs[label] = out
             t = totals[label]

@@ -3,7 +3,7 @@ recipes' TensorRT engines decoding like ONNX Runtime (steps `trt-plugin-engine`,
 
 `trt-plugin-engine`: an engine built from an ONNX graph whose only node is trtspec::TreeVerify (parsed to the
 plugin `plugins.tree_verify.trt_plugin` registers), run on the case's tensors and compared with the reference
-(`plugins.verify_checks.cases.compare`): both modes, the Medusa tree shared by the batch and one tree per
+(`devtools.verify_cases.compare`): both modes, the Medusa tree shared by the batch and one tree per
 sequence, B = 2, V = 128256, bf16 logits.
 
 `engine-<recipe>-<dtype>`: `trtspec build` of recipes/<recipe>.yaml twice — as shipped (the ONNX Runtime engine,
@@ -31,9 +31,9 @@ import torch
 
 from devtools.gpu_check.kernel import VOCAB, make_case
 from devtools.gpu_check.steps import FAIL, PASS, Context, Fail, Verdict
+from devtools.verify_cases import Case, compare
 from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
 from plugins.tree_verify.reference import VerifyResult
-from plugins.verify_checks.cases import Case, compare
 
 PROMPTS = (
     "def add(a, b):\n",

@@ -8,7 +8,7 @@ greedy); and with one tree per sequence ("own trees": the first n_b <= 64 nodes 
 padded to T = 64), both modes. Each call is timed with triton.testing.do_bench against the bytes it must move
 (the logits, B·T·V·bytes, plus the small inputs/outputs) and the device's measured copy bandwidth (a 1 GiB
 device-to-device copy: read + write). FAIL: a row that differs from the reference other than at a near-tie
-(`plugins.verify_checks.cases.compare`).
+(`devtools.verify_cases.compare`).
 
 `kernel-bandwidth`: the goal of plugins/tree_verify/README.md ("Bytes moved and the bandwidth floor") — at
 least 80 % of the measured copy bandwidth at B = 16 with bf16 logits, greedy and rejection with top_p = 1
@@ -30,9 +30,9 @@ import torch
 from builder.speculative.choices import load_choices
 from builder.speculative.tree import tree_from_choices
 from devtools.gpu_check.steps import FAIL, PASS, Context, Verdict
+from devtools.verify_cases import Case, compare, random_case
 from plugins.tree_verify.contract import Mode
 from plugins.tree_verify.reference import VerifyResult
-from plugins.verify_checks.cases import Case, compare, random_case
 
 TREE = "mc_sim_7b_63"  # 63 Medusa choices + root = 64 nodes
 VOCAB = 128256

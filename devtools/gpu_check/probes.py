@@ -437,9 +437,9 @@ def attribute_combos() -> List[Combo]:
 def treeverify_combos() -> List[Combo]:
     """The real trtspec::TreeVerify node (`onnx_op.make_node`), both modes, on a small random case."""
     from devtools.gpu_check.engines import verify_model
+    from devtools.verify_cases import compare, random_case
     from plugins.tree_verify.contract import INPUT_NAMES, OUTPUT_NAMES, Mode
     from plugins.tree_verify.reference import VerifyResult
-    from plugins.verify_checks.cases import compare, random_case
 
     combos = []
     for mode in Mode:

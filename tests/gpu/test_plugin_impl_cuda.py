@@ -11,7 +11,7 @@ enqueue stream and refuses BF16 (so the impl's bf16 path is the one TensorRT for
 form tensorrt.plugin hands an impl of that annotation: an int for `mode: int`, the parser's 1-element array
 (int32 or int64) for an array annotation.
 
-Checked: outputs equal the reference (`plugins.verify_checks.cases.compare`); and the work is ordered on the
+Checked: outputs equal the reference (`devtools.verify_cases.compare`); and the work is ordered on the
 given stream — that stream is first held up by a ~50 ms GPU sleep, the impl is called (after a warm-up call,
 so no compilation or allocation synchronises the host), and a copy of the outputs on an independent stream
 right after it still finds the poisoned values (the kernels wait behind the sleep, on that stream); after the
@@ -33,11 +33,11 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 pytest.importorskip("triton")
 
+from devtools.verify_cases import compare, random_case  # noqa: E402
 from plugins.tree_verify import trt_plugin  # noqa: E402
 from plugins.tree_verify.contract import PLUGIN_ID, Mode  # noqa: E402
 from plugins.tree_verify.reference import VerifyResult  # noqa: E402
 from plugins.tree_verify.trt_attrs import decode_field, mode_field  # noqa: E402
-from plugins.verify_checks.cases import compare, random_case  # noqa: E402
 from tests.unit.test_plugin_trt import FakeTensorRT  # noqa: E402
 
 TRT_NAMES = {torch.float32: "FLOAT", torch.float16: "HALF", torch.bfloat16: "BF16", torch.int32: "INT32"}

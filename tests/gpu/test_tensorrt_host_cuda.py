@@ -32,7 +32,7 @@ import torch
 
 from builder.engines.tensorrt.device import Lane, TorchCuda
 from builder.export.contract import FP8, numpy_dtype
-from builder.speculative.engine import SamplingBatch
+from builder.speculative.protocols import SamplingBatch
 from builder.speculative.tree import tree_draft, tree_from_parents
 from tests.unit import test_tensorrt_fakes as fakes
 from tests.unit.test_tensorrt_fakes import FakeCuda, FakeTensorRT
@@ -226,7 +226,7 @@ def test_stand_in_target_prefill_and_tree_step_on_device(host, tmp_path):
 def test_stand_in_folder_decodes_through_the_neutral_host_layer(host, tmp_path):
     from builder.engines.folder import open_engine
     from builder.speculative.decoding import generate
-    from builder.speculative.engine import Sampling
+    from builder.speculative.protocols import Sampling
     from tests.unit.test_triton_tensorrt_fake import fake_folder
 
     fake_folder(host.trt, tmp_path)  # lookahead drafter, target greedy engine

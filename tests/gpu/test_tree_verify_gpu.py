@@ -14,8 +14,8 @@ pytest.importorskip("triton")
 
 from devtools.gpu_check import engines as trt_check  # noqa: E402
 from devtools.gpu_check import kernel as gpu_check  # noqa: E402
+from devtools.verify_cases import compare, edge_case  # noqa: E402
 from plugins.tree_verify.contract import Mode  # noqa: E402
-from plugins.verify_checks.cases import compare, edge_case  # noqa: E402
 
 VOCAB = 128256
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from builder.speculative.engine import Draft
+from builder.speculative.protocols import Draft
 from builder.speculative.tree import tree_from_parents
 
 

@@ -1,8 +1,10 @@
-"""The shortcut paths of the ORT engine and the decoding loop, each against the general path of the same engine class:
-the per-step batch-1 shortcut (`BatchedTarget.step_chain`, builder.engines.shortcuts, taken by `Decoder._step`) against `step`, the burst
-(`BatchedTarget.decode_greedy`, taken by `Decoder.run`) against one step at a time, and the plain batch
-(`BatchedTarget.step_plain`: every sequence's root, no drafts) against `step` — tokens, accepted counts, the KV
-cache, stop tokens, streaming, batches, running out of room — on the tree graph and the plain-steps graph."""
+"""The fast steps of the ORT engine and the decoding loop's fast paths (builder.speculative.fast_paths), each against
+the general path of the same engine class: the per-step batch-1 chain step (`BatchedTarget.step_chain`, builder.engines.
+batched, taken by `Decoder.step`'s fast paths) against `step`, the burst (`BatchedTarget.decode_greedy`, taken by
+`Decoder.run`) against one step at a time, and the plain batch (`BatchedTarget.step_plain`: every sequence's root, no
+drafts) against `step` — tokens, accepted counts, the KV cache, stop tokens, streaming, batches, running out of room —
+on the tree graph and the plain-steps graph. A method with no fast step (set to None in a subclass) is not taken
+(`builder.speculative.protocols.implements`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 from builder.export.target import export_target
-from builder.speculative.engine import SamplingBatch
+from builder.speculative.protocols import SamplingBatch
 from tests.unit.test_export_harness import tiny_target
 
 
@@ -50,7 +52,7 @@ def _counting(shortcut: str) -> type:
 
 
 def test_batch1_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
-    """The batch-1 shortcut (`BatchedTarget.step_chain`, taken by `Decoder._step` for the engine's only sequence
+    """The batch-1 chain step (`BatchedTarget.step_chain`, taken by `Decoder.step` for the engine's only sequence
     when its draft is a chain; a drafter's chain as tokens, `propose_chain`, where it has one) against the general
     `step` path of the same engine class with the shortcut hidden:
     token for token, every step's accepted count and the KV cache written — plain decoding and n-gram chains, stop
@@ -166,7 +168,7 @@ def test_batch1_burst_equals_one_step_at_a_time(tmp_path: Path) -> None:
 
 
 def test_plain_batch_shortcut_equals_the_general_step_path(tmp_path: Path) -> None:
-    """`BatchedTarget.step_plain` (taken by `Decoder._step` for a batch of greedy sequences none of which drafts)
+    """`BatchedTarget.step_plain` (taken by `Decoder.step` for a batch of greedy sequences none of which drafts)
     against the same engine class stepping through `step` with a root-only draft per row: every request's tokens,
     steps and finish reason, the KV cache of every row, stop tokens, streaming, requests that finish at different
     steps (their rows move, and the loop's order stops being the rows' order: `step` then), requests that join
@@ -214,7 +216,7 @@ def test_plain_batch_shortcut_runs_out_of_room_where_step_does(tmp_path: Path) -
     step, against `step` alone: the same tokens step by step, and `step_plain` refuses (None, nothing done) at the
     very step where `step` finds no room — on the tree graph and the plain-steps graph."""
     from builder.engines.ort.target import OrtEngine
-    from builder.speculative.engine import root_only
+    from builder.speculative.protocols import root_only
 
     spec, cfg = _greedy_spec(17, tmp_path)
     gen = np.random.default_rng(4)

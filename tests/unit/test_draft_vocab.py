@@ -41,7 +41,7 @@ def _brute(tok, texts, size: int, vocab: int, keep=(), budget: int = 1 << 19) ->
 
 
 def _texts(n: int) -> list[str]:
-    from builder.fixture.corpus import load_corpus
+    from builder.data.corpus import load_corpus
 
     return [f.text for f in load_corpus().train[:n]]
 

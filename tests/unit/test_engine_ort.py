@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from builder.engines.ort.build import target_engine
 from builder.engines.torch_engine import TorchEngine
 from builder.model.llama import causal_mask
 from builder.model.loader import load_model
-from builder.speculative.engine import SamplingBatch
+from builder.speculative.protocols import SamplingBatch
+from devtools.ort_engines import target_engine
 from tests.unit.engine_cases import greedy_tree_draft
 from tests.unit.model_utils import TINY, hf_model, save_checkpoint, torch_threads
 from tests.unit.numerics import assert_close_to_float64, assert_near_tie

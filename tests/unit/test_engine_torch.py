@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from builder.engines.torch_engine import TorchEngine
-from builder.speculative.engine import Draft, SamplingBatch, root_only
+from builder.speculative.protocols import Draft, SamplingBatch, root_only
 from tests.unit.engine_cases import draft_from, greedy_tree_draft, path_to
 from tests.unit.model_utils import TINY, hf_float64, hf_model, save_checkpoint, torch_threads
 from tests.unit.numerics import assert_close_to_float64, assert_near_tie

@@ -1,5 +1,5 @@
 """The lean `ort` graph (builder.export.ort_variant, builder.export.verify, builder.engines.ort.session) and the
-ORT-profiler tooling (builder.bench.profile), each against an oracle:
+ORT-profiler tooling (devtools.bench.profile), each against an oracle:
 
 * greedy verification (`verify.lean_greedy`: 5 nodes and an If of 5 or 25) against the torch reference
   (`plugins.tree_verify.reference.tree_verify`) on random batched trees with padding, and the edge cases
@@ -26,7 +26,6 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from builder.bench.profile import parse_trace
 from builder.engines.ort.build import pick_variant
 from builder.engines.ort.session import GQA_FLASH_ENV, gqa_per_head_kernel, make_session
 from builder.export.attn_base import AttnShape, StepValues
@@ -35,7 +34,8 @@ from builder.export.graph import BOOL, F32, I64, Graph, prune
 from builder.export.ort_variant import OrtVariant
 from builder.export.target import export_target
 from builder.export.verify import lean_greedy
-from builder.speculative.engine import SamplingBatch
+from builder.speculative.protocols import SamplingBatch
+from devtools.bench.profile import parse_trace
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN, OP_VERSION, Mode
 from plugins.tree_verify.reference import tree_verify

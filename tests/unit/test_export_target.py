@@ -21,9 +21,9 @@ import torch
 from builder.errors import UserError
 from builder.export.target import export_target
 from builder.speculative.medusa.heads import MedusaHeads
+from devtools.verify_cases import Case, compare
 from plugins.tree_verify.contract import DOMAIN, OP_TYPE, Mode
 from plugins.tree_verify.reference import VerifyResult, tree_verify
-from plugins.verify_checks.cases import Case, compare
 from tests.unit.test_export_harness import (
     Session,
     ancestors,
@@ -215,7 +215,7 @@ def _check_verify(
 ) -> None:
     """TreeVerify's outputs: greedy rows equal the reference verification of one-hot logits at the graph's
     own node_argmax (which was checked against the reference above); rejection rows equal the reference
-    verification of the fp64 logits, up to the contract's near-ties (plugins.verify_checks.cases)."""
+    verification of the fp64 logits, up to the contract's near-ties (devtools.verify_cases)."""
     tv = len(ref_v)
     tokens_v = torch.tensor([[call.tokens[call.verify[j]] for j in range(tv)]], dtype=torch.int32)
     paths = torch.from_numpy(np.ascontiguousarray(call.paths))[None]  # [1, P, W]

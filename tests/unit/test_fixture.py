@@ -358,7 +358,7 @@ def test_load_eagle_rejects_bad_checkpoints(tmp_path):
 
 
 def test_tokenizer_training_is_deterministic(tmp_path):
-    from builder.fixture.tokenizer import save_tokenizer, train_tokenizer
+    from devtools.fixture.tokenizer import save_tokenizer, train_tokenizer
 
     texts = [Path(__file__).read_text(), (REPO / "builder" / "errors.py").read_text()] * 3
     for run in ("a", "b"):

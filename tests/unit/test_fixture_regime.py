@@ -1,4 +1,4 @@
-"""The regime fixture (builder/fixture/regime.py): the tiny fixture inflated into a memory-bound regime
+"""The regime fixture (devtools/fixture/regime.py): the tiny fixture inflated into a memory-bound regime
 without changing its function.
 
 Oracles: the source fixture under HF transformers (fp32, and float64 as the exact reference:
@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from builder.errors import UserError
-from builder.fixture.inflate import InflateSpec, check_spec, layer_positions, widths_of, zero_tensors
-from builder.fixture.regime import LLC_BYTES, OUT, SOURCE, ensure_regime_fixture, make_regime_fixture
+from devtools.fixture.inflate import InflateSpec, check_spec, layer_positions, widths_of, zero_tensors
+from devtools.fixture.regime import LLC_BYTES, OUT, SOURCE, ensure_regime_fixture, make_regime_fixture
 from tests.unit.model_utils import hf_float64
 from tests.unit.numerics import assert_close_to_float64, unit_roundoff
 from tests.unit.test_lossless import assert_lossless
@@ -54,7 +54,7 @@ def cache():
     """Engines and peer conversions of this module: ~2 GB, removed at the end of the module."""
     folder = Path(tempfile.mkdtemp(prefix="regime-test-cache-"))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRTSPEC_CACHE_DIR", str(folder))  # where builder.bench.peers converts
+        mp.setenv("TRTSPEC_CACHE_DIR", str(folder))  # where devtools.bench.peers converts
         yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -175,8 +175,8 @@ def test_spec_that_would_change_the_function_is_refused(bad, field):
 def test_bench_and_run_know_both_fixtures_by_name():
     """scripts/bench_decode.py resolves fixture and recipe names: every fixture's set is CPU recipes on one
     checkpoint covering Lookahead, EAGLE-2, EAGLE-1, Medusa and n-gram (plain decoding comes from the first)."""
-    from builder.bench.decode import FIXTURES, resolve_recipes
     from builder.recipe.loader import load_recipe
+    from devtools.bench.decode import FIXTURES, resolve_recipes
 
     for name in FIXTURES:
         loaded = [load_recipe(p) for p in resolve_recipes([name], REPO / "recipes")]
@@ -318,7 +318,7 @@ def test_ort_optimisation_keeps_every_weight_of_our_graph(record, cache, tmp_pat
 
 def test_ortgenai_converts_keeps_every_weight_and_decodes_like_hf(record, cache, prompts, hf_greedy, tmp_path):
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the benchmark's peer) is not installed")
-    from builder.bench import peers
+    from devtools.bench import peers
 
     peer = peers.ortgenai_peer(OUT / "base", threads=1)
     floats, ops = _optimised_float_elements(Path(peer.info["model_dir"]) / "model.onnx", tmp_path / "opt.onnx")

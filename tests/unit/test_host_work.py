@@ -14,7 +14,7 @@ from builder.engines.results import checked_verdicts
 from builder.speculative.batch import DraftBatch
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
 from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
-from builder.speculative.engine import Draft, check_draft, root_only
+from builder.speculative.protocols import Draft, check_draft, root_only
 from builder.speculative.tree import tree_draft, tree_from_parents
 
 VOCAB = 50
@@ -293,7 +293,7 @@ class _RecordingNet:
         return np.array([self.lens[s] for s in seqs], np.int64)
 
     def _out(self, tokens: np.ndarray, pos: np.ndarray):  # noqa: ANN202
-        from builder.speculative.engine import DraftOutput
+        from builder.speculative.protocols import DraftOutput
 
         k = np.arange(self.top_k)
         tok = (tokens[..., None] * 7 + pos[..., None] * 3 + k * 11) % VOCAB
@@ -319,7 +319,7 @@ def test_static_tree_levels_from_the_mask_cache_equal_the_per_level_rule(b: int)
     whole propose (every expand's inputs, the drafts) against the same drafter with the cache off (each level's
     mask and parents' outputs gathered per row, as for EAGLE-2), over two steps and a budget change."""
     from builder.speculative.eagle.drafter import EagleDrafter
-    from builder.speculative.engine import PrefillResult
+    from builder.speculative.protocols import PrefillResult
 
     tree = static_tree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0]])
     runs = {}

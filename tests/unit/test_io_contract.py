@@ -21,7 +21,6 @@ import torch
 
 import builder.export
 from builder.engines.bindings import target_io
-from builder.engines.ort.build import eagle_net, target_engine
 from builder.engines.tensorrt.profiles import CacheDims, eagle_profiles, target_profiles
 from builder.export.artifacts import ort_twin
 from builder.export.contract import CPU, EAGLE, FP8, TARGET, Precision, call_spec, declared, numpy_dtype
@@ -31,6 +30,7 @@ from builder.export.qdq import Fp8Spec
 from builder.export.target import build_target
 from builder.export.tensorrt import to_tensorrt
 from builder.speculative.medusa.heads import MedusaHeads
+from devtools.ort_engines import eagle_net, target_engine
 from tests.unit.test_export_eagle import _draft
 from tests.unit.test_export_harness import randomize, tiny_target
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from builder.speculative.engine import Draft
 from builder.speculative.lookahead.drafter import LookaheadDrafter, LookaheadState
+from builder.speculative.protocols import Draft
 
 VOCAB = 11
 TABLE = torch.randint(0, VOCAB, (VOCAB, VOCAB), generator=torch.Generator().manual_seed(5)).numpy()  # [V, V]

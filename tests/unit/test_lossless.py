@@ -26,10 +26,10 @@ from builder.speculative.choices import load_choices
 from builder.speculative.decoding import Decoder, Request, generate
 from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
 from builder.speculative.eagle_tree import static_tree
-from builder.speculative.engine import Draft
 from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
 from builder.speculative.ngram.drafter import NgramDrafter, NgramFactory
+from builder.speculative.protocols import Draft
 from builder.speculative.tree import tree_from_choices
 from tests.unit.engine_cases import draft_from
 from tests.unit.model_utils import hf_float64, hf_greedy_continuations
@@ -86,7 +86,7 @@ EAGLE2 = DynamicSpec(depth=5, top_k=8, total_nodes=32)
 
 def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -> tuple[Any, Callable]:
     """An engine ("torch" reference or "onnxruntime") and a drafter factory for a method on the random model."""
-    from builder.engines.ort.build import eagle_net, target_engine
+    from devtools.ort_engines import eagle_net, target_engine
 
     medusa = tree = None
     bits = None  # block-quantized draft weights (ONNX Runtime only: builder.export.nbits)

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.speculative.engine import PrefillResult, StepResult, check_draft
 from builder.speculative.ngram.drafter import (
     ADAPT_AFTER,
     ADAPT_FLOOR,
@@ -37,6 +36,7 @@ from builder.speculative.ngram.drafter import (
     NgramState,
 )
 from builder.speculative.ngram.pool import POOL_DRAFT, POOL_MIN_MATCH, SharedPool
+from builder.speculative.protocols import PrefillResult, StepResult, check_draft
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -328,10 +328,10 @@ def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
     the warm-up's), after a timed one it holds it; `private_pools` adds the same engine without a pool."""
     import tempfile
 
-    from builder.bench.decode import private_pools
-    from builder.bench.rows import _OurRun
     from builder.model.loader import load_model
-    from builder.stages.decoders import Decoder
+    from builder.stages.decoders import DecoderSetup
+    from devtools.bench.decode import private_pools
+    from devtools.bench.rows import OurRun
     from tests.unit.speculative_models import make_hf_llama
     from tests.unit.test_lossless import torch_method
 
@@ -339,13 +339,15 @@ def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
         model = load_model(make_hf_llama(Path(tmp) / "m"))
     engine, _ = torch_method(model, "none")
     factory = NgramFactory((6, 3, 1, 1, True, True))
-    dec = Decoder(engine, None, factory, "ngram", "ngram(K=6,M=3,m=1,C=1,shared)", [])
-    run = _OurRun(dec, 512)
+    dec = DecoderSetup(engine, None, factory, "ngram", "ngram(K=6,M=3,m=1,C=1,shared)", [])
+    run = OurRun(dec, 512)
     run.warm([11, 40, 3, 17, 22, 5], 20)
     assert factory.pool is not None and len(factory.pool) == 0
     run.once([11, 40, 3, 17, 22, 5], 20)
     assert len(factory.pool) > 20
-    (twin,) = private_pools([dec, Decoder(engine, None, NgramFactory((6, 3, 1, 1, True, False)), "ngram", "x", [])])
+    (twin,) = private_pools(
+        [dec, DecoderSetup(engine, None, NgramFactory((6, 3, 1, 1, True, False)), "ngram", "x", [])]
+    )
     assert twin.engine is engine and twin.make_drafter.settings == (6, 3, 1, 1, True, False)
     assert twin.label == "ngram(K=6,M=3,m=1,C=1)" and twin.make_drafter().pool is None
 

@@ -24,9 +24,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.verify_cases import Case, compare, edge_case, random_case
 from plugins.tree_verify.contract import Mode
 from plugins.tree_verify.reference import tree_verify
-from plugins.verify_checks.cases import Case, compare, edge_case, random_case
 from tests.unit.triton_bounds import checked_addresses
 
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from devtools.verify_cases import Case, compare, edge_case, random_case
 from plugins.tree_verify import onnx_op
 from plugins.tree_verify.contract import DOMAIN, INPUT_NAMES, OP_TYPE, OUTPUT_NAMES, Mode
 from plugins.tree_verify.reference import VerifyResult
-from plugins.verify_checks.cases import Case, compare, edge_case, random_case
 
 HIDDEN = 8
 _LOGITS_TYPE = {

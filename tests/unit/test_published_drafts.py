@@ -320,8 +320,8 @@ def test_opt_in_only_where_a_draft_checkpoint_is():
 
 
 def test_load_key_follows_the_opt_in():
-    from builder.plan.stages import plan_stages
     from builder.recipe.loader import load_recipe
+    from builder.stages.keys import plan_stages
 
     keys = {}
     for overrides in ((), ("speculative.allow_pickle=true",), ("model.allow_pickle=true",)):

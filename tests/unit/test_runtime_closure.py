@@ -55,8 +55,8 @@ SYNTHETIC = {  # a source tree exercising every import form the walker must foll
     "builder/export/__init__.py": "",
     "builder/export/tensorrt.py": "import onnx\n",
     "builder/speculative/__init__.py": "",
-    "builder/speculative/decoding.py": "from .engine import Engine\n",
-    "builder/speculative/engine.py": "",
+    "builder/speculative/decoding.py": "from .protocols import Engine\n",
+    "builder/speculative/protocols.py": "",
     "builder/engines/__init__.py": "",
     "builder/engines/tensorrt/__init__.py": "",
     "builder/engines/tensorrt/folder.py": "def build_folder():\n    from builder.export.tensorrt import write\n",
@@ -81,12 +81,12 @@ def test_the_closure_walker_on_a_hand_made_tree(tmp_path):
         "builder",
         "builder.speculative",
         "builder.speculative.decoding",
-        "builder.speculative.engine",
+        "builder.speculative.protocols",
         "builder.engines",
         "builder.engines.tensorrt",
         "builder.engines.tensorrt.folder",
     }  # not: unused (never imported), hidden (TYPE_CHECKING), export.tensorrt (a BUILD_ONLY edge)
-    assert got["builder.speculative.engine"] == "builder.speculative.decoding"  # who brought it in
+    assert got["builder.speculative.protocols"] == "builder.speculative.decoding"  # who brought it in
     assert got["builder.engines.tensorrt.folder"] == "triton_repo.models.spec_decoder"
     assert sorted(R.runtime_files(tmp_path))[0] == "builder/__init__.py"
 
@@ -101,12 +101,12 @@ def test_stale_names_what_the_source_tree_would_copy_differently(tmp_path):
     R.copy_runtime(tmp_path / "rt", src)
     assert R.stale(tmp_path / "rt", src) == []
     (src / "builder/speculative/batch.py").write_text("")
-    (src / "builder/speculative/decoding.py").write_text("from .batch import rows\n")  # engine.py dropped, batch new
+    (src / "builder/speculative/decoding.py").write_text("from .batch import rows\n")  # protocols.py dropped, batch new
     (src / "triton_repo/tensors.py").write_text("X = 1\n")
     assert sorted(R.stale(tmp_path / "rt", src)) == sorted(
         [
             "builder/speculative/batch.py: new in the source tree",
-            "builder/speculative/engine.py: no longer part of the runtime",
+            "builder/speculative/protocols.py: no longer part of the runtime",
             "builder/speculative/decoding.py: changed in the source tree",
             "triton_repo/tensors.py: changed in the source tree",
         ]
@@ -220,7 +220,7 @@ for m in modules:
         failed[m] = exc.name
 from builder.engines.folder import open_engine
 from builder.speculative.decoding import generate
-from builder.speculative.engine import Sampling
+from builder.speculative.protocols import Sampling
 opened = open_engine(engine_dir, max_batch_size=1)
 g = generate(opened.engine, prompt, n, opened.make_drafter(), Sampling(0.0, 1.0, 0), opened.stop_ids)
 files = {name: getattr(mod, "__file__", None) for name, mod in sys.modules.items()
@@ -306,11 +306,15 @@ def test_tree_verify_digest_of_the_copy_equals_the_source_trees(tmp_path):
 
 
 def test_repo_stage_key_covers_every_runtime_file():
-    """The repo stage's code digest hashes every file the repository carries a copy of (else a cached repository
-    would keep serving old loop code after an edit)."""
-    from builder.plan.stages import STAGE_CODE
+    """The repo stage's code digest hashes every file the repository carries a copy of, and the bootstrap model.py
+    (else a cached repository would keep serving old loop code after an edit): by construction, as the stage declares
+    the models as code it copies (`Stage.code`) and its key covers their import closure (`builder.stages.keys`)."""
+    from builder.stages.keys import code_files
+    from builder.stages.repo import STAGE
+    from triton_repo.emit import BOOTSTRAP
     from triton_repo.runtime import runtime_files
 
-    covered = STAGE_CODE["repo"]
-    missing = [f for f in runtime_files() if not any(f == p or f.startswith(p + "/") for p in covered)]
-    assert not missing, f"add these to builder/plan/stages.py STAGE_CODE['repo']: {missing}"
+    covered = set(code_files(STAGE))
+    missing = [f for f in runtime_files() if f not in covered]
+    assert not missing, f"the repo stage's key misses these runtime files: {missing}"
+    assert BOOTSTRAP.relative_to(R.SOURCE).as_posix() in covered

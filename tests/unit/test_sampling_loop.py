@@ -21,9 +21,9 @@ from builder.engines.torch_engine import TorchEngine
 from builder.model.llama import causal_mask
 from builder.model.loader import load_model
 from builder.speculative.decoding import generate
-from builder.speculative.engine import Sampling
 from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
+from builder.speculative.protocols import Sampling
 from builder.speculative.tree import tree_from_choices
 from tests.unit.speculative_models import make_hf_llama, random_medusa
 
@@ -87,7 +87,7 @@ def sample(engine, make_drafter, temp: float) -> Counter:
 def test_loop_samples_follow_the_target(model, method, kind, tmp_path):
     """The torch reference verifies with plugins.tree_verify.reference; the ONNX Runtime engine runs the
     decomposed TreeVerify (rejection graph) inside its step graph: both must reproduce the target."""
-    from builder.engines.ort.build import target_engine
+    from devtools.ort_engines import target_engine
 
     tree = tree_from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0]])
     medusa = dict(medusa=random_medusa(model, num_heads=2, std=0.5), medusa_topk=3) if method == "medusa" else {}

@@ -16,7 +16,7 @@ import pytest
 
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, EngineBroken
-from builder.speculative.engine import Draft, SamplingBatch, check_paths, root_only
+from builder.speculative.protocols import Draft, SamplingBatch, check_paths, root_only
 from builder.stages.decoders import build_decoder
 from tests.unit.scheduler_fakes import RECIPE, _give_back, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine

@@ -11,8 +11,9 @@ from importlib import metadata
 
 import pytest
 
-from builder.plan import stages as plan
 from builder.recipe.loader import load_recipe
+from builder.stages import inputs
+from builder.stages import keys as plan
 
 
 def keys(recipe: str, *sets: str) -> dict[str, str]:
@@ -50,11 +51,11 @@ def test_a_tool_upgrade_rebuilds_its_stages_and_their_dependents(monkeypatch, to
 
 def test_gpu_engines_are_keyed_by_the_gpu(monkeypatch):
     before = keys("recipes/tiny-llama3-trtllm-none.yaml")
-    monkeypatch.setattr(plan, "gpu_identity", lambda: ["fake NVIDIA H100 80GB HBM3 sm90"])
+    monkeypatch.setattr(inputs, "gpu_identity", lambda: ["fake NVIDIA H100 80GB HBM3 sm90"])
     after = keys("recipes/tiny-llama3-trtllm-none.yaml")
     assert {s for s in before if before[s] != after[s]} == {"engine", "repo"}
     cpu = keys("recipes/tiny-llama3.yaml")
-    monkeypatch.setattr(plan, "gpu_identity", lambda: ["fake NVIDIA H200 sm90"])
+    monkeypatch.setattr(inputs, "gpu_identity", lambda: ["fake NVIDIA H200 sm90"])
     assert keys("recipes/tiny-llama3.yaml") == cpu  # a CPU engine does not depend on the GPU
 
 
@@ -69,11 +70,11 @@ def test_checkpoint_identity_is_content_not_file_times(tmp_path, monkeypatch):
     shutil.copytree(src, a)
     shutil.copytree(src, b)
     os.utime(b / "model.safetensors", (1_000_000, 1_000_000))
-    ka = plan.checkpoint_identity(str(a), tmp_path)
-    assert ka == plan.checkpoint_identity(str(b), tmp_path)
-    assert plan.checkpoint_identity(str(a), tmp_path) == ka  # answered from the hash cache
+    ka = inputs.checkpoint_identity(str(a), tmp_path)
+    assert ka == inputs.checkpoint_identity(str(b), tmp_path)
+    assert inputs.checkpoint_identity(str(a), tmp_path) == ka  # answered from the hash cache
     with open(b / "tokenizer.json", "r+b") as fh:  # same size, one byte different
         first = fh.read(1)
         fh.seek(0)
         fh.write(b"[" if first != b"[" else b"{")
-    assert plan.checkpoint_identity(str(b), tmp_path) != ka
+    assert inputs.checkpoint_identity(str(b), tmp_path) != ka

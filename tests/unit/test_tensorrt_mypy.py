@@ -40,7 +40,6 @@ def test_the_tensorrt_adapter_type_checks_strictly(work):
         "lock.py",
         "batched.py",
         "bindings.py",
-        "shortcuts.py",
         "eagle_host.py",
         "opened.py",
     } <= names

@@ -23,7 +23,7 @@ import torch
 from builder.engines.tensorrt.device import Lane
 from builder.engines.tensorrt.profiles import CacheDims, eagle_profiles, target_profiles
 from builder.export.contract import EAGLE, FP8, TARGET, Precision, numpy_dtype
-from builder.speculative.engine import SamplingBatch
+from builder.speculative.protocols import SamplingBatch
 from builder.speculative.tree import tree_draft, tree_from_parents
 from tests.unit.test_tensorrt_fakes import (
     FakeCuda,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from builder.speculative.engine import Draft
+from builder.speculative.protocols import Draft
 from builder.speculative.tree import (
     fill_tokens,
     medusa_draft,

@@ -79,7 +79,7 @@ def fake_folder(fake, folder: Path, drafter: dict | None = None) -> dict:
 def test_fake_TensorRT_no_GPU_folder_opens_through_the_neutral_host_layer_and_decodes(fake_trt, tmp_path, drafter):
     from builder.engines.folder import open_engine
     from builder.speculative.decoding import generate
-    from builder.speculative.engine import Sampling
+    from builder.speculative.protocols import Sampling
 
     fake_folder(fake_trt, tmp_path, drafter)
     opened = open_engine(tmp_path, max_batch_size=2, cuda=FakeCuda())
@@ -119,15 +119,16 @@ def test_unknown_backend_or_format_is_refused_naming_the_allowed(tmp_path):
 def test_fake_TensorRT_repo_stage_runs_after_a_TensorRT_engine(fake_trt, tmp_path):
     pytest.importorskip("tritonclient.grpc", reason="the serve extra renders configs")
     from builder.recipe.loader import load_recipe
-    from builder.stages.context import StageContext
+    from builder.stages.registry import backend_of
     from builder.stages.repo import run
+    from builder.stages.stage import StageContext
     from triton_repo.config import parse, pb2
     from triton_repo.runtime import FOLDER, absolute_paths, problems
 
     meta = fake_folder(fake_trt, tmp_path / "engine")
     loaded = load_recipe(str(ROOT / "recipes/llama3-8b-1xh100-fp8-none.yaml"))
     out = tmp_path / "repo"
-    ctx = StageContext(loaded, "repo", "key", {"engine": tmp_path / "engine"})
+    ctx = StageContext(loaded, backend_of(loaded.recipe), "repo", "key", {"engine": tmp_path / "engine"})
     run(ctx, out)
     m, name = pb2(), loaded.recipe.triton.model_name
     configs = {p.parent.name: parse(p.read_text()) for p in out.glob("*/config.pbtxt")}
@@ -143,7 +144,7 @@ def test_fake_TensorRT_repo_stage_runs_after_a_TensorRT_engine(fake_trt, tmp_pat
     assert absolute_paths(p.read_text() for p in out.glob("*/config.pbtxt")) == []
     info = json.loads((out / "trtspec-repo.json").read_text())
     assert info["engine"]["backend"] == "tensorrt" and info["settings"]["gpus"] == [0]
-    assert ctx.info["engine_backend"] == "tensorrt" and ctx.info["gpus"] == [0]
+    assert ctx.info is not None and ctx.info.engine_backend == "tensorrt" and ctx.info.gpus == [0]
 
 
 def test_emit_refuses_a_TensorRT_folder_without_gpus_and_an_onnxruntime_one_with_them(tmp_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from builder.engines.ort.load import read_meta
+from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.loader import load_recipe
-from builder.stages.engine import batch_grid, size_grid
 from builder.stages.runner import build
 from builder.tune.curve import StepCurve
 from tests.unit.recipe_helpers import run
@@ -114,7 +114,7 @@ def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
     measures the curve again here and says so; on the same host it takes the engine's curve as it is. (The other host
     is a stand-in: `host_about` reports another ISA level; the curve is really measured again.) By default the curve
     is timed again in any case, in the minutes the host share is measured against it, the engine left as it was."""
-    import builder.stages.engine as engine_stage
+    import builder.engines.step_curve as step_curve
     from builder.tune.run import Options, cost_curve
 
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
@@ -128,9 +128,9 @@ def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
     opts = Options(cache=Path(CACHE), say=said.append, curve="engine")
     curve, folder = cost_curve(loaded, opts)
     assert curve.about == stored["about"] and not any("measuring it here" in m for m in said)
-    real = engine_stage.host_about
+    real = step_curve.host_about
     other = {**real(1), "isa": "x86-64-v1" if real(1)["isa"] != "x86-64-v1" else "x86-64-v4"}
-    monkeypatch.setattr(engine_stage, "host_about", lambda threads: {**other, "threads": threads})
+    monkeypatch.setattr(step_curve, "host_about", lambda threads: {**other, "threads": threads})
     said.clear()
     again, folder2 = cost_curve(loaded, opts)
     assert folder2 == folder and any("measuring it here" in m and repr(stored["about"]["isa"]) in m for m in said)
@@ -143,10 +143,10 @@ def test_extend_is_timed_after_a_target_step():
     """The step curve times an EAGLE extend as a decoding loop runs it: right after a plain target step
     (`plain_steps`, run untimed before each timed call: its time is not in the figure)."""
     from builder.engines.ort.load import open_engine
-    from builder.stages.engine import _timed, plain_steps
+    from builder.engines.step_curve import plain_steps, point_ms
 
     calls: list[str] = []
-    ms = _timed(lambda: calls.append("fn"), 0.0, before=lambda: (calls.append("before"), time.sleep(0.02)))
+    ms = point_ms(lambda: calls.append("fn"), 0.0, before=lambda: (calls.append("before"), time.sleep(0.02)))
     assert calls[::2] == ["before"] * (len(calls) // 2) and calls[1::2] == ["fn"] * (len(calls) // 2)
     assert ms < 10  # the 20 ms before each call are not timed
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-eagle1.yaml")

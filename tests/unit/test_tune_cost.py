@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.gpus import GPUS
 from builder.recipe.loader import load_recipe
 from builder.recipe.resolve import resolve_architecture
-from builder.stages.engine import batch_grid, size_grid
 from builder.tune.costs import Host, static_cost, step_ms, units
 from builder.tune.curve import OutOfRange, StepCurve, isotonic
 from builder.tune.host import fit_line, small_setting

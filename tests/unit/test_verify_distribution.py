@@ -32,8 +32,8 @@ from collections import Counter
 import pytest
 import torch
 
+from devtools.verify_cases import paths_of
 from plugins.tree_verify.reference import tree_verify
-from plugins.verify_checks.cases import paths_of
 
 PARENTS = [-1, 0, 0, 0, 1, 1, 2]
 TOKENS = [9, 2, 4, 2, 0, 3, 5]

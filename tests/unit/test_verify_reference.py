@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.verify_cases import Case, compare, edge_case, paths_of, random_case
 from plugins.tree_verify.contract import TEMPERATURE_EPS, Mode
 from plugins.tree_verify.reference import VerifyResult, tree_verify
-from plugins.verify_checks.cases import Case, compare, edge_case, paths_of, random_case
 
 
 def _rows(res: VerifyResult) -> list[tuple[int, int, list[int]]]:

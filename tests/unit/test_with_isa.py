@@ -137,9 +137,7 @@ def test_libraries_take_the_masked_paths(mode: str) -> None:
     avx2, avx512, cap = _run("sse4", sys.executable, "-c", code, mode=mode).stdout.split()
     assert (avx2, avx512, cap) == ("0", "0", "DEFAULT")
     # the level a step curve records (`trtspec tune` re-measures a curve from another level)
-    level = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from builder.stages.engine import isa_level; print(isa_level())"
-    )
+    level = "import sys; sys.path.insert(0, sys.argv[1]); from builder.engines.step_curve import isa_level; print(isa_level())"
     assert _run("avx2", sys.executable, "-c", level, str(ROOT), mode=mode).stdout.split() == ["x86-64-v3"]
     assert _run("none", sys.executable, "-c", level, str(ROOT), mode=mode).stdout.split() == [
         "x86-64-v4" if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= FLAGS else "x86-64-v3"

@@ -1,4 +1,4 @@
-"""`OrtEagleNet`: the `EagleNet` protocol (builder.speculative.engine) over the exported EAGLE draft graph.
+"""`OrtEagleNet`: the `EagleNet` protocol (builder.speculative.protocols) over the exported EAGLE draft graph.
 
 The host logic (rows, committed lengths, `extend` / `expand` input filling, idle rows) is
 `builder.engines.eagle_host.EagleHost`, shared with the TensorRT engine; here are the ONNX Runtime

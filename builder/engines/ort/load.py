@@ -1,6 +1,6 @@
 """Open an ONNX Runtime engine folder (the `engine` stage's output; also what a Triton repository ships).
 
-engine.json (written by `builder.stages.engine`):
+engine.json (written by `builder.stages.engine`; its model `builder.handoffs.OrtEngineJson`):
 
     format, backend ("onnxruntime"), variant ("ort" | "standard"), label, capacity, max_seq_len,
     max_batch_size, model {layers, kv_heads, head_dim, hidden, vocab},
@@ -21,17 +21,24 @@ from typing import Any
 from builder.engines.opened import Opened, drafter_for
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
+from builder.handoffs import OrtEngineJson
 from builder.speculative.drafters import chains_only, drafter_factory, label
 
-ENGINE_JSON = "engine.json"
-FORMAT = 1
+ENGINE_JSON = OrtEngineJson.FILE
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
+    """engine.json of an ONNX Runtime folder, checked against `OrtEngineJson` (`OtherFormat`, a ValueError, naming
+    the file, both formats and the rebuild command otherwise)."""
     path = Path(folder) / ENGINE_JSON
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT or meta.get("backend") != "onnxruntime":
-        raise ValueError(f"{path}: not an ONNX Runtime engine folder of format {FORMAT}")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not an ONNX Runtime engine folder ({exc})") from None
+    backend = meta.get("backend") if isinstance(meta, dict) else None
+    if backend != "onnxruntime":
+        raise ValueError(f"{path}: not an ONNX Runtime engine folder (backend {backend!r})")
+    OrtEngineJson.validate_file(meta, path, meta.get("recipe") if isinstance(meta.get("recipe"), str) else None)
     return meta
 
 

@@ -1,4 +1,4 @@
-"""`OrtEngine`: the `Engine` protocol (builder.speculative.engine) over the exported target step graph.
+"""`OrtEngine`: the `Engine` protocol (builder.speculative.protocols) over the exported target step graph.
 
 One graph serves prefill and steps (see the I/O contract in `builder.export`). Verification runs in
 the graph (the decomposed trtspec::TreeVerify), so per step only tokens, masks and paths go in and

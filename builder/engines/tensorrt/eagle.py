@@ -1,4 +1,4 @@
-"""`TrtEagleNet`: the `EagleNet` protocol (builder.speculative.engine) over a TensorRT engine of the EAGLE
+"""`TrtEagleNet`: the `EagleNet` protocol (builder.speculative.protocols) over a TensorRT engine of the EAGLE
 draft step graph.
 
 The host logic (sequence ids, committed lengths, `extend` / `expand` input filling, idle rows) is the

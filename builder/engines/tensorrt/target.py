@@ -1,4 +1,4 @@
-"""`TrtEngine`: the `Engine` protocol (builder.speculative.engine) over TensorRT engines of the target step
+"""`TrtEngine`: the `Engine` protocol (builder.speculative.protocols) over TensorRT engines of the target step
 graph. The host side — rows, input filling, the verdict, commit and KV compaction — is shared with ONNX
 Runtime (`builder.engines.batched.BatchedTarget`); here are the engines, the device KV buffer in the
 contract's KV dtype (`kv.DeviceKV`) and the bindings (`runtime.TrtBinding`), whose tensors are the graph I/O

@@ -4,7 +4,7 @@ temporary MYPYPATH by `plugins.tree_verify.typecheck`, which also stubs `tensorr
     python -m builder.engines.tensorrt.typecheck [files...]     (default: this package + its shared module)
 
 Checked strictly: every module of this package and the backend-neutral modules it runs
-(`builder.engines.batched` with `bindings` and `shortcuts`, `builder.engines.eagle_host`, `builder.engines.opened`).
+(`builder.engines.batched` with `bindings`, `builder.engines.eagle_host`, `builder.engines.opened`).
 The trtspec modules they import are analysed for their types but not reported on (`follow_imports =
 silent`: other engineers' modules have their own checks); torch, triton and numpy are skipped (Any).
 """
@@ -21,7 +21,6 @@ HERE = Path(__file__).resolve().parent
 SHARED = (
     "batched.py",
     "bindings.py",
-    "shortcuts.py",
     "eagle_host.py",
     "opened.py",
 )  # builder/engines/: the host side the engines run
@@ -30,7 +29,7 @@ EXTRA_CONFIG = """
 [mypy-builder.*,plugins.*,tests.*]
 follow_imports = silent
 
-[mypy-builder.engines.tensorrt.*,builder.engines.batched,builder.engines.bindings,builder.engines.shortcuts,builder.engines.eagle_host,builder.engines.opened]
+[mypy-builder.engines.tensorrt.*,builder.engines.batched,builder.engines.bindings,builder.engines.eagle_host,builder.engines.opened]
 follow_imports = normal
 
 [mypy-onnx.*,onnxruntime.*,tokenizers.*,transformers.*,safetensors.*,huggingface_hub.*,pydantic.*,yaml.*]

@@ -38,9 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, _rows
-from builder.speculative.engine import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
+from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, row_index
 from builder.speculative.medusa.drafter import truncate_tree
+from builder.speculative.protocols import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.tree import Tree
 
 Level = tuple[np.ndarray, "np.ndarray | None"]  # a static tree level's [B, F, U] mask and parents' rows (or None)
@@ -65,7 +65,8 @@ class _Steady:
 
 
 class EagleDrafter:
-    """EAGLE-1 (static tree) or EAGLE-2 (DynamicSpec) over a batched `EagleNet`."""
+    """EAGLE-1 (static tree) or EAGLE-2 (DynamicSpec) over a batched `EagleNet`; `Budgeted`
+    (`builder.speculative.protocols`)."""
 
     def __init__(self, net: EagleNet, tree: Tree | DynamicSpec) -> None:
         self.net, self.tree = net, tree
@@ -147,9 +148,11 @@ class EagleDrafter:
             c = result.hidden.shape[2]
             st = _Steady([], {}, np.zeros((b, w), np.int64), np.zeros((b, w, c), np.float32), np.zeros(b, np.int64))
         st.seqs, st.row = list(seqs), {s: i for i, s in enumerate(seqs)}
-        np.maximum(result.tokens, 0, out=st.tokens)  # copied (the result is the engine's until its next step); -1 -> 0
-        st.hidden[...] = result.hidden
-        st.num_new[...] = result.accepted_len
+        # rows 0..b-1: ours (a step's later rows are sequences that do not draft); copied (the result is the engine's
+        # until its next step); -1 -> 0
+        np.maximum(result.tokens[:b], 0, out=st.tokens)
+        st.hidden[...] = result.hidden[:b]
+        st.num_new[...] = result.accepted_len[:b]
         self._steady = st
 
     def _park(self, seq: int) -> None:
@@ -183,7 +186,7 @@ class EagleDrafter:
         levels, width = (t.depth, t.top_k) if isinstance(t, DynamicSpec) else (t.max_depth, t.num_nodes)
         positions = np.empty((b, levels, width), np.int64)  # [B, level, F] every level's positions (F <= width):
         np.add(self.net.committed_lens(seqs)[:, None, None] - 1, _levels(levels), out=positions)  # root + level
-        used, level, bi = 0, 1, _rows(b)  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
+        used, level, bi = 0, 1, row_index(b)  # bi [B, 1]: arr[bi, idx] gathers idx [B, F] per row
         static = self._static_levels(t, b) if isinstance(grow, StaticTrees) else None
         while not grow.done:
             if static is not None:  # a static tree: every row's frontier, parents and mask are the tree's

@@ -29,12 +29,12 @@ from functools import lru_cache
 import numpy as np
 
 from builder.speculative.eagle_tree import _plan
-from builder.speculative.engine import Draft
+from builder.speculative.protocols import Draft
 from builder.speculative.tree import Tree
 
 
 @lru_cache(maxsize=64)
-def _rows(b: int) -> np.ndarray:  # [B, 1] row indices: arr[_rows(b), idx] gathers idx [B, N] per row
+def row_index(b: int) -> np.ndarray:  # [B, 1] row indices: arr[row_index(b), idx] gathers idx [B, N] per row
     r = np.arange(b)[:, None]
     r.flags.writeable = False
     return r
@@ -160,7 +160,7 @@ class DynamicTrees:
         if d + 1 >= self.depth:
             return
         best = np.argsort(lv.neg_flat, axis=1, kind="stable")[:, : self.top_k]  # [B, F'] this level
-        bi = _rows(b)
+        bi = row_index(b)
         self.f_tokens = lv.tok_flat[bi, best]
         self.f_parents = best // k
         self._f_neg = lv.neg_flat[bi, best][:, :, None]
@@ -176,7 +176,7 @@ class DynamicTrees:
         b = len(self.roots)
         n = min(self.total_nodes, c)
         t = n + 1
-        bi = _rows(b)
+        bi = row_index(b)
         kept = np.sort(np.argsort(ws.neg, axis=1, kind="stable")[:, :n], axis=1)  # [B, n] by index
         ws.node_of[bi, kept] = _arange32(1, t)  # candidate -> node (only the kept slots are read below)
         nodes = ws.nodes(t)  # [B, T, W] each node's path from the root (-1 padded; the root's row is set)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
 from builder.speculative.lookahead.pool import NgramPool
 from builder.speculative.lookahead.window import StepLayout, Window, advance_window, init_window, step_layout
+from builder.speculative.protocols import Draft, PrefillResult, StepResult, root_only
 
 if TYPE_CHECKING:
     from builder.speculative.lookahead.config import LookaheadConfig
@@ -106,7 +106,8 @@ class LookaheadState:
 
 
 class LookaheadDrafter:
-    """Lookahead decoding for a batch of sequences (one `LookaheadState` each)."""
+    """Lookahead decoding for a batch of sequences (one `LookaheadState` each); `Budgeted` and `Configurable`
+    (`builder.speculative.protocols`)."""
 
     def __init__(self, window: int, ngram: int, verification_set: int, **kwargs: object) -> None:
         self._make = lambda w=window, n=ngram, g=verification_set: LookaheadState(w, n, g, **kwargs)  # type: ignore[arg-type]

@@ -48,8 +48,8 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft
 from builder.speculative.lookahead.pool import Ngram
+from builder.speculative.protocols import Draft
 
 
 @dataclass(frozen=True)

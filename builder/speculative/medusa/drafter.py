@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
+from builder.speculative.protocols import Draft, PrefillResult, StepResult, root_only
 from builder.speculative.tree import Tree, medusa_draft, tree_from_parents
 
 
@@ -31,6 +31,9 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 class MedusaDrafter:
+    """Medusa drafts from the heads' top-k the engine returns, over a static tree; `Budgeted`
+    (`builder.speculative.protocols`)."""
+
     def __init__(self, tree: Tree) -> None:
         if tree.head is None or tree.rank is None:
             raise ValueError("Medusa needs a tree built from choices")

@@ -1,4 +1,5 @@
-"""NgramDrafter: prompt-lookup drafts behind the `Drafter` protocol (zero weights; see `config`).
+"""NgramDrafter: prompt-lookup drafts behind the `Drafter` protocol (zero weights; see `config`); it also implements
+`Budgeted`, `EmittedUpdates` and `ChainProposing` (`builder.speculative.protocols`).
 
 Per sequence (`NgramState`) the text so far (prompt, then every emitted token) and an index: each n-gram of the
 text, min_match <= n <= max_match, maps to the positions that followed it, oldest first. Per step, the newest n
@@ -31,8 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.speculative.engine import Draft, PrefillResult, StepResult, root_only
 from builder.speculative.ngram.pool import POOL_DRAFT, SharedPool, shared_pool_for
+from builder.speculative.protocols import Draft, PrefillResult, StepResult, root_only
 
 SCAN = 16  # occurrences read per lookup at most (newest first)
 ADAPT_START, ADAPT_UP, ADAPT_AFTER, ADAPT_FLOOR = 2, 8, 2, 2  # adaptive draft length (module docstring)
@@ -236,20 +237,19 @@ class NgramDrafter:
         for row, (s, d) in enumerate(zip(seqs, drafts)):
             self._seqs[s].update(result.emitted(row), d.width - 1)
 
-    @property
-    def chains(self) -> bool:
-        """Every draft is a chain (one candidate): `propose_chain` gives it as a token list."""
+    def chains_only(self) -> bool:
+        """Every draft is a chain (one candidate): `propose_chain` gives it as a token list (`ChainProposing`)."""
         return self.settings[3] == 1
 
     def propose_chain(self, seq: int, root: int) -> list[int]:
-        """`propose` for one sequence whose drafts are chains (`chains`), as tokens — root first, then the drafts —
-        instead of a `Draft` (the decoding loop's batch-1 shortcut, `Decoder._drafted_chain_step`); calling
-        `propose` after it for the same root gives the same draft."""
+        """`propose` for one sequence whose drafts are chains (`chains_only`), as tokens — root first, then the
+        drafts — instead of a `Draft` (`ChainProposing`: the decoding loop's lone drafted chain,
+        `builder.speculative.fast_paths`); calling `propose` after it for the same root gives the same draft."""
         return self._seqs[seq].propose_chain(root, self._budget)
 
     def update_emitted(self, seq: int, emitted: list[int], depth: int) -> None:
         """`update` for one sequence from what it learns of a step — its emitted tokens and its draft's depth
-        (the decoding loop's batch-1 shortcut, `Decoder._chain_step`)."""
+        (`EmittedUpdates`: the decoding loop's batch-1 chain steps, `builder.speculative.fast_paths`)."""
         self._seqs[seq].update(emitted, depth)
 
     def release(self, seq: int) -> None:

@@ -18,7 +18,7 @@ and the pool gains nothing (0.997x, 10 rounds) — which is why `trtspec tune` r
 the engine's own step curve. Replaying greedy decodes on made-up curves (c(T) = 1 + s (T − 1)) said the same:
 +9–14 % at s = 0.05, +4–8 % at s = 0.15. Only released sequences enter the pool, so what a sequence drafts does
 not depend on which others run beside it (a replay is exact). `scripts/bench_decode.py` puts a shared-pool n-gram
-row beside its private twin (`builder.bench.decode.private_pools`).
+row beside its private twin (`devtools.bench.decode.private_pools`).
 
 Memory: the texts keep at most `capacity` tokens (POOL_TOKENS); past it the oldest texts go until half is left
 and the index is rebuilt (amortised: each token is indexed at most twice per pass through the pool).
