@@ -84,7 +84,7 @@ def _scalar(fields: Fields, name: str, kind: type, default: Any = None) -> Any:
     return float(v)
 
 
-def _text(a: np.ndarray, name: str) -> str:
+def request_text(a: np.ndarray, name: str) -> str:
     raw = a.reshape(-1)[0]
     if isinstance(raw, str):
         return raw
@@ -101,7 +101,7 @@ def _prompt(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[i
     if text is not None:
         if np.asarray(text).size != 1:
             raise RequestError(f"text_input: expected one string, got shape {list(np.asarray(text).shape)}")
-        s = _text(np.asarray(text), "text_input")
+        s = request_text(np.asarray(text), "text_input")
         if not s:
             raise RequestError("text_input: empty prompt")
         prompt = encode(s, True)
@@ -135,7 +135,7 @@ def _stops(fields: Fields, limits: Limits, encode: Callable[[str, bool], list[in
         if len(raw) > MAX_STOP_WORDS:  # (each word becomes up to two token sequences)
             raise RequestError(f"stop: {len(raw)} words; at most {MAX_STOP_WORDS}")
         for w in raw:
-            s = _text(np.asarray([w], dtype=object), "stop")
+            s = request_text(np.asarray([w], dtype=object), "stop")
             if not s or len(s.encode()) > MAX_STOP_BYTES:
                 raise RequestError(f"stop: every word must be 1..{MAX_STOP_BYTES} bytes")
             words += [encode(v, False) for v in stop_variants(s)]

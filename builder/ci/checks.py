@@ -146,7 +146,7 @@ def engine_checks(
     acceptance = _acceptance(roles, opened.label)
     acceptance.seconds = decode_s
     t1 = time.perf_counter()
-    lossless = _lossless(
+    lossless = lossless_check(
         loaded, quantized, prompts, checks.max_new_tokens, roles, opened.label, {} if memo is None else memo
     )
     lossless.seconds = time.perf_counter() - t1
@@ -171,7 +171,7 @@ def _acceptance(roles: dict[str, Role], label: str) -> CheckResult:
     return CheckResult(PASSED, "", data)
 
 
-def _torch_oracle(
+def torch_oracle(
     loaded: LoadedRecipe, prompts: list[list[int]], max_new: int, memo: dict[str, Any]
 ) -> tuple[list[list[int]], list[list[tuple[float, float]]]]:
     """Plain greedy tokens of the torch reference model, each token from a forward pass over the whole
@@ -226,7 +226,7 @@ def _greedy_by_recomputation(
     return outs, gaps
 
 
-def _lossless(
+def lossless_check(
     loaded: LoadedRecipe,
     quantized: bool,
     prompts: list[list[int]],
@@ -243,7 +243,7 @@ def _lossless(
             return CheckResult(SKIPPED, "an FP8 recipe without a drafter: plain decoding is its own oracle")
     else:
         oracle = "torch reference model, plain greedy by full recomputation"
-        want, gaps = _torch_oracle(loaded, prompts, max_new, memo)
+        want, gaps = torch_oracle(loaded, prompts, max_new, memo)
         compared = {"none": roles["plain"].outputs, **({label: roles["method"].outputs} if "method" in roles else {})}
     mismatches = []
     for name, outs in compared.items():

@@ -35,18 +35,18 @@ def _levels(text: str | None) -> tuple[int, ...] | None:
 
 def _target(target: str, overrides: tuple[str, ...], cache_dir: str, quiet: bool):
     """(repo, repository info, the recipe's bench section or None, folder for relative prompt files, stem)."""
-    from builder.commands.serve_cmds import _check_repo, _repo_from_recipe
+    from builder.commands.serve_cmds import check_repo, repo_from_recipe
 
     path = Path(target)
     if path.is_dir():
         if overrides:
             raise UserError("--set applies to a recipe; TARGET is a repository", field="--set")
-        return path, _check_repo(path), None, Path.cwd(), path.resolve().name
+        return path, check_repo(path), None, Path.cwd(), path.resolve().name
     from builder.commands.options import load_checked
 
-    repo, _ = _repo_from_recipe(target, overrides, cache_dir, quiet)
+    repo, _ = repo_from_recipe(target, overrides, cache_dir, quiet)
     loaded, _ = load_checked(target, overrides)
-    return repo, _check_repo(repo), loaded.recipe.bench, loaded.dir_of(("bench", "prompt_source")), path.stem
+    return repo, check_repo(repo), loaded.recipe.bench, loaded.dir_of(("bench", "prompt_source")), path.stem
 
 
 def _replace(tmp: Path, out: Path) -> None:

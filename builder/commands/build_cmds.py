@@ -14,7 +14,7 @@ from builder.errors import UserError
 EXIT_NEEDS_GPU = 3
 
 
-class _Display:
+class BuildDisplay:
     """One line per stage event on stderr (a live spinner when stderr is a terminal)."""
 
     def __init__(self, quiet: bool) -> None:
@@ -76,7 +76,7 @@ def build(
     memory = build_report(loaded, cache_dir)["memory"]
     if not memory["fits"]:
         raise UserError("; ".join(memory["problems"]), location=recipe, field="memory plan")
-    result = run_build(loaded, cache_dir, until=until, force=force, report=_Display(quiet or as_json))
+    result = run_build(loaded, cache_dir, until=until, force=force, report=BuildDisplay(quiet or as_json))
     summary = _summary(result, recipe, cache_dir)
     if as_json:
         click.echo(json.dumps(summary, indent=2))

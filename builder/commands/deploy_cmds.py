@@ -61,7 +61,7 @@ def deploy(
     container on a GPU host (or taken from the cache when this host built it), served by bundle/launch.sh
     (docker-run.sh, k8s.yaml) and measured by bundle/bench.sh.
     """
-    from builder.commands.build_cmds import _Display
+    from builder.commands.build_cmds import BuildDisplay
     from builder.stages.runner import build as run_build
 
     loaded, findings = load_checked(recipe, overrides)
@@ -74,7 +74,7 @@ def deploy(
             field="target.backend",
             allowed="trtllm",
         )
-    result = run_build(loaded, cache_dir, until="checkpoint", report=_Display(quiet))
+    result = run_build(loaded, cache_dir, until="checkpoint", report=BuildDisplay(quiet))
     dest = Path(out) if out else Path("out/deploy") / Path(recipe).stem
     info = _write(loaded, result, Path(cache_dir), dest, engine_path)
     todo = "to build: bash " + str(dest / "bundle/docker-run.sh") + " build"

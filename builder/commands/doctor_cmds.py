@@ -52,7 +52,7 @@ _TORCH_PROBE = """import json, torch
 c = torch.cuda.is_available()
 print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": c,
                   "devices": torch.cuda.device_count() if c else 0}))"""
-_TENSORRT_PROBE = """import json, importlib.util, tensorrt
+TENSORRT_PROBE = """import json, importlib.util, tensorrt
 plugin = importlib.util.find_spec("tensorrt.plugin") is not None
 print(json.dumps({"version": tensorrt.__version__, "plugin": plugin}))"""
 
@@ -188,7 +188,7 @@ def read_host() -> Host:
             facts.update(torch_cuda=got["cuda"], cuda_available=bool(got["cuda_available"]))
         facts["torch_error"] = err
     if versions["tensorrt"] or dirs["tensorrt"]:
-        got, err = probe(_TENSORRT_PROBE)
+        got, err = probe(TENSORRT_PROBE)
         if got:
             versions["tensorrt"] = versions["tensorrt"] or got["version"]
             facts["tensorrt_plugin"] = bool(got["plugin"])

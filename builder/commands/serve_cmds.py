@@ -16,8 +16,8 @@ from builder.errors import UserError
 EXIT_NEEDS_GPU = 3
 
 
-def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, quiet: bool):
-    from builder.commands.build_cmds import _Display
+def repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, quiet: bool):
+    from builder.commands.build_cmds import BuildDisplay
     from builder.stages.runner import build
 
     loaded, findings = load_checked(recipe, overrides)
@@ -30,12 +30,12 @@ def _repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, q
             field="target.backend",
             allowed="onnxruntime, tensorrt",
         )
-    result = build(loaded, cache_dir, until="repo", report=_Display(quiet))
+    result = build(loaded, cache_dir, until="repo", report=BuildDisplay(quiet))
     if result.stopped is not None:
         click.echo(f"stopped: {result.stopped}; build the recipe on a GPU host first", err=True)
         sys.exit(EXIT_NEEDS_GPU)
     repo = result.folder("repo")
-    _warn_stale(repo)
+    warn_stale(repo)
     return repo, loaded.recipe.triton
 
 
@@ -44,7 +44,7 @@ def _first(found: list[str]) -> str:
     return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
 
 
-def _warn_stale(repo: Path) -> None:
+def warn_stale(repo: Path) -> None:
     """Warn when the cached repository carries other code than this source tree would copy into it now."""
     from triton_repo.emit import INFO
     from triton_repo.runtime import FOLDER, stale
@@ -59,7 +59,7 @@ def _warn_stale(repo: Path) -> None:
         )
 
 
-def _check_repo(repo: Path) -> dict:
+def check_repo(repo: Path) -> dict:
     """trtspec-repo.json, after checking that every model carries its runtime intact (the repository imports
     nothing from this environment's trtspec: `triton_repo.runtime`)."""
     from triton_repo.emit import INFO
@@ -130,8 +130,8 @@ def serve(target, overrides, cache_dir, host, http_port, grpc_port, metrics_port
     if path.is_dir():
         repo = path
     else:
-        repo, triton = _repo_from_recipe(target, overrides, cache_dir, quiet)
-    info = _check_repo(repo)
+        repo, triton = repo_from_recipe(target, overrides, cache_dir, quiet)
+    info = check_repo(repo)
     dist = find_tritonserver()
     if dist is None:
         raise UserError(install_hint())

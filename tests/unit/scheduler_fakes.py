@@ -70,17 +70,17 @@ class Sink:
         return out
 
 
-def _scheduler(tiny, engine=None, **kw) -> tuple[Scheduler, Decoder]:
+def make_scheduler(tiny, engine=None, **kw) -> tuple[Scheduler, Decoder]:
     decoder = Decoder(engine or tiny.engine, tiny.make_drafter(), DraftSchedule([[1, 12], [2, 6], [3, 1]]))
     return Scheduler(decoder, **kw).start(), decoder
 
 
-def _wait(sinks, timeout: float = 120.0) -> None:
+def wait_sinks(sinks, timeout: float = 120.0) -> None:
     for s in sinks:
         assert s.done.wait(timeout)
 
 
-def _give_back(tiny) -> None:
+def give_back(tiny) -> None:
     """After a broken engine (whose sequences the decoder never releases): free the shared engine's rows and
     the EAGLE net's caches, so the next test starts clean."""
     for sid in list(tiny.engine.rows.ids):
@@ -90,5 +90,5 @@ def _give_back(tiny) -> None:
         net.release(sid)
 
 
-def _long(tiny, n: int = 200) -> Request:
+def long_request(tiny, n: int = 200) -> Request:
     return Request(tuple(tiny.tokenizer.encode("def long_one(x):").ids), n)  # no stop ids: runs n tokens

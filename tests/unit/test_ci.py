@@ -313,19 +313,19 @@ def test_gates_without_data_on_either_side_are_skipped():
 
 def test_lossless_reports_where_a_decode_leaves_the_oracle():
     """The comparison on the real torch oracle: a decode with one token changed is found at that token."""
-    from builder.ci.checks import Role, _lossless, _torch_oracle
+    from builder.ci.checks import Role, lossless_check, torch_oracle
     from builder.recipe.loader import load_recipe
 
     loaded = load_recipe(REPO / "recipes/tiny-llama3-none.yaml")
     prompts, memo = [[1, 2, 3, 4, 5], [9, 8, 7]], {}
-    want, gaps = _torch_oracle(loaded, prompts, 6, memo)
+    want, gaps = torch_oracle(loaded, prompts, 6, memo)
     wrong = [list(want[0]), [*want[1][:3], (want[1][3] + 1) % 256, *want[1][4:]]]
-    res = _lossless(loaded, False, prompts, 6, {"plain": Role(outputs=wrong)}, "none", memo)
+    res = lossless_check(loaded, False, prompts, 6, {"plain": Role(outputs=wrong)}, "none", memo)
     assert res.status == "failed" and res.data["mismatching"] == 1
     m = res.data["mismatches"][0]
     assert (m["prompt"], m["position"], m["expected"]) == (1, 3, want[1][3])
     assert m["top2_gap"] == gaps[1][3][0] > 0 and "prompt 1, token 3" in res.reason
-    assert _lossless(loaded, False, prompts, 6, {"plain": Role(outputs=want)}, "none", memo).status == "passed"
+    assert lossless_check(loaded, False, prompts, 6, {"plain": Role(outputs=want)}, "none", memo).status == "passed"
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.commands.doctor_cmds import _TENSORRT_PROBE, Host, declared_ranges, judge, probe
+from builder.commands.doctor_cmds import TENSORRT_PROBE, Host, declared_ranges, judge, probe
 from builder.recipe.trtllm import RELEASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,7 +246,7 @@ def test_a_broken_tensorrt_is_a_reason_not_a_crash(tmp_path: Path, monkeypatch, 
     root = _stand_in_tensorrt(tmp_path / "site", body)
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("PYTHONPATH", str(root))
-    got, err = probe(_TENSORRT_PROBE)
+    got, err = probe(TENSORRT_PROBE)
     assert got is None and says in err
     result = CliRunner().invoke(cli, ["doctor", "--json"])
     assert result.exit_code == 0, result.output

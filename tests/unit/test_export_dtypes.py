@@ -43,7 +43,7 @@ from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.quantize.reference import Fp8KVCache, e4m3_round, fake_quant_model
 from plugins.tree_verify import onnx_op
 from tests.unit.numerics import assert_rounds_like, error_bound, unit_roundoff
-from tests.unit.test_export_eagle import _draft
+from tests.unit.test_export_eagle import eagle_draft_pair
 from tests.unit.test_export_harness import K_ORT, ancestors, f64, leaf_paths, pad_paths, sequence_mask, tiny_target
 from tests.unit.test_quantize_ptq import fixture_fp8
 
@@ -293,7 +293,7 @@ def test_fp8_weights_and_a_stored_fp8_kv_cache_in_bfloat16(tmp_path: Path) -> No
 
 
 def test_eagle_gpu_form_in_bfloat16(tmp_path: Path) -> None:
-    draft, lm_head = _draft(0, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(0, 1, fc_bias=True)
     draft, lm_head = draft.to(torch.bfloat16), lm_head.to(torch.bfloat16)
     draft.set_lm_head(lm_head)
     res = export_eagle(

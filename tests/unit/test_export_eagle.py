@@ -35,7 +35,7 @@ CAP = 64
 TOP_K = 5
 
 
-def _draft(seed: int, layers: int, fc_bias: bool) -> tuple[EagleDraft, torch.Tensor]:
+def eagle_draft_pair(seed: int, layers: int, fc_bias: bool) -> tuple[EagleDraft, torch.Tensor]:
     hf = hf_config(
         num_attention_heads=8,
         num_key_value_heads=2,
@@ -208,7 +208,7 @@ def _scenario(
 @pytest.mark.parametrize("variant", ["standard", "ort"])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_pairs_then_tentative_levels_match_eagle_draft(variant: str, layers: int, tmp_path: Path) -> None:
-    draft, lm_head = _draft(layers, layers, fc_bias=layers == 1)
+    draft, lm_head = eagle_draft_pair(layers, layers, fc_bias=layers == 1)
     _scenario(draft, lm_head, variant, tmp_path, seed=layers)
 
 
@@ -216,7 +216,7 @@ def test_pairs_then_tentative_levels_match_eagle_draft(variant: str, layers: int
 def test_draft_vocabulary_levels_match_eagle_draft_over_those_tokens(variant: str, tmp_path: Path) -> None:
     """`set_draft_vocab`: the graph's LM head keeps a random third of the rows; its top-K must be the
     reference's ranking of those columns (log-softmax over them only), mapped back to target token ids."""
-    draft, lm_head = _draft(5, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(5, 1, fc_bias=True)
     V = draft.cfg.vocab_size
     draft.set_draft_vocab(np.sort(np.random.default_rng(5).choice(V, V // 3, replace=False)))
     _scenario(draft, lm_head, variant, tmp_path, seed=5)
@@ -229,7 +229,7 @@ def test_draft_vocabulary_levels_match_eagle_draft_over_those_tokens(variant: st
 
 @pytest.mark.parametrize("variant", ["standard", "ort"])
 def test_files_and_io(variant: str, tmp_path: Path) -> None:
-    draft, lm_head = _draft(0, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(0, 1, fc_bias=True)
     res = export_eagle(draft, lm_head, tmp_path / "e", variant=variant, top_k=TOP_K, max_seq_len=CAP)
     assert list(res.inputs) == [
         "tokens",
@@ -259,7 +259,7 @@ def test_eagle_net_picking_rows_answers_as_the_all_rows_graph(tmp_path: Path) ->
     (always copied) for the second — alone and in a batch of two."""
     from builder.engines.ort.eagle import OrtEagleNet
 
-    draft, lm_head = _draft(3, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(3, 1, fc_bias=True)
     cfg = draft.cfg
     nets = []
     for pick in (True, False):

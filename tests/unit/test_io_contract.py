@@ -31,7 +31,7 @@ from builder.export.target import build_target
 from builder.export.tensorrt import to_tensorrt
 from builder.speculative.medusa.heads import MedusaHeads
 from devtools.ort_engines import eagle_net, target_engine
-from tests.unit.test_export_eagle import _draft
+from tests.unit.test_export_eagle import eagle_draft_pair
 from tests.unit.test_export_harness import randomize, tiny_target
 
 CAP, LAYERS, HM, K = 40, 2, 3, 4
@@ -97,7 +97,7 @@ def test_target_graphs_declare_exactly_the_contract(model, variant, mode, medusa
 
 @pytest.mark.parametrize("variant,precision", [("standard", CPU), ("ort", CPU), ("standard", BF16)])
 def test_eagle_graphs_declare_exactly_the_contract(variant, precision):
-    draft, lm_head = _draft(0, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(0, 1, fc_bias=True)
     proto = build_eagle(draft, lm_head, variant=variant, top_k=K, max_seq_len=CAP, precision=precision)
     rows = variant == "ort"  # (the ort variant picks its output rows: `out_rows`)
     cfg = draft.cfg
@@ -143,7 +143,7 @@ def test_ort_bindings_are_the_contract_and_the_sessions_io(model, tmp_path: Path
     x, y = target_io("greedy", 2, 5, 5, 3, 4, cfg.hidden_size, (HM, K))
     with pytest.raises(ValueError, match="not the graph contract"):
         engine._make_binding("greedy", 0, 2, {**x, "tokens": ((2, 5), np.int32)}, y)
-    draft, lm_head = _draft(0, 1, fc_bias=True)
+    draft, lm_head = eagle_draft_pair(0, 1, fc_bias=True)
     net = eagle_net(draft, lm_head, tmp_path, top_k=K, capacity=CAP)
     assert net.pick_rows  # the ort variant's graph
     bound = net._build_rows(0, 1, 3, 5, 2)

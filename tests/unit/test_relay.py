@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.unit.scheduler_fakes import Sink, _long, _scheduler, _wait, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import Sink, long_request, make_scheduler, reqs, tiny, wait_sinks, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.jobs import Job
 
 
@@ -133,13 +133,13 @@ def test_a_stuck_front_relay_does_not_stall_the_other_requests(tiny, reqs, want)
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # full after a few messages
     front.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stuck = RelaySink(Connection(ours, send_timeout_s=1.0), tiny.tokenizer)  # spec_decoder's sink of a relayed job
-    sched, decoder = _scheduler(tiny)
+    sched, decoder = make_scheduler(tiny)
     ok = Sink()
     try:
-        sched.submit(Job(_long(tiny, 400), True, stuck))  # the front (`front`) never reads
+        sched.submit(Job(long_request(tiny, 400), True, stuck))  # the front (`front`) never reads
         time.sleep(0.3)
         sched.submit(Job(reqs[0], True, ok))
-        _wait([ok], timeout=60)
+        wait_sinks([ok], timeout=60)
         _wait_for(lambda: stuck.conn.closed.is_set() and decoder.rows_in_use == 0)
     finally:
         front.close()  # (first: without the bound, the scheduler's thread is stuck writing to it)

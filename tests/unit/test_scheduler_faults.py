@@ -18,7 +18,7 @@ import time
 import pytest
 
 from builder.speculative.decoding import Decoder, Request
-from tests.unit.scheduler_fakes import Sink, _give_back, _long, _scheduler, _wait, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import Sink, give_back, long_request, make_scheduler, reqs, tiny, wait_sinks, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine
 from triton_repo.jobs import Job, Overloaded, Unavailable
 from triton_repo.scheduler import Scheduler
@@ -27,13 +27,13 @@ from triton_repo.scheduler import Scheduler
 
 
 def test_a_bad_prefill_fails_only_its_own_request(tiny, reqs, want):
-    sched, dec = _scheduler(tiny, queue_delay_s=0.05)
+    sched, dec = make_scheduler(tiny, queue_delay_s=0.05)
     bad = Request(reqs[1].prompt, 5, lookahead=(2, 3, 1))  # per-request Lookahead on an EAGLE drafter: add() raises
     sinks = [Sink(), Sink(), Sink()]
     try:
         for r, s in zip([reqs[0], bad, reqs[2]], sinks):
             sched.submit(Job(r, False, s))
-        _wait(sinks)
+        wait_sinks(sinks)
     finally:
         sched.stop()
     assert sinks[1].final.error_kind == "prefill" and "Lookahead" in sinks[1].final.error
@@ -43,19 +43,19 @@ def test_a_bad_prefill_fails_only_its_own_request(tiny, reqs, want):
 
 def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(tiny, reqs, want):
     faulty = FaultyEngine(tiny.engine)
-    sched, dec = _scheduler(tiny, engine=faulty)
+    sched, dec = make_scheduler(tiny, engine=faulty)
     first = [Sink(), Sink()]
     try:
         for s in first:
-            sched.submit(Job(_long(tiny), True, s))
+            sched.submit(Job(long_request(tiny), True, s))
         while not all(s.chunks for s in first):
             time.sleep(0.005)
         faulty.arm("step")
-        _wait(first)
+        wait_sinks(first)
         after = [Sink() for _ in reqs[:3]]
         for r, s in zip(reqs, after):
             sched.submit(Job(r, True, s))
-        _wait(after)
+        wait_sinks(after)
     finally:
         sched.stop()
     for s in first:
@@ -69,22 +69,22 @@ def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(tiny, reqs, want
 def test_a_dead_loop_answers_everyone_and_refuses_new_work(tiny, fault, why):
     faulty = FaultyEngine(tiny.engine)
     broken: list[str] = []
-    sched, _ = _scheduler(tiny, engine=faulty, on_broken=broken.append)
+    sched, _ = make_scheduler(tiny, engine=faulty, on_broken=broken.append)
     active, pending = [Sink() for _ in range(3)], [Sink(), Sink()]
     for s in active + pending:
-        sched.submit(Job(_long(tiny), True, s))
+        sched.submit(Job(long_request(tiny), True, s))
     while not all(s.chunks for s in active):
         time.sleep(0.005)
     faulty.arm(fault)
-    _wait(active + pending, 30)
+    wait_sinks(active + pending, 30)
     for s in active + pending:
         assert s.final.error_kind == "unavailable" and why in s.final.error
     assert broken and why in broken[0] and len(broken) == 1
     assert not sched.healthy and why in (sched.broken or "")
     with pytest.raises(Unavailable, match=why):
-        sched.submit(Job(_long(tiny), True, Sink()))
+        sched.submit(Job(long_request(tiny), True, Sink()))
     sched.stop()
-    _give_back(tiny)  # a broken engine's rows stay where they were
+    give_back(tiny)  # a broken engine's rows stay where they were
 
 
 def test_a_failing_logger_and_failing_sinks_cannot_kill_the_loop(tiny, reqs, want):
@@ -95,17 +95,17 @@ def test_a_failing_logger_and_failing_sinks_cannot_kill_the_loop(tiny, reqs, wan
     sched = Scheduler(Decoder(faulty, tiny.make_drafter()), log=log).start()
     gone, unreadable = Sink(fail_send=True), Sink(fail_check=True)
     try:
-        sched.submit(Job(_long(tiny), True, gone))
-        sched.submit(Job(_long(tiny), True, unreadable))
-        _wait([gone, unreadable])
+        sched.submit(Job(long_request(tiny), True, gone))
+        sched.submit(Job(long_request(tiny), True, unreadable))
+        wait_sinks([gone, unreadable])
         faulty.arm("step")
         victims = [Sink(fail_send=True), Sink()]
         for s in victims:
-            sched.submit(Job(_long(tiny), True, s))
-        _wait(victims)
+            sched.submit(Job(long_request(tiny), True, s))
+        wait_sinks(victims)
         ok = Sink()
         sched.submit(Job(reqs[0], False, ok))
-        _wait([ok])
+        wait_sinks([ok])
     finally:
         sched.stop()
     assert ok.final.ids == want[0] and sched.broken is None, (ok.final, [v.chunks[-1] for v in victims])
@@ -114,47 +114,49 @@ def test_a_failing_logger_and_failing_sinks_cannot_kill_the_loop(tiny, reqs, wan
 
 
 def test_stop_ends_every_pending_and_active_request_with_a_final_error(tiny):
-    sched, dec = _scheduler(tiny)
+    sched, dec = make_scheduler(tiny)
     sinks = [Sink() for _ in range(5)]  # 3 slots: 3 active, 2 pending
     for s in sinks:
-        sched.submit(Job(_long(tiny, 400), True, s))
+        sched.submit(Job(long_request(tiny, 400), True, s))
     while sum(bool(s.chunks) for s in sinks) < 3:
         time.sleep(0.005)
     sched.stop()
     for s in sinks:
         assert s.final.error_kind == "shutdown" and "shutting down" in s.final.error
     with pytest.raises(Unavailable):
-        sched.submit(Job(_long(tiny), True, Sink()))
+        sched.submit(Job(long_request(tiny), True, Sink()))
     assert dec.rows_in_use == 0 and sched.stats.ended["error"] == 5
 
 
 def test_a_full_queue_refuses_at_once(tiny):
-    sched, dec = _scheduler(tiny, max_queue=2)
+    sched, dec = make_scheduler(tiny, max_queue=2)
     sinks = [Sink() for _ in range(5)]
     try:
         for s in sinks[:3]:  # every slot taken (one at a time: the queue holds 2)
-            sched.submit(Job(_long(tiny, 400), True, s))
+            sched.submit(Job(long_request(tiny, 400), True, s))
             while not s.chunks:
                 time.sleep(0.002)
         for s in sinks[3:]:
-            sched.submit(Job(_long(tiny, 400), True, s))
+            sched.submit(Job(long_request(tiny, 400), True, s))
         with pytest.raises(Overloaded, match="max_queue_size 2"):
-            sched.submit(Job(_long(tiny), True, Sink()))
+            sched.submit(Job(long_request(tiny), True, Sink()))
         assert sched.load == (3, 2) and sched.stats.errors["overload"] == 1
     finally:
         sched.stop()
 
 
 def test_deadlines_end_pending_and_active_requests(tiny):
-    sched, dec = _scheduler(tiny)
+    sched, dec = make_scheduler(tiny)
     now = time.monotonic()
     active = [Sink() for _ in range(3)]
     late = Sink()
     try:
         for i, s in enumerate(active):
-            sched.submit(Job(_long(tiny, 900), True, s, deadline=now + (0.3 if i == 0 else 60), arrived=now))
-        sched.submit(Job(_long(tiny, 10), True, late, deadline=now + 0.2, arrived=now))  # waits: every slot is taken
-        _wait([active[0], late], 30)
+            sched.submit(Job(long_request(tiny, 900), True, s, deadline=now + (0.3 if i == 0 else 60), arrived=now))
+        sched.submit(
+            Job(long_request(tiny, 10), True, late, deadline=now + 0.2, arrived=now)
+        )  # waits: every slot is taken
+        wait_sinks([active[0], late], 30)
     finally:
         sched.stop()
     assert active[0].final.error_kind == "deadline" and len(active[0].ids()) > 0
@@ -163,21 +165,21 @@ def test_deadlines_end_pending_and_active_requests(tiny):
 
 
 def test_a_front_model_s_cancel_frees_the_slot_at_the_next_step(tiny, reqs, want):
-    sched, dec = _scheduler(tiny)
+    sched, dec = make_scheduler(tiny)
     s = Sink()
     try:
-        sched.submit(Job(_long(tiny, 900), True, s, key="relay-1"))
+        sched.submit(Job(long_request(tiny, 900), True, s, key="relay-1"))
         while len(s.chunks) < 3:
             time.sleep(0.001)
         steps = sched.stats.steps
         assert sched.cancel("relay-1") and not sched.cancel("no-such-relay")
-        _wait([s], 30)
+        wait_sinks([s], 30)
         assert sched.stats.steps - steps <= 2  # at most the step already running, then the slot is free
         assert s.final.finish_reason == "cancelled" and dec.rows_in_use == 0
         assert not sched.cancel("relay-1")  # ended: the key is gone
         ok = Sink()
         sched.submit(Job(reqs[1], False, ok))
-        _wait([ok])
+        wait_sinks([ok])
     finally:
         sched.stop()
     assert ok.final.ids == want[1]
@@ -186,14 +188,14 @@ def test_a_front_model_s_cancel_frees_the_slot_at_the_next_step(tiny, reqs, want
 def test_metric_values_match_what_the_requests_saw(tiny, reqs):
     from triton_repo.metrics import spec_decoder_observations, spec_decoder_values
 
-    sched, dec = _scheduler(tiny)
+    sched, dec = make_scheduler(tiny)
     sinks = [Sink() for _ in reqs]
     cancelled = Sink(cancel_after=2)
     try:
         for r, s in zip(reqs, sinks):
             sched.submit(Job(r, True, s))
-        sched.submit(Job(_long(tiny), True, cancelled))
-        _wait(sinks + [cancelled])
+        sched.submit(Job(long_request(tiny), True, cancelled))
+        wait_sinks(sinks + [cancelled])
     finally:
         sched.stop()
     v, obs = spec_decoder_values(sched), spec_decoder_observations(sched)

@@ -18,7 +18,7 @@ from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, EngineBroken
 from builder.speculative.protocols import Draft, SamplingBatch, check_paths, root_only
 from builder.stages.decoders import build_decoder
-from tests.unit.scheduler_fakes import RECIPE, _give_back, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
+from tests.unit.scheduler_fakes import RECIPE, give_back, reqs, tiny, want  # noqa: F401 (module-scoped fixtures)
 from triton_repo.faults import FaultyEngine
 
 # -- the batched engine -----------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_a_failing_release_is_a_broken_engine(tiny, reqs):
     faulty.arm("engine")
     with pytest.raises(EngineBroken, match="releasing sequence"):
         dec.step()
-    _give_back(tiny)  # (the wrapped engine itself is fine)
+    give_back(tiny)  # (the wrapped engine itself is fine)
 
 
 def test_the_torch_reference_engine_gives_back_rows_and_caches_of_a_failing_prefill(tmp_path):

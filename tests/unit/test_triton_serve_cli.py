@@ -57,17 +57,17 @@ def test_a_repository_whose_runtime_was_edited_or_lost_a_file(tmp_path):
 
 def test_serving_a_recipe_warns_when_the_cached_repository_runs_other_code(tmp_path, capsys):
     """The repo stage's cache key may miss a change of the copied code; `trtspec serve RECIPE` then says so."""
-    from builder.commands.serve_cmds import _warn_stale
+    from builder.commands.serve_cmds import warn_stale
 
     repo = _emitted(tmp_path)
-    _warn_stale(repo)
+    warn_stale(repo)
     assert capsys.readouterr().err == ""
     manifest = repo / "m" / "1" / "trtspec_runtime" / "runtime.json"
     data = json.loads(manifest.read_text())
     data["files"]["triton_repo/scheduler.py"] = "0" * 64  # as if emitted from an older scheduler.py
     manifest.unlink()
     manifest.write_text(json.dumps(data))
-    _warn_stale(repo)
+    warn_stale(repo)
     err = capsys.readouterr().err
     assert "runs other code than this source tree (triton_repo/scheduler.py: changed in the source tree)" in err
     assert "--force" in err

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 
-from triton_repo.request import RequestError, _text, stop_variants
+from triton_repo.request import RequestError, request_text, stop_variants
 
 
 class Model:
@@ -23,7 +23,7 @@ class Model:
         text = np.asarray(text_t.as_numpy())
         if text.size != 1:
             raise RequestError(f"text_input: expected one string, got shape {list(text.shape)}")
-        prompt = _text(text, "text_input")
+        prompt = request_text(text, "text_input")
         if not prompt:
             raise RequestError("text_input: empty prompt")
         ids = np.array(self.tokenizer.encode(prompt).ids, dtype=np.int32)
@@ -31,7 +31,7 @@ class Model:
         stop_t = pb_utils.get_input_tensor_by_name(request, "stop")
         if stop_t is not None:
             for word in np.asarray(stop_t.as_numpy()).reshape(-1):
-                s = _text(np.asarray([word], dtype=object), "stop")
+                s = request_text(np.asarray([word], dtype=object), "stop")
                 if not s:
                     raise RequestError("stop: empty stop word")
                 for v in stop_variants(s):
