@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from devtools.bench.soak import Settings, make_oracle, soak  # noqa: E402
+from devtools.bench.soak import SoakSettings, make_oracle, soak  # noqa: E402
 
 
 def main() -> int:
@@ -32,14 +32,14 @@ def main() -> int:
     ap.add_argument(
         "--cancel-rate",
         type=float,
-        default=Settings.p_cancel,
+        default=SoakSettings.p_cancel,
         help="share of requests their client cancels (gRPC stream cancel); 0 leaves Triton 2.51's gRPC "
         "cancellation race (server issue 7368, fixed after 2.51) out of the run",
     )
     ap.add_argument(
         "--disconnect-rate",
         type=float,
-        default=Settings.p_disconnect,
+        default=SoakSettings.p_disconnect,
         help="share of requests sent as HTTP generate_stream whose client closes the connection after a "
         "few events (Triton cancels on the EOF; the gRPC cancel race is not involved)",
     )
@@ -53,7 +53,7 @@ def main() -> int:
     loaded = load_recipe(a.recipe)
     repo = build(loaded, cache_dir(), until="repo").folder("repo")
     model = json.loads((repo / "trtspec-repo.json").read_text())["ensemble"]
-    s = Settings(
+    s = SoakSettings(
         streams=a.streams,
         duration_s=a.duration_s,
         warmup_s=min(a.warmup_s, a.duration_s / 3),

@@ -33,7 +33,7 @@ def pb2():
 
 
 @dataclass(frozen=True)
-class Settings:
+class RepositorySettings:
     """What the configs are made from (the recipe's triton section plus the engine's limits)."""
 
     model_name: str = "trtspec"
@@ -60,7 +60,14 @@ def _io(items: Any, specs: Sequence[T.Tensor], output: bool = False) -> None:
 
 
 def _python_model(
-    name: str, impl: str, inputs, outputs, count: int, s: Settings, params: dict[str, str], gpus: Sequence[int] = ()
+    name: str,
+    impl: str,
+    inputs,
+    outputs,
+    count: int,
+    s: RepositorySettings,
+    params: dict[str, str],
+    gpus: Sequence[int] = (),
 ):
     """A Python-backend model: KIND_GPU with `count` instances on each of `gpus` when given, else KIND_CPU. The
     parameters hold no path: the bootstrap model.py finds the runtime beside itself (`triton_repo.runtime`)."""
@@ -78,7 +85,7 @@ def _python_model(
     return cfg
 
 
-def preprocessing_config(s: Settings):
+def preprocessing_config(s: RepositorySettings):
     return _python_model(
         T.PREPROCESSING,
         "triton_repo.models.preprocessing",
@@ -90,7 +97,7 @@ def preprocessing_config(s: Settings):
     )
 
 
-def postprocessing_config(s: Settings):
+def postprocessing_config(s: RepositorySettings):
     return _python_model(
         T.POSTPROCESSING,
         "triton_repo.models.postprocessing",
@@ -102,7 +109,7 @@ def postprocessing_config(s: Settings):
     )
 
 
-def spec_decoder_config(s: Settings):
+def spec_decoder_config(s: RepositorySettings):
     params = {
         "engine_dir": "engine",
         "max_input_len": str(s.max_input_len),
@@ -127,7 +134,7 @@ def spec_decoder_config(s: Settings):
     return cfg
 
 
-def front_config(s: Settings):
+def front_config(s: RepositorySettings):
     """text in, text out: the model clients call; relays each request to spec_decoder over a local socket and forwards
     its client's cancellation (`triton_repo.models.front`). One instance serves any number of requests (a
     thread each); it is decoupled when spec_decoder is."""
@@ -143,7 +150,7 @@ def front_config(s: Settings):
     return cfg
 
 
-def all_configs(s: Settings) -> dict[str, Any]:
+def all_configs(s: RepositorySettings) -> dict[str, Any]:
     """Model name -> ModelConfig for the whole repository."""
     return {
         T.PREPROCESSING: preprocessing_config(s),

@@ -26,7 +26,7 @@ from typing import Any
 
 from builder.files import link_or_copy
 from triton_repo import tensors as T
-from triton_repo.config import Settings, all_configs, render
+from triton_repo.config import RepositorySettings, all_configs, render
 from triton_repo.runtime import FOLDER, copy_runtime
 
 BOOTSTRAP = Path(__file__).with_name("models") / "model.py"
@@ -39,7 +39,7 @@ def _tree(src: Path, dst: Path) -> None:
             link_or_copy(f, dst / f.relative_to(src))
 
 
-def emit(out: Path, engine_dir: Path, settings: Settings) -> dict[str, Any]:
+def emit(out: Path, engine_dir: Path, settings: RepositorySettings) -> dict[str, Any]:
     """Write the repository into `out` (an empty folder); returns what trtspec-repo.json records."""
     if settings.model_name in T.RESERVED_NAMES:
         raise ValueError(

@@ -24,7 +24,7 @@ from typing import Any
 
 from builder import procs
 from builder.bench.serve_metrics import RequestRecord, records, summarize
-from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, Settings
+from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, BenchSettings
 
 
 def _model_stats(http: str, model: str) -> dict[str, int]:
@@ -62,7 +62,7 @@ def run_level(
     data: Path,
     mode: str,
     concurrency: int,
-    s: Settings,
+    s: BenchSettings,
     raw: Path,
     repeat: int = 0,
 ) -> tuple[dict[str, Any], list[RequestRecord]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from builder.bench.perf_analyzer import combine, run_level
-from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, Prompts, Settings, order
+from builder.bench.serve_settings import MODES, REQUEST_PARAMETERS, BenchError, BenchSettings, Prompts, order
 
 # -- prompts ------------------------------------------------------------------------------------------
 
@@ -233,7 +233,7 @@ def versions(endpoints: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _check_lengths(info: dict[str, Any], s: Settings) -> None:
+def _check_lengths(info: dict[str, Any], s: BenchSettings) -> None:
     max_seq = int(info["engine"].get("max_seq_len") or 0)
     max_in = int(info["settings"].get("max_input_len") or 0)
     if max_in and s.input_len > max_in:
@@ -242,7 +242,9 @@ def _check_lengths(info: dict[str, Any], s: Settings) -> None:
         raise BenchError(f"input_len + output_len = {s.input_len + s.output_len} > the engine's max_seq_len {max_seq}")
 
 
-def run_probes(grpc_url: str, model: str, prompts: Prompts, s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
+def run_probes(
+    grpc_url: str, model: str, prompts: Prompts, s: BenchSettings, log: Callable[[str], None]
+) -> dict[str, Any]:
     """`s.probes` streamed requests per mode (also the server's warm-up): counters, τ, token-count check."""
     out = {}
     for mode, spec in MODES.items():
@@ -264,7 +266,12 @@ def run_probes(grpc_url: str, model: str, prompts: Prompts, s: Settings, log: Ca
 
 
 def sweep(
-    endpoints: dict[str, str], model: str, data: dict[str, Path], s: Settings, raw: Path, log: Callable[[str], None]
+    endpoints: dict[str, str],
+    model: str,
+    data: dict[str, Path],
+    s: BenchSettings,
+    raw: Path,
+    log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     """Every level in both modes, `s.repeats` times, alternating which mode goes first (A B B A …)."""
     levels = []
@@ -286,7 +293,7 @@ def sweep(
 def run_bench(
     repo: Path,
     info: dict[str, Any],
-    s: Settings,
+    s: BenchSettings,
     raw: Path,
     log: Callable[[str], None] = print,
     genai: Callable[..., list[dict[str, Any]]] | None = None,

@@ -1,6 +1,6 @@
 """What a `trtspec bench` run is asked to do and the names its modules share.
 
-`Settings` (the recipe's bench section and the command line's overrides), the two modes measured on one engine
+`BenchSettings` (the recipe's bench section and the command line's overrides), the two modes measured on one engine
 (`MODES`: mode -> the per-request input `speculate`) and their alternating order per level (`order`), the
 request parameters every request carries (`REQUEST_PARAMETERS`: `ignore_eos`, so each request generates exactly
 `output_len` tokens), the prompts (`Prompts`) and `BenchError`. Used by `serve_bench` (the run),
@@ -23,7 +23,7 @@ class BenchError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Settings:
+class BenchSettings:
     concurrency: tuple[int, ...]
     input_len: int
     output_len: int

@@ -105,20 +105,16 @@ def measure(engine: Any, make_drafter: Callable[[], Any], prompts: list[list[int
     return roles
 
 
-def open_engine(folder: Path) -> Any:
-    """The engine folder's `Opened` (engine, drafter factory, label, tokenizer), by its engine.json backend;
-    None for backends trtspec does not decode (TensorRT-LLM)."""
+def open_decodable(folder: Path) -> Any:
+    """The engine folder's `Opened` (`builder.engines.folder.open_engine`: engine, drafter factory, label,
+    tokenizer); None for backends trtspec does not decode (TensorRT-LLM: its C++ runtime decodes)."""
     path = folder / "engine.json"
     meta = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if meta.get("backend") == "onnxruntime":
-        from builder.engines.ort.load import open_engine as open_ort
+    if meta.get("backend") not in ("onnxruntime", "tensorrt"):
+        return None
+    from builder.engines.folder import open_engine
 
-        return open_ort(folder)
-    if meta.get("backend") == "tensorrt":
-        from builder.engines.tensorrt.folder import open_engine as open_trt
-
-        return open_trt(folder)
-    return None
+    return open_engine(folder)
 
 
 def engine_checks(
@@ -130,7 +126,7 @@ def engine_checks(
     from builder.stages.decoders import load_tokenizer
 
     t0 = time.perf_counter()
-    opened = open_engine(folder)
+    opened = open_decodable(folder)
     if opened is None:
         why = "trtspec decodes ONNX Runtime and TensorRT engines; scripts/gpu_check.sh checks TensorRT-LLM engines"
         return {"lossless": CheckResult(SKIPPED, why), "acceptance": CheckResult(SKIPPED, why)}

@@ -144,7 +144,7 @@ def bench(
     """
     from builder.bench.serve_bench import run_bench
     from builder.bench.serve_report import table_lines, write_outputs
-    from builder.bench.serve_settings import BenchError, Settings
+    from builder.bench.serve_settings import BenchError, BenchSettings
     from builder.recipe.schema import Bench
     from builder.serve.perf import find_perf_analyzer
     from builder.serve.server import ServerError, find_tritonserver, install_hint
@@ -165,7 +165,7 @@ def bench(
         genai = run_genai
     repo, info, section, base_dir, stem = _target(target, overrides, cache_dir, quiet)
     b = section or Bench()
-    settings = Settings(
+    settings = BenchSettings(
         concurrency=levels or tuple(b.concurrency),
         input_len=input_len or b.input_len,
         output_len=output_len or b.output_len,

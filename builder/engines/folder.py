@@ -4,8 +4,8 @@
     meta = read_meta(folder)                       # engine.json, its format and backend checked
     opened = open_engine(folder, max_batch_size=4)  # an `Opened` (builder.engines.opened)
 
-engine.json's `backend` names the host layer: "onnxruntime" → `builder.engines.ort.load.open_engine` (ONNX
-Runtime sessions; `threads` per session), "tensorrt" → `builder.engines.tensorrt.folder.open_engine` (the
+engine.json's `backend` names the host layer: "onnxruntime" → `builder.engines.ort.load.open_ort_engine` (ONNX
+Runtime sessions; `threads` per session), "tensorrt" → `builder.engines.tensorrt.folder.open_tensorrt_engine` (the
 TensorRT engines on one stream and scratch arena; `device` selects the GPU through torch before anything is
 allocated, `cuda` substitutes the CUDA API — CPU tests pass a fake). Both return the same `Opened`: the
 `Engine`, a drafter factory, the tokenizer path, the stop ids and engine.json.
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 ENGINE_JSON = "engine.json"
 # backend -> the engine.json format this trtspec reads: `builder.handoffs.ENGINE_JSONS`' FORMATs (a test keeps them
 # equal; here as data so that reading them imports nothing)
-FORMATS = {"onnxruntime": 1, "tensorrt": 1}
+FORMATS = {"onnxruntime": 2, "tensorrt": 2}
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:
@@ -54,10 +54,10 @@ def open_engine(
     (none / lookahead, or the folder's own method). `threads`: ONNX Runtime only; `device`, `cuda`: TensorRT only."""
     meta = read_meta(folder)
     if meta["backend"] == "onnxruntime":
-        from builder.engines.ort.load import open_engine as open_ort
+        from builder.engines.ort.load import open_ort_engine as open_ort
 
         return open_ort(folder, drafter, max_batch_size, threads)
-    from builder.engines.tensorrt.folder import open_engine as open_trt
+    from builder.engines.tensorrt.folder import open_tensorrt_engine as open_trt
 
     if device is not None and cuda is None:
         use_gpu(device)

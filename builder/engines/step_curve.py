@@ -208,9 +208,9 @@ def measure_folder(folder: Path, max_batch: int, threads: int = 1, budget_s: flo
     """The step curve (engine.json form) of an ONNX Runtime engine folder: its target graph for T = 1..room and,
     for EAGLE, its draft graph, opened with room for `max_batch` sequences."""
     from builder.engines.ort.eagle import OrtEagleNet
-    from builder.engines.ort.load import open_engine
+    from builder.engines.ort.load import open_ort_engine
 
-    opened = open_engine(folder, max_batch_size=max_batch, threads=threads, trees=True)
+    opened = open_ort_engine(folder, max_batch_size=max_batch, threads=threads, trees=True)
     meta, batches = opened.meta, batch_grid(max_batch)
     room = meta["capacity"] - meta["max_seq_len"]
     target = target_table(opened.engine, size_grid(room), batches, budget_s)

@@ -26,7 +26,7 @@ GRAPHS = (
 
 
 def run(ctx: StageContext, out: Path) -> None:
-    from builder.engines.ort.load import open_engine
+    from builder.engines.ort.load import open_ort_engine
 
     recipe = str(ctx.loaded.path)
     exp, src = ctx.upstream["export"], ctx.upstream["load"]
@@ -71,7 +71,7 @@ def run(ctx: StageContext, out: Path) -> None:
     )
     meta.write(out)
     ctx.say("opening the sessions once (check)")
-    opened = open_engine(out)
+    opened = open_ort_engine(out)
     ctx.info = facts = OrtEngineInfo(variant=info.variant, label=opened.label, kv_bytes=opened.engine.kv.nbytes)
     facts.step_curve = _step_curve(ctx, out, meta)
 

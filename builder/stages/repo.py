@@ -28,7 +28,7 @@ from triton_repo.runtime import ENTRY
 def run(ctx: StageContext, out: Path) -> None:
     recipe = ctx.loaded.recipe
     try:
-        from triton_repo.config import Settings
+        from triton_repo.config import RepositorySettings
         from triton_repo.emit import emit
         from triton_repo.tensors import RESERVED_NAMES
     except ImportError as exc:
@@ -40,7 +40,7 @@ def run(ctx: StageContext, out: Path) -> None:
             field="triton.model_name",
             allowed=f"any other name than {', '.join(RESERVED_NAMES)}",
         )
-    settings = Settings(
+    settings = RepositorySettings(
         model_name=t.model_name,
         instances=(t.instances.preprocessing, t.instances.spec_decoder, t.instances.postprocessing),
         decoupled=t.decoupled,

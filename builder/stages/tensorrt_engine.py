@@ -25,12 +25,12 @@ def run(ctx: StageContext, out: Path) -> None:
         raise NeedsGpu(
             f"target {target.device} builds TensorRT engines, which needs TensorRT >= 10.15 on a GPU host ({reason})"
         )
-    from builder.engines.tensorrt.folder import Settings, build_folder
+    from builder.engines.tensorrt.folder import TensorrtBuildSettings, build_folder
     from builder.recipe.gpus import GPUS
 
     build = ctx.loaded.recipe.build
     source = SourceJson.read(ctx.upstream["load"], str(ctx.loaded.path))
-    settings = Settings(
+    settings = TensorrtBuildSettings(
         str(ctx.loaded.path),
         target.device,
         GPUS[target.device].compute_capability,

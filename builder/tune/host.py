@@ -61,11 +61,11 @@ def measure_host(
     threads: int = 1,
 ) -> Host:
     """The `Host` of the engine folder `folder` (the recipe's own) on this host; `prompts`: at least two."""
-    from builder.engines.ort.load import open_engine
+    from builder.engines.ort.load import open_ort_engine
     from builder.speculative.decoding import DraftSchedule
 
     def run(drafter: dict[str, Any] | None, budget: int | None = None) -> tuple[float, float]:
-        opened = open_engine(folder, drafter, 1, threads)
+        opened = open_ort_engine(folder, drafter, 1, threads)
         return _per_step(opened, DraftSchedule([[1, budget]] if budget else ()), prompts, max_new)
 
     wall, _ = run({"method": "none"})

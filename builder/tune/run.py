@@ -66,13 +66,13 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
         arch = resolve_architecture(recipe, loaded.dir_of(("model", "checkpoint")))
         nodes = drafter_shape(Parts(loaded, recipe.speculative.method).drafter_config())["max_nodes"]
         return roofline_curve(recipe, arch, max(64, nodes)), None
-    from builder.engines.ort.load import read_meta
+    from builder.engines.ort.load import read_ort_meta
     from builder.engines.step_curve import host_about, measure_folder
     from builder.stages.runner import build
 
     opts.say("building the engine (cached) for its step-cost curve")
     folder = build(loaded, opts.cache, until="engine").folder("engine")
-    meta = read_meta(folder)
+    meta = read_ort_meta(folder)
     if "step_curve" not in meta:
         raise UserError(
             f"{folder}/engine.json has no step_curve (built by an older trtspec): rebuild with `trtspec build --force`",

@@ -1,6 +1,6 @@
 """Soak: many concurrent streams against a served repository for a while, with faults mixed in, and checks.
 
-    result = soak(repo, Settings(streams=32, duration_s=300), oracle, log=print)
+    result = soak(repo, SoakSettings(streams=32, duration_s=300), oracle, log=print)
 
 Each of `streams` client threads keeps one gRPC stream and sends requests one after another until the
 time is up. A request is, at random: well formed (its text and token count must equal `trtspec generate`'s
@@ -62,7 +62,7 @@ MALFORMED = {  # inputs / parameters -> the field the error must name
 
 
 @dataclass(frozen=True)
-class Settings:
+class SoakSettings:
     streams: int = 32
     duration_s: float = 300.0
     warmup_s: float = 30.0
@@ -165,7 +165,7 @@ class _Stream:
         return out
 
 
-def _kind(s: Settings, r: float) -> str:
+def _kind(s: SoakSettings, r: float) -> str:
     """The kind of a request from one uniform draw (shares from `s`, the rest well formed)."""
     for kind, p in (
         ("cancel", s.p_cancel),
@@ -182,7 +182,7 @@ def _kind(s: Settings, r: float) -> str:
 def _worker(
     i: int,
     urls: dict[str, str],
-    s: Settings,
+    s: SoakSettings,
     oracle: dict[str, list[str]],
     model: str,
     stop_at: float,
@@ -216,7 +216,7 @@ def _one(
     kind: str,
     target: str,
     rid: str,
-    s: Settings,
+    s: SoakSettings,
     oracle: dict[str, list[str]],
     tally: Tally,
     rng: random.Random,
@@ -257,7 +257,7 @@ def _one(
         tally.bad(f"{rid} ({kind}, {target}): {str(got)[:300]}")
 
 
-def _disconnect(http_url: str, model: str, rid: str, s: Settings, tally: Tally, rng: random.Random) -> None:
+def _disconnect(http_url: str, model: str, rid: str, s: SoakSettings, tally: Tally, rng: random.Random) -> None:
     """A long HTTP `generate_stream` request whose client reads 1..4 server-sent events, then closes the
     connection (no cancel message: the server must notice the EOF and free the request's slot)."""
     import http.client
@@ -321,7 +321,7 @@ def server_rss(pids: list[int]) -> int:
 
 
 def soak(
-    server: Any, model: str, s: Settings, oracle: dict[str, list[str]], log: Callable[[str], None] = print
+    server: Any, model: str, s: SoakSettings, oracle: dict[str, list[str]], log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run the soak against a started, ready `TritonServer`; the figures and the verdict (JSON-ready)."""
     from builder.bench.serve_metrics import scrape, server_delta, total

@@ -127,10 +127,10 @@ def test_the_scrape_parser_reads_labels_and_escapes():
 
 
 def _soak(server, streams: int, duration_s: float, warmup_s: float, **kw):
-    from devtools.bench.soak import Settings, make_oracle, soak
+    from devtools.bench.soak import SoakSettings, make_oracle, soak
     from tests.integration.conftest import REPO_ROOT
 
-    s = Settings(streams=streams, duration_s=duration_s, warmup_s=warmup_s, **kw)
+    s = SoakSettings(streams=streams, duration_s=duration_s, warmup_s=warmup_s, **kw)
     return soak(server, MODEL, s, make_oracle(REPO_ROOT / RECIPE, s.max_tokens), log=lambda _m: None)
 
 

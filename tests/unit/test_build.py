@@ -81,13 +81,13 @@ def test_a_changed_input_rebuilds_only_what_depends_on_it(tmp_path):
 
 
 def test_the_engine_folder_decodes_like_the_reference(tmp_path):
-    from builder.engines.ort.load import open_engine
+    from builder.engines.ort.load import open_ort_engine
     from builder.recipe.loader import load_recipe
     from builder.speculative.decoding import generate
     from builder.stages.decoders import build_decoder
 
     summary = build_json(tmp_path)
-    opened = open_engine(next(s["output"] for s in summary["stages"] if s["stage"] == "engine"))
+    opened = open_ort_engine(next(s["output"] for s in summary["stages"] if s["stage"] == "engine"))
     ref = build_decoder(load_recipe(RECIPE), engine="torch")
     prompt = ref.tokenizer.encode("def add(a, b):\n").ids
     want = generate(ref.engine, prompt, 24, ref.make_drafter()).token_ids

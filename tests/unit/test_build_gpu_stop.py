@@ -27,7 +27,7 @@ import onnx
 import pytest
 
 from builder.engines.tensorrt import build as trt_build
-from builder.engines.tensorrt.folder import Settings, graph_profiles
+from builder.engines.tensorrt.folder import TensorrtBuildSettings, graph_profiles
 from builder.engines.tensorrt.profiles import pick
 from tests.unit.model_utils import hf_model, save_checkpoint
 
@@ -114,7 +114,9 @@ def test_profiles_name_the_tensorrt_graphs_inputs_with_their_shapes(stopped):
         "hidden": arch["hidden_size"],
         "vocab": arch["vocab_size"],
     }
-    profiles = graph_profiles(info, model, Settings("r.yaml", "h100", (9, 0), max_batch_size=2, max_input_len=32))
+    profiles = graph_profiles(
+        info, model, TensorrtBuildSettings("r.yaml", "h100", (9, 0), max_batch_size=2, max_input_len=32)
+    )
     assert set(profiles) == {"greedy", "rejection"}
     for mode, rel in info["tensorrt"].items():
         graph = onnx.load(str(export / rel), load_external_data=False).graph

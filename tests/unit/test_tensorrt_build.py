@@ -23,7 +23,7 @@ import torch
 
 from builder.engines.tensorrt import build as trt_build
 from builder.engines.tensorrt import lock, timing
-from builder.engines.tensorrt.folder import Settings, build_folder
+from builder.engines.tensorrt.folder import TensorrtBuildSettings, build_folder
 from builder.errors import UserError
 from builder.export.contract import EAGLE, FP8, TARGET, Precision
 from tests.unit.test_tensorrt_fakes import FAKE_VERSION, DType, fake_trt  # noqa: F401 (fake_trt: a fixture)
@@ -174,7 +174,9 @@ def export(fake_trt, tmp_path, monkeypatch) -> Path:
 def build(export: Path, out: Path) -> dict:
     source = {"architecture": ARCH, "tokenizer": str(export.parent / "tok"), "stop_ids": [0]}
     out.mkdir()
-    return build_folder(export, source, Settings("r.yaml", "h200", (9, 0), max_batch_size=2, max_input_len=8), out)
+    return build_folder(
+        export, source, TensorrtBuildSettings("r.yaml", "h200", (9, 0), max_batch_size=2, max_input_len=8), out
+    )
 
 
 def test_timing_cache_path_is_per_tensorrt_and_gpu_under_xdg_cache_home(tmp_path, monkeypatch):

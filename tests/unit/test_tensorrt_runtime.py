@@ -123,7 +123,7 @@ def test_FakeTensorRT_FakeCuda_target_prefill_and_tree_step_hand_worked(fake_trt
 
 
 def test_FakeTensorRT_FakeCuda_one_user_managed_arena_for_every_context_of_a_folder(fake_trt, tmp_path):
-    from builder.engines.tensorrt.folder import open_engine
+    from builder.engines.tensorrt.folder import open_tensorrt_engine
 
     files = {
         "greedy": fake_trt.add(tmp_path, "target-greedy", target_graph((3000, 5000))),
@@ -168,7 +168,7 @@ def test_FakeTensorRT_FakeCuda_one_user_managed_arena_for_every_context_of_a_fol
     }
     (tmp_path / "engine.json").write_text(json.dumps(meta))
     cuda = FakeCuda()
-    opened = open_engine(tmp_path, max_batch_size=2, cuda=cuda)
+    opened = open_tensorrt_engine(tmp_path, max_batch_size=2, cuda=cuda)
     engine = opened.engine
     lane = engine.lane
     assert len(cuda.streams) == 1 and opened.make_drafter().net.lane is lane  # one stream for target and draft

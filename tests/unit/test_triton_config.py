@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("tritonclient.grpc", reason="the serve extra (tritonclient[grpc]) renders configs")
 
 from triton_repo import tensors as T  # noqa: E402
-from triton_repo.config import Settings, all_configs, parameters, parse, pb2, render  # noqa: E402
+from triton_repo.config import RepositorySettings, all_configs, parameters, parse, pb2, render  # noqa: E402
 
-SETTINGS = Settings(
+SETTINGS = RepositorySettings(
     model_name="tiny",
     instances=(2, 1, 3),
     decoupled=True,
@@ -106,7 +106,7 @@ def test_python_models(parsed):
     assert json.loads(p["draft_schedule"]) == [[1, 64], [4, 16], [8, 1]] and p["max_input_len"] == "512"
     assert p["queue_delay_us"] == "250" and p["engine_dir"] == "engine"
     assert p["max_queue_size"] == "7" and float(p["request_timeout_s"]) == 12.5
-    sync = all_configs(Settings(decoupled=False))
+    sync = all_configs(RepositorySettings(decoupled=False))
     assert not parse(render(sync["spec_decoder"])).model_transaction_policy.decoupled
     assert not parse(render(sync["trtspec"])).model_transaction_policy.decoupled
 
@@ -141,7 +141,7 @@ def test_spec_decoder_on_gpus_the_others_on_the_cpu():
     from triton_repo.runtime import absolute_paths
 
     m = pb2()
-    s = Settings(model_name="tiny", instances=(1, 2, 1), gpus=(0, 1))
+    s = RepositorySettings(model_name="tiny", instances=(1, 2, 1), gpus=(0, 1))
     cfgs = {name: parse(render(cfg)) for name, cfg in all_configs(s).items()}
     assert [(g.kind, g.count, list(g.gpus)) for g in cfgs["spec_decoder"].instance_group] == [
         (m.ModelInstanceGroup.KIND_GPU, 2, [0, 1])

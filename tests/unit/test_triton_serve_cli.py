@@ -20,7 +20,7 @@ def _emitted(tmp_path):
     import pytest
 
     pytest.importorskip("tritonclient.grpc")
-    from triton_repo.config import Settings
+    from triton_repo.config import RepositorySettings
     from triton_repo.emit import emit
 
     engine = tmp_path / "engine"
@@ -38,7 +38,7 @@ def _emitted(tmp_path):
     )
     (engine / "tokenizer.json").write_text("{}")
     repo = tmp_path / "repo"
-    emit(repo, engine, Settings(model_name="m"))
+    emit(repo, engine, RepositorySettings(model_name="m"))
     return repo
 
 

@@ -149,7 +149,7 @@ def test_fake_TensorRT_repo_stage_runs_after_a_TensorRT_engine(fake_trt, tmp_pat
 
 def test_emit_refuses_a_TensorRT_folder_without_gpus_and_an_onnxruntime_one_with_them(tmp_path):
     pytest.importorskip("tritonclient.grpc", reason="the serve extra renders configs")
-    from triton_repo.config import Settings
+    from triton_repo.config import RepositorySettings
     from triton_repo.emit import emit
 
     for backend, gpus, needle in (("tensorrt", (), "give settings.gpus"), ("onnxruntime", (0,), "the CPU")):
@@ -157,7 +157,7 @@ def test_emit_refuses_a_TensorRT_folder_without_gpus_and_an_onnxruntime_one_with
         folder.mkdir()
         (folder / "engine.json").write_text(json.dumps({"format": 1, "backend": backend}))
         with pytest.raises(ValueError, match=needle):
-            emit(tmp_path / f"out-{backend}", folder, Settings(gpus=gpus))
+            emit(tmp_path / f"out-{backend}", folder, RepositorySettings(gpus=gpus))
 
 
 def _meta() -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.engines.ort.load import read_meta
+from builder.engines.ort.load import read_ort_meta
 from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.loader import load_recipe
 from builder.stages.runner import build
@@ -59,7 +59,7 @@ def test_tune_lookahead_end_to_end_with_measured_speedup(tmp_path):
     assert tuned.triton.draft_schedule == rep["draft_schedule"]
     # the engine stage's curve: every tree size up to the engine's room, every batch size up to max_batch_size
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
-    meta = read_meta(build(loaded, CACHE, until="engine").folder("engine"))
+    meta = read_ort_meta(build(loaded, CACHE, until="engine").folder("engine"))
     curve = meta["step_curve"]
     room = meta["capacity"] - meta["max_seq_len"]
     assert [int(b) for b in curve["target"]] == batch_grid(loaded.recipe.build.max_batch_size)
@@ -120,10 +120,10 @@ def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
     said: list[str] = []
     now, folder = cost_curve(loaded, Options(cache=Path(CACHE), say=said.append))
-    stored = read_meta(folder)["step_curve"]
+    stored = read_ort_meta(folder)["step_curve"]
     assert any("timing the engine's step curve now" in m for m in said)
     assert now.to_json()["target"] != stored["target"] and now.max_nodes == StepCurve.from_json(stored).max_nodes
-    assert read_meta(folder)["step_curve"] == stored
+    assert read_ort_meta(folder)["step_curve"] == stored
     said.clear()
     opts = Options(cache=Path(CACHE), say=said.append, curve="engine")
     curve, folder = cost_curve(loaded, opts)
@@ -136,13 +136,13 @@ def test_tune_remeasures_a_curve_from_another_host(monkeypatch):
     assert folder2 == folder and any("measuring it here" in m and repr(stored["about"]["isa"]) in m for m in said)
     assert again.about["isa"] == other["isa"]  # measured just now, by `measure_folder` under this host's about
     assert again.max_nodes == curve.max_nodes and again.target_ms(1, 1) > 0
-    assert read_meta(folder)["step_curve"] == stored  # the cached engine is left as it was
+    assert read_ort_meta(folder)["step_curve"] == stored  # the cached engine is left as it was
 
 
 def test_extend_is_timed_after_a_target_step():
     """The step curve times an EAGLE extend as a decoding loop runs it: right after a plain target step
     (`plain_steps`, run untimed before each timed call: its time is not in the figure)."""
-    from builder.engines.ort.load import open_engine
+    from builder.engines.ort.load import open_ort_engine
     from builder.engines.step_curve import plain_steps, point_ms
 
     calls: list[str] = []
@@ -150,7 +150,7 @@ def test_extend_is_timed_after_a_target_step():
     assert calls[::2] == ["before"] * (len(calls) // 2) and calls[1::2] == ["fn"] * (len(calls) // 2)
     assert ms < 10  # the 20 ms before each call are not timed
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-eagle1.yaml")
-    engine = open_engine(build(loaded, CACHE, until="engine").folder("engine"), max_batch_size=1, trees=True).engine
+    engine = open_ort_engine(build(loaded, CACHE, until="engine").folder("engine"), max_batch_size=1, trees=True).engine
     with plain_steps(engine) as step:
         step()
         (seq,) = engine.rows.ids

@@ -7,7 +7,8 @@ engine.json (written by `builder.stages.engine`; its model `builder.handoffs.Ort
     target {greedy, rejection, greedy_plain}: ONNX files (relative; greedy_plain: the greedy graph for plain
     steps only, opened for a drafter that drafts nothing), medusa {heads, top_k} | null,
     eagle {graph, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
-    drafter: the recipe's drafter as data (`builder.speculative.drafters`), tokenizer, stop_ids, versions
+    drafter: the drafter's config (its method's recipe section, static tree inline: `builder.handoffs.checked_drafter`),
+    tokenizer, stop_ids, versions
 
 The folder is self-contained: nothing here reads the recipe or the checkpoint.
 """
@@ -22,12 +23,13 @@ from builder.engines.opened import Opened, drafter_for
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
 from builder.handoffs import OrtEngineJson
-from builder.speculative.drafters import chains_only, drafter_factory, label
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH
 
 ENGINE_JSON = OrtEngineJson.FILE
 
 
-def read_meta(folder: Path) -> dict[str, Any]:
+def read_ort_meta(folder: Path) -> dict[str, Any]:
     """engine.json of an ONNX Runtime folder, checked against `OrtEngineJson` (`OtherFormat`, a ValueError, naming
     the file, both formats and the rebuild command otherwise)."""
     path = Path(folder) / ENGINE_JSON
@@ -42,19 +44,19 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def open_engine(
+def open_ort_engine(
     folder: str | Path,
     drafter: dict[str, Any] | None = None,
     max_batch_size: int = 1,
     threads: int = 1,
     trees: bool | None = None,
 ) -> Opened:
-    """The engine and a drafter factory; `drafter` overrides the folder's (none / lookahead / ngram, or
-    the folder's own method): a Medusa drafter needs the fused heads, EAGLE the draft graph. `trees`: whether
+    """The engine and a drafter factory; `drafter` (a config, or its dict) overrides the folder's (a zero-weight
+    method, or the folder's own method): a FUSED_HEADS method needs the fused heads, a DRAFT_GRAPH one the draft graph. `trees`: whether
     greedy steps may hold trees other than chains (None: unless the drafter drafts chains only, `chains_only`;
     False runs the folder's plain-steps graph where it has one, `builder.export.verify.plain_twin`)."""
     folder = Path(folder)
-    meta = read_meta(folder)
+    meta = read_ort_meta(folder)
     config = drafter_for(meta, drafter)
     m = meta["model"]
     t = meta["target"]
@@ -72,16 +74,18 @@ def open_engine(
         medusa,
         plain,
     )
+    method = registry.of(config)
+    facts = method.facts(config)
     if trees is None:
-        trees = not chains_only(config)
-    if not trees and config["method"] == "eagle" and plain is not None:
+        trees = not facts.chains_only
+    if not trees and method.exports == DRAFT_GRAPH and plain is not None:
         raise ValueError(
             "EAGLE reads the target's hidden states, which the plain-steps graph does not return: "
             "open the engine with trees=True (or None)"
         )
     engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads, plain_only=not trees)
     net = None
-    if config["method"] == "eagle":
+    if method.exports == DRAFT_GRAPH:
         e = meta["eagle"]
         if e is None:
             raise ValueError("this engine has no EAGLE draft graph")
@@ -98,8 +102,8 @@ def open_engine(
         )
     return Opened(
         engine,
-        drafter_factory(config, net),
-        label(config),
+        method.make_drafter(config, net),
+        facts.label,
         config,
         folder / meta["tokenizer"],
         list(meta["stop_ids"]),

@@ -24,7 +24,7 @@ same key), they are rewritten here (`builder.export.tensorrt`) into a scratch `o
 once the engines are built.
 
 Engines run on the compute capability they were built on: the build refuses a host whose GPU differs
-from the recipe's target. Nothing here reads the recipe or the checkpoint when opening. `open_engine` runs
+from the recipe's target. Nothing here reads the recipe or the checkpoint when opening. `open_tensorrt_engine` runs
 every engine of the folder on one `device.Lane` (one stream, one scratch arena sized for the largest
 engine profile recorded in engine.json).
 """
@@ -47,12 +47,13 @@ if TYPE_CHECKING:
     from builder.engines.tensorrt.device import CudaApi
 
 ENGINE_JSON = "engine.json"
-FORMAT = 1
+FORMAT = 2  # `builder.handoffs.TensorrtEngineJson.FORMAT`
+TARGET_GRAPHS = ("greedy", "rejection")  # FP8 where the export quantized; the draft graph stays in model.dtype
 BACKEND = "tensorrt"
 
 
 @dataclass(frozen=True)
-class Settings:
+class TensorrtBuildSettings:
     """What the build takes from the recipe."""
 
     recipe: str  # the recipe's path (recorded only)
@@ -65,7 +66,7 @@ class Settings:
 def build_folder(
     export_dir: Path,
     source: dict[str, Any],
-    settings: Settings,
+    settings: TensorrtBuildSettings,
     out: Path,
     say: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
@@ -120,7 +121,7 @@ def build_folder(
         engines[key] = build_engine(
             onnx_path,
             out / files[key],
-            fp8=bool(info.get("fp8")) and key != "eagle",
+            fp8=bool(info.get("fp8")) and key in TARGET_GRAPHS,
             profiles=profiles[key],
             timing_cache=cache,
             io_dtypes=io_types[key],
@@ -177,7 +178,9 @@ def graph_io_dtypes(
     return out
 
 
-def graph_profiles(info: dict[str, Any], model: dict[str, int], settings: Settings) -> dict[str, list[Profile]]:
+def graph_profiles(
+    info: dict[str, Any], model: dict[str, int], settings: TensorrtBuildSettings
+) -> dict[str, list[Profile]]:
     """The profiles of each exported graph (see `builder.engines.tensorrt.profiles`)."""
     max_nodes = info["capacity"] - info["max_seq_len"]  # room for draft nodes (any drafter the folder serves)
     cache = CacheDims(model["layers"], model["kv_heads"], info["capacity"], model["head_dim"])
@@ -213,7 +216,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def read_meta(folder: Path) -> dict[str, Any]:
+def read_tensorrt_meta(folder: Path) -> dict[str, Any]:
     path = Path(folder) / ENGINE_JSON
     meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT or meta.get("backend") != BACKEND:
@@ -231,7 +234,7 @@ def arena_bytes(meta: dict[str, Any]) -> int:
     return max(sizes, default=0)
 
 
-def open_engine(
+def open_tensorrt_engine(
     folder: str | Path, drafter: dict[str, Any] | None = None, max_batch_size: int = 1, cuda: "CudaApi | None" = None
 ) -> "Opened":
     """The TensorRT engines of `folder` and a drafter factory, all on one `Lane` (stream + scratch arena, through
@@ -241,10 +244,11 @@ def open_engine(
     from builder.engines.tensorrt.device import Lane
     from builder.engines.tensorrt.eagle import TrtEagleNet
     from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
-    from builder.speculative.drafters import drafter_factory, label
+    from builder.speculative import registry
+    from builder.speculative.method import DRAFT_GRAPH
 
     folder = Path(folder)
-    meta = read_meta(folder)
+    meta = read_tensorrt_meta(folder)
     config = drafter_for(meta, drafter)
     if max_batch_size > meta["max_batch_size"]:
         raise ValueError(f"the engines' profiles take up to {meta['max_batch_size']} sequences, not {max_batch_size}")
@@ -267,8 +271,9 @@ def open_engine(
         precision,
     )
     engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size, lane)
+    method = registry.of(config)
     net = None
-    if config["method"] == "eagle":
+    if method.exports == DRAFT_GRAPH:
         e = meta["eagle"]
         if e is None:
             raise ValueError("this engine has no EAGLE draft engine")
@@ -287,8 +292,8 @@ def open_engine(
         )
     return Opened(
         engine,
-        drafter_factory(config, net),
-        label(config),
+        method.make_drafter(config, net),
+        method.facts(config).label,
         config,
         folder / meta["tokenizer"],
         list(meta["stop_ids"]),

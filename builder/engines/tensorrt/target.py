@@ -5,7 +5,7 @@ contract's KV dtype (`kv.DeviceKV`) and the bindings (`runtime.TrtBinding`), who
 contract's (`builder.export.contract.TARGET`) in the engine's `Precision`. The greedy engine serves
 all-greedy batches; a batch with any sampled row runs the rejection engine (deserialized on first use).
 All of them run on one `device.Lane` (stream and scratch arena), shared with the EAGLE draft engine when
-`builder.engines.tensorrt.folder.open_engine` opens both.
+`builder.engines.tensorrt.folder.open_tensorrt_engine` opens both.
 """
 
 from __future__ import annotations
