@@ -25,6 +25,8 @@ project's packages (pydantic among them: `triton_repo.runtime.CPU_THIRD_PARTY`) 
 `builder.engines.folder.read_meta`, which checks it against these models.
 """
 
+# trtllm: every stage hand-off model lives in this one module with its format (the trtllm stages' too)
+
 from __future__ import annotations
 
 import json
@@ -33,9 +35,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from builder.errors import UserError
+from builder.speculative import registry
 
 H = TypeVar("H", bound="Handoff")
 
@@ -123,6 +126,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def checked_drafter(value: dict[str, Any]) -> dict[str, Any]:
+    """A stored drafter config (export.json, engine.json): its method's recipe section dumped as is, the static tree
+    inline (`builder.stages.parts.Parts.drafter_config`), re-validated by that method's config class
+    (`builder.speculative.registry.drafter_config`); a method this trtspec does not know is refused."""
+    try:
+        registry.drafter_config(value)
+    except UserError as exc:
+        raise ValueError(f"{exc.message} (allowed: {exc.allowed})") from None
+    return value
+
+
 # -- source.json (load) -------------------------------------------------------------------------------------------
 
 
@@ -178,12 +192,12 @@ class ExportJson(Handoff):
     """The step graphs an export wrote (target-greedy/, target-rejection/, eagle/) and what the engine needs."""
 
     FILE: ClassVar[str] = "export.json"
-    FORMAT: ClassVar[int] = 1
+    FORMAT: ClassVar[int] = 2  # 2: the drafter as its method's config (was a dict of its own per method)
 
     variant: str  # "ort" | "standard" (`builder.engines.ort.build.pick_variant`)
     capacity: int  # KV capacity of the target graphs: max_seq_len + room for draft nodes
     max_seq_len: int
-    drafter: dict[str, Any]  # the recipe's drafter as data (`builder.stages.parts.Parts.drafter_config`)
+    drafter: dict[str, Any]  # the drafter's config (`checked_drafter`)
     medusa: MedusaHeads | None
     eagle: EagleGraph | None
     fp8: bool
@@ -191,6 +205,8 @@ class ExportJson(Handoff):
     draft_precision: PrecisionJson
     draft_weights: str | None
     tensorrt: dict[str, str] | None = None  # GPU targets: {graph: its TensorRT-form file}
+
+    _drafter = field_validator("drafter")(checked_drafter)
 
 
 # -- engine.json (engine; read when serving) ----------------------------------------------------------------------
@@ -218,7 +234,7 @@ class OrtEngineJson(Handoff):
     """An ONNX Runtime engine folder (cpu targets; `builder.engines.ort.load`)."""
 
     FILE: ClassVar[str] = "engine.json"
-    FORMAT: ClassVar[int] = 1
+    FORMAT: ClassVar[int] = 2  # 2: the drafter as its method's config (`checked_drafter`)
 
     backend: Literal["onnxruntime"]
     variant: str
@@ -236,6 +252,8 @@ class OrtEngineJson(Handoff):
     versions: dict[str, str]
     step_curve: dict[str, Any] | None = None  # `builder.tune.curve.StepCurve.to_json` form, timed by the stage
 
+    _drafter = field_validator("drafter")(checked_drafter)
+
 
 class TensorrtTargets(Strict):
     greedy: str
@@ -246,7 +264,7 @@ class TensorrtEngineJson(Handoff):
     """A TensorRT engine folder (GPU targets; `builder.engines.tensorrt.folder`)."""
 
     FILE: ClassVar[str] = "engine.json"
-    FORMAT: ClassVar[int] = 1
+    FORMAT: ClassVar[int] = 2  # 2: the drafter as its method's config (`checked_drafter`)
 
     backend: Literal["tensorrt"]
     variant: str
@@ -267,6 +285,8 @@ class TensorrtEngineJson(Handoff):
     versions: dict[str, str]
     tensorrt: dict[str, Any]  # the version lock (`builder.engines.tensorrt.lock.engine_lock`)
     engines: dict[str, dict[str, Any]]  # per graph: `build_engine`'s manifest
+
+    _drafter = field_validator("drafter")(checked_drafter)
 
 
 ENGINE_JSONS: dict[str, type[Handoff]] = {"onnxruntime": OrtEngineJson, "tensorrt": TensorrtEngineJson}

@@ -191,13 +191,12 @@ def replay_limits(num_prompts: int, max_new: int) -> dict[str, Any]:
     from builder.stages.parts import load_tokenizer
     from builder.stages.runner import build
     from builder.tune.curve import StepCurve
-    from builder.tune.methods import current_setting
-    from builder.tune.ngram import grid, replay
+    from builder.tune.ngram import TUNER, grid, replay
 
     recipe = load_recipe(REPO / "recipes" / "tiny-llama3-ngram.yaml")
     folder = build(recipe, cache_dir(), until="engine").folder("engine")
     curve = StepCurve.from_json(measure_folder(folder, 1))  # timed now, as `trtspec tune --curve now` does
-    setting = current_setting(recipe)
+    setting = TUNER.current(recipe)
     tok = load_tokenizer(FIXTURE)
     model = AutoModelForCausalLM.from_pretrained(str(FIXTURE), dtype=torch.float32).eval()
     settings = grid(setting, curve.max_nodes)

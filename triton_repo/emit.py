@@ -27,7 +27,7 @@ from typing import Any
 from builder.files import link_or_copy
 from triton_repo import tensors as T
 from triton_repo.config import RepositorySettings, all_configs, render
-from triton_repo.runtime import FOLDER, copy_runtime
+from triton_repo.runtime import FOLDER, Carried, copy_runtime
 
 BOOTSTRAP = Path(__file__).with_name("models") / "model.py"
 INFO = "trtspec-repo.json"
@@ -39,8 +39,11 @@ def _tree(src: Path, dst: Path) -> None:
             link_or_copy(f, dst / f.relative_to(src))
 
 
-def emit(out: Path, engine_dir: Path, settings: RepositorySettings) -> dict[str, Any]:
-    """Write the repository into `out` (an empty folder); returns what trtspec-repo.json records."""
+def emit(
+    out: Path, engine_dir: Path, settings: RepositorySettings, carried: tuple[Carried, ...] = ()
+) -> dict[str, Any]:
+    """Write the repository into `out` (an empty folder); returns what trtspec-repo.json records. `carried`: the
+    third-party method the engine's drafter is, its code copied into the runtime (`triton_repo.runtime.Carried`)."""
     if settings.model_name in T.RESERVED_NAMES:
         raise ValueError(
             f"triton.model_name {settings.model_name!r} collides with a composing model ({', '.join(T.RESERVED_NAMES)})"
@@ -59,7 +62,7 @@ def emit(out: Path, engine_dir: Path, settings: RepositorySettings) -> dict[str,
         (out / name / "config.pbtxt").write_text(render(cfg), encoding="utf-8")
     models = (T.PREPROCESSING, T.SPEC_DECODER, T.POSTPROCESSING, settings.model_name)
     first = out / models[0] / "1" / FOLDER
-    runtime = copy_runtime(first)
+    runtime = copy_runtime(first, carried=carried)
     for name in models:
         shutil.copy2(BOOTSTRAP, out / name / "1" / "model.py")
         if name != models[0]:
@@ -81,7 +84,12 @@ def emit(out: Path, engine_dir: Path, settings: RepositorySettings) -> dict[str,
             "versions": meta.get("versions", {}),
             "tensorrt": meta.get("tensorrt"),
         },
-        "runtime": {"folder": FOLDER, "trtspec": runtime["trtspec"], "files": len(runtime["files"])},
+        "runtime": {
+            "folder": FOLDER,
+            "trtspec": runtime["trtspec"],
+            "files": len(runtime["files"]),
+            **({"carried": runtime["carried"]} if runtime["carried"] else {}),
+        },
         "inputs": [
             {"name": t.name, "datatype": t.dtype, "dims": list(t.dims), "optional": t.optional} for t in T.CLIENT_INPUTS
         ],

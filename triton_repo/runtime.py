@@ -30,6 +30,11 @@ self-contained, and Triton takes every top-level folder of a repository for a mo
 place outside the models. runtime.json records the files with their sha256 and the trtspec version that
 emitted them (`triton_repo.compat` compares it with the engine's).
 
+A speculative method another installed distribution registers (entry-point group `trtspec.methods`,
+`builder.speculative.registry`) is code outside this tree: when the engine's drafter is one, the repo stage passes
+it as `Carried` and its package is copied beside ours with a minimal `<dist>-<version>.dist-info` naming only that
+entry point, so the copy (first on sys.path) discovers it the same way and serves without the package installed.
+
 Standard library only: the repo stage and `trtspec serve` import it without the serve extra's packages.
 """
 
@@ -39,6 +44,7 @@ import hashlib
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
@@ -77,6 +83,8 @@ SCOPE = (
     "builder.closure",  # the import walker `closure()` runs (triton_repo.compat reads runtime.json through this module)
     "builder.handoffs",  # engine.json's model, checked when spec_decoder opens the engine folder
     "builder.speculative.*",  # the decoding loop and the drafters (not the tree search / Medusa training below)
+    "builder.model",  # (the package: imports nothing)
+    "builder.model.pickled",  # a method's weight-file names (`DraftCheckpoint.layout`, plain data, no torch)
     "builder.engines.*",  # the neutral entry point and the ONNX Runtime / TensorRT host layers (not the torch engines)
     "builder.export",
     "builder.export.contract",  # the graph I/O contract the host layers bind (no exporter)
@@ -162,8 +170,39 @@ def trtspec_version() -> str:
         return str(builder.__version__)
 
 
-def copy_runtime(dst: Path, root: Path = SOURCE) -> dict[str, Any]:
-    """Copy the runtime from `root` into `dst` (a new folder) and write its runtime.json (returned)."""
+@dataclass(frozen=True)
+class Carried:
+    """A third-party method's package the runtime carries (`builder.speculative.registry.ThirdParty`)."""
+
+    package: str  # its top-level package (or module)
+    root: Path  # the folder holding it
+    distribution: str
+    version: str
+    group: str  # the entry-point group ("trtspec.methods")
+    name: str  # the entry point's name (the method's)
+    value: str  # "module:NAME"
+
+    def sources(self) -> list[Path]:
+        top = self.root / self.package
+        if top.is_dir():
+            return sorted(p for p in top.rglob("*.py") if "__pycache__" not in p.parts)
+        return [self.root / f"{self.package}.py"]
+
+    def dist_info(self) -> dict[str, str]:
+        """{file name under the .dist-info folder: text}: what `importlib.metadata` needs to find the entry point."""
+        return {
+            "METADATA": f"Metadata-Version: 2.1\nName: {self.distribution}\nVersion: {self.version}\n",
+            "entry_points.txt": f"[{self.group}]\n{self.name} = {self.value}\n",
+        }
+
+    @property
+    def dist_folder(self) -> str:
+        return f"{re.sub(r'[-_.]+', '_', self.distribution)}-{self.version}.dist-info"
+
+
+def copy_runtime(dst: Path, root: Path = SOURCE, carried: Iterable[Carried] = ()) -> dict[str, Any]:
+    """Copy the runtime from `root` into `dst` (a new folder), with the `carried` methods' packages, and write its
+    runtime.json (returned)."""
     files = {}
     for rel in runtime_files(root):
         src = root / rel
@@ -173,7 +212,29 @@ def copy_runtime(dst: Path, root: Path = SOURCE) -> dict[str, Any]:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, out)  # a copy, never a link: an edit of the source tree must not reach a repository
         files[rel] = _sha256(out)
-    manifest = {"trtspec": trtspec_version(), "packages": list(PACKAGES), "files": files}
+    methods = []
+    for c in carried:
+        for src in c.sources():
+            rel = src.relative_to(c.root).as_posix()
+            out = dst / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out)
+            files[rel] = _sha256(out)
+        for name, text in c.dist_info().items():
+            rel = f"{c.dist_folder}/{name}"
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dst / rel).write_text(text, encoding="utf-8")
+            files[rel] = _sha256(dst / rel)
+        methods.append(
+            {
+                "method": c.name,
+                "distribution": c.distribution,
+                "version": c.version,
+                "package": c.package,
+                "dist_info": c.dist_folder,
+            }
+        )
+    manifest = {"trtspec": trtspec_version(), "packages": list(PACKAGES), "files": files, "carried": methods}
     (dst / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
@@ -199,9 +260,13 @@ def stale(folder: Path, root: Path = SOURCE) -> list[str]:
     dropped or changed; empty: the same code). A cached repository whose stage key missed a change of the copied
     code (e.g. of the decoding loop) shows here."""
     try:
-        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
     except (OSError, ValueError, KeyError) as exc:
         return [f"{folder / MANIFEST}: {exc}"]
+    # a carried method's files are its distribution's, not this tree's
+    theirs = tuple(f"{c[k]}/" for c in manifest.get("carried", []) for k in ("package", "dist_info"))
+    files = {rel: d for rel, d in files.items() if not rel.startswith(theirs)}
     now = runtime_files(root)
     out = [f"{rel}: new in the source tree" for rel in now if rel not in files]
     out += [f"{rel}: no longer part of the runtime" for rel in sorted(files) if rel not in now]

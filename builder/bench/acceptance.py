@@ -16,17 +16,19 @@ from builder.speculative.decoding import Decoder as Loop
 from builder.speculative.decoding import Request
 from builder.stages.decoders import DecoderSetup, build_decoder
 
+FIRST_ONLY = ("none", "lookahead")  # the rows measured on the first recipe's target only: plain and zero weights
+
 
 def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[DecoderSetup]:
-    """none and lookahead on the first recipe's target, then each recipe's own method (deduplicated)."""
+    """FIRST_ONLY (none and lookahead) on the first recipe's target, then each recipe's own method (deduplicated)."""
     first = loaded[0]
-    decs = [build_decoder(first, "none", engine=engine), build_decoder(first, "lookahead", engine=engine)]
+    decs = [build_decoder(first, method, engine=engine) for method in FIRST_ONLY]
     seen = {d.label for d in decs}
     for rec in loaded:
         if _target(rec) != _target(first):
             raise UserError(f"{rec.path} uses another target model than {first.path}", field="model.checkpoint")
         method = rec.recipe.speculative.method
-        if method in ("none", "lookahead") and rec is not first:
+        if method in FIRST_ONLY and rec is not first:
             continue
         d = build_decoder(rec, method, engine=engine)
         if d.label not in seen:

@@ -14,6 +14,8 @@ Everything up to the checkpoint runs on this machine (cached like `trtspec build
 a temporary folder beside <out> and renamed into place only when complete.
 """
 
+# trtllm: `trtspec deploy` is the trtllm backend's own command (its checkpoint, repository and bundle)
+
 from __future__ import annotations
 
 import json

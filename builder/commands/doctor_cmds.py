@@ -15,6 +15,8 @@ The version ranges judged against are the extras' own, read from pyproject.toml 
 installed metadata: one source for what `pip install` asks and what the doctor expects.
 """
 
+# trtllm: the host report checks every backend's tools and says per backend whether it can build/serve here
+
 from __future__ import annotations
 
 import json

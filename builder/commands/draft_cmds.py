@@ -14,55 +14,78 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from builder.commands.options import set_option
 from builder.errors import UserError
+from builder.speculative import registry
+from builder.speculative.method import DraftCheckpoint
 
-KINDS = ("auto", "model", "medusa", "eagle")
+if TYPE_CHECKING:
+    from builder.model.pickled import Layout
+
+AUTO, MODEL = "auto", "model"  # --kind: from the file names / the target's checkpoint
+# the target's embedding in HF LlamaForCausalLM's keys (`builder.model.loader.expected_shapes`): what tells a
+# target's lone pytorch_model.bin from a draft's of the same name once converted
+TARGET_EMBEDDING = "model.embed_tokens.weight"
 
 
-def _kind_of(folder: Path) -> str:
-    """medusa / eagle / model from the pickled file present (a lone pytorch_model.bin is an EAGLE draft or a
-    target: the same conversion, told apart afterwards by its keys)."""
-    from builder.model.pickled import EAGLE, MEDUSA, TARGET, pickle_to_read
+def draft_checkpoints() -> dict[str, DraftCheckpoint]:
+    """The draft checkpoint of every method that has one (`Method.draft`), by method name."""
+    return {name: m.draft for name, m in registry.methods().items() if m.draft is not None}
 
-    if pickle_to_read(folder, MEDUSA) is not None:
-        return "medusa"
+
+def _kinds_in(folder: Path) -> tuple[str, ...]:
+    """What `folder` holds, from the pickled file present: one method's draft or the target; or, for a file name a
+    draft shares with the target's single-file pickle (EAGLE's pytorch_model.bin), those drafts and then the target:
+    the same conversion, told apart afterwards by its keys (`_check`)."""
+    from builder.model.pickled import TARGET, pickle_to_read
+
+    drafts = {name: d.layout for name, d in draft_checkpoints().items()}
+    for name, layout in drafts.items():
+        hit = pickle_to_read(folder, layout)
+        if hit is not None and hit.name not in TARGET.pickles:
+            return (name,)
     hit = pickle_to_read(folder, TARGET)
     if hit is not None and hit.name == TARGET.index:
-        return "model"
-    if pickle_to_read(folder, EAGLE) is not None:
-        return "eagle-or-model"
+        return (MODEL,)
+    shared = tuple(name for name, layout in drafts.items() if pickle_to_read(folder, layout) is not None)
+    if shared:
+        return (*shared, MODEL)
+    names = list(dict.fromkeys([p for layout in drafts.values() for p in layout.pickles] + list(TARGET.pickles)))
     raise UserError(
-        "nothing to convert: no medusa_lm_head.pt, pytorch_model.bin or pytorch_model.bin.index.json "
-        "without a safetensors file beside it",
+        f"nothing to convert: no {', '.join(names[:-1])} or {names[-1]} without a safetensors file beside it",
         location=str(folder),
     )
 
 
-def _check(kind: str):
-    """The strict loader for `kind`, run without the opt-in on the converted folder (so it must read safetensors)."""
+def _layout(kinds: tuple[str, ...]) -> Layout:
+    """The layout converted: the first candidate's (the draft's, when a file name is shared with the target)."""
+    from builder.model.pickled import TARGET
+
+    return TARGET if kinds[0] == MODEL else draft_checkpoints()[kinds[0]].layout
+
+
+def _check(kinds: tuple[str, ...]):
+    """The strict loader for what the folder holds, run without the opt-in on the converted folder (so it must read
+    safetensors): a method's `DraftCheckpoint.check_folder`, or the target's loader."""
 
     def check(folder: Path) -> None:
         from builder.model.config import LlamaConfig
         from builder.model.loader import checked_sources
-        from builder.speculative.eagle.draft_model import read_eagle
-        from builder.speculative.medusa.heads import load_medusa
 
-        which = kind
-        if which == "eagle-or-model":
+        which = kinds[0]
+        if len(kinds) > 1:  # a draft's file name shared with the target's: the target holds its embedding key
             from safetensors import safe_open
 
-            with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-                which = "eagle" if "fc.weight" in set(f.keys()) else "model"
-        if which == "medusa":
-            load_medusa(folder)
-        elif which == "eagle":
-            read_eagle(folder)
-        else:
+            with safe_open(str(folder / _layout(kinds).weights), framework="pt") as f:
+                which = MODEL if TARGET_EMBEDDING in set(f.keys()) else kinds[0]
+        if which == MODEL:
             checked_sources(folder, LlamaConfig.from_json(folder))
+        else:
+            draft_checkpoints()[which].check_folder(folder)
 
     return check
 
@@ -76,17 +99,17 @@ def _from_recipe(recipe: str, overrides: tuple[str, ...], model: bool) -> tuple[
     loaded = load_recipe(recipe, overrides)
     r = loaded.recipe
     if model:
-        section, text, kind, allowed = "model", r.model.checkpoint, "model", r.model.allow_pickle
+        section, text, kind, allowed = "model", r.model.checkpoint, MODEL, r.model.allow_pickle
     else:
-        if r.speculative.method not in ("medusa", "eagle"):
+        m = registry.of(r.speculative)
+        if m.draft is None:
             raise UserError(
-                f"speculative.method {r.speculative.method} has no draft checkpoint; pass --model to "
-                "convert the target",
+                f"speculative.method {m.name} has no draft checkpoint; pass --model to convert the target",
                 field="speculative.method",
-                allowed="medusa, eagle",
+                allowed=", ".join(draft_checkpoints()),
             )
         s = r.speculative
-        section, text, kind, allowed = "speculative", s.checkpoint, s.method, s.allow_pickle
+        section, text, kind, allowed = "speculative", s.checkpoint, m.name, s.allow_pickle
     parts = Parts(loaded, "none")
     folder = parts.base_dir() if model else parts.draft_dir()
     ref = parse_checkpoint(text, loaded.dir_of((section, "checkpoint")))
@@ -117,8 +140,8 @@ def _from_recipe(recipe: str, overrides: tuple[str, ...], model: bool) -> tuple[
 )
 @click.option(
     "--kind",
-    type=click.Choice(KINDS),
-    default="auto",
+    type=click.Choice((AUTO, MODEL, *draft_checkpoints())),
+    default=AUTO,
     show_default=True,
     help="With a DIR: what it holds (auto: from the file names, and the keys for pytorch_model.bin).",
 )
@@ -127,27 +150,26 @@ def _from_recipe(recipe: str, overrides: tuple[str, ...], model: bool) -> tuple[
 def convert_draft(recipe_or_dir, out, allow_pickle, convert_model, kind, as_json, overrides):
     """Write RECIPE_OR_DIR's pickled weights (a RECIPE's draft, or a checkpoint DIR) once as safetensors."""
     from builder.model.convert import to_safetensors
-    from builder.model.pickled import LAYOUTS
 
     src = Path(recipe_or_dir)
     if src.is_dir():
         if overrides or convert_model:
             raise UserError("--set and --model apply to a RECIPE, not to a checkpoint folder", field="--set")
         opt_in, allowed = "--allow-pickle", allow_pickle
-        kind = _kind_of(src) if kind == "auto" else kind
+        kinds = _kinds_in(src) if kind == AUTO else (kind,)
         default = src.resolve().parent / f"{src.resolve().name}-safetensors"
     else:
-        if kind != "auto":
+        if kind != AUTO:
             raise UserError(
                 "--kind applies to a checkpoint folder; a RECIPE says what its checkpoints are",
                 field="--kind",
                 allowed="auto",
             )
         src, kind, allowed, field, default = _from_recipe(recipe_or_dir, overrides, convert_model)
+        kinds = (kind,)
         opt_in, allowed = (field, allowed) if not allow_pickle else ("--allow-pickle", True)
-    layout = LAYOUTS["eagle" if kind == "eagle-or-model" else kind]
     dst = Path(out) if out else default
-    facts = to_safetensors(src, layout, dst, allow_pickle=allowed, opt_in=opt_in, check=_check(kind))
+    facts = to_safetensors(src, _layout(kinds), dst, allow_pickle=allowed, opt_in=opt_in, check=_check(kinds))
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return

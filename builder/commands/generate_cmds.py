@@ -11,7 +11,6 @@ import click
 from builder.commands.options import echo_warnings, load_checked, set_option
 from builder.errors import UserError
 
-METHOD_CHOICE = click.Choice(["none", "medusa", "eagle", "lookahead", "ngram"])
 ENGINE_OPTION = click.option(
     "--engine",
     type=click.Choice(["auto", "onnxruntime", "tensorrt", "torch"]),
@@ -25,15 +24,16 @@ ENGINE_OPTION = click.option(
 def _engine(loaded, engine: str) -> str:
     if engine != "auto":
         return engine
-    backend = loaded.recipe.target.engine_backend
-    if backend == "trtllm":
+    from builder.stages.registry import backend_of
+
+    backend = backend_of(loaded.recipe)
+    if backend.served_elsewhere:
         raise UserError(
-            "target.backend trtllm engines run inside TensorRT-LLM's Triton backend (trtspec deploy); "
-            "here pass --engine torch",
+            f"{backend.served_elsewhere.format(recipe=loaded.path)}; here pass --engine torch",
             field="--engine",
             allowed="torch",
         )
-    return backend
+    return backend.name
 
 
 def _prompt_ids(prompt: str | None, prompt_ids: str | None, tokenizer, vocab: int) -> list[int]:
@@ -75,7 +75,12 @@ class _Streamer:
 @click.option("--prompt", help="Prompt text (tokenized with the recipe's tokenizer).")
 @click.option("--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3.")
 @click.option("--max-new-tokens", default=64, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--method", type=METHOD_CHOICE, help="Override the recipe's speculative method.")
+@click.option(
+    "--method",
+    metavar="METHOD",
+    help="Override the recipe's speculative method: a zero-weight method (none, lookahead, ngram, or an installed "
+    "one) or the recipe's own; another is refused naming those it takes.",
+)
 @click.option(
     "--temperature",
     default=0.0,

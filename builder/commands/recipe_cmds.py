@@ -70,7 +70,7 @@ def plan(recipe: str, overrides: tuple[str, ...], as_json: bool, cache_dir: str)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 def schema(output: str | None) -> None:
     """Print the recipe JSON schema (committed as recipes/schema.json)."""
-    from builder.recipe.schema_json import schema_text
+    from builder.recipe.schema import schema_text
 
     text = schema_text()
     if output:

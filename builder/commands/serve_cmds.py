@@ -18,17 +18,15 @@ EXIT_NEEDS_GPU = 3
 
 def repo_from_recipe(recipe: str, overrides: tuple[str, ...], cache_dir: str, quiet: bool):
     from builder.commands.build_cmds import BuildDisplay
+    from builder.stages.registry import backend_of, opened_here
     from builder.stages.runner import build
 
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
-    if loaded.recipe.target.engine_backend == "trtllm":
+    backend = backend_of(loaded.recipe)
+    if backend.served_elsewhere:
         raise UserError(
-            "a trtllm recipe is served by TensorRT-LLM's own Triton backend inside NVIDIA's container: "
-            f"`trtspec deploy {recipe}` writes the repository and bundle/launch.sh, docker-run.sh and "
-            "k8s.yaml for it",
-            field="target.backend",
-            allowed="onnxruntime, tensorrt",
+            backend.served_elsewhere.format(recipe=recipe), field="target.backend", allowed=", ".join(opened_here())
         )
     result = build(loaded, cache_dir, until="repo", report=BuildDisplay(quiet))
     if result.stopped is not None:

@@ -3,9 +3,11 @@ neutral, so the TensorRT package need not import the ONNX Runtime one). `builder
 opens a folder of either backend (ONNX Runtime: `builder.engines.ort.load`, TensorRT:
 `builder.engines.tensorrt.folder`); both return an `Opened`.
 
-`drafter_for` picks the drafter an engine folder runs (the folder's own, or an override: none / lookahead,
-or the folder's own method) and checks it against what the engines hold — room for its draft nodes, the
-fused Medusa heads, an EAGLE draft graph. engine.json keys read: drafter, capacity, max_seq_len, medusa.
+`drafter_for` picks the drafter an engine folder runs (the folder's own, or an override: a zero-weight method,
+or the folder's own method), re-validates it by its method's config class and checks it against what the engines
+hold — room for its draft nodes, fused heads (a FUSED_HEADS method). engine.json keys read: drafter, capacity,
+max_seq_len, medusa. A DRAFT_GRAPH method also needs the folder's draft graph ("eagle"), which the backend's
+`open_engine` opens.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.speculative.drafters import DrafterFactory, drafter_shape, label
+from builder.speculative import registry
+from builder.speculative.method import FUSED_HEADS, DrafterFactory
 from builder.speculative.protocols import Engine
 
 
@@ -23,19 +26,22 @@ class Opened:
     engine: Engine
     make_drafter: DrafterFactory
     label: str
-    drafter: dict[str, Any]  # the drafter config in use
+    drafter: Any  # the drafter config in use (its method's config, `builder.speculative.registry`)
     tokenizer_path: Path
     stop_ids: list[int]
     meta: dict[str, Any]  # engine.json
 
 
-def drafter_for(meta: dict[str, Any], drafter: dict[str, Any] | None) -> dict[str, Any]:
-    """The drafter config to run (`drafter` or the folder's own), checked against what the engine holds."""
-    config = drafter or meta["drafter"]
-    shape = drafter_shape(config)
+def drafter_for(meta: dict[str, Any], drafter: Any = None) -> Any:
+    """The drafter config to run (`drafter`: a config or its dict, else the folder's own), validated by its method and
+    checked against what the engine holds."""
+    config = registry.drafter_config(meta["drafter"] if drafter is None else drafter)
+    method = registry.of(config)
+    config = method.resolved(config)  # (a static tree given by preset name)
+    facts = method.facts(config)
     room = meta["capacity"] - meta["max_seq_len"]
-    if shape["max_nodes"] > room:
-        raise ValueError(f"{label(config)} needs {shape['max_nodes']} nodes per step; this engine has room for {room}")
-    if config["method"] == "medusa" and (meta["medusa"] is None or shape["top_k"] > meta["medusa"]["top_k"]):
+    if facts.max_nodes > room:
+        raise ValueError(f"{facts.label} needs {facts.max_nodes} nodes per step; this engine has room for {room}")
+    if method.exports == FUSED_HEADS and (meta["medusa"] is None or facts.top_k > meta["medusa"]["top_k"]):
         raise ValueError("this engine has no fused Medusa heads for that tree")
     return config

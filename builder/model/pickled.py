@@ -60,7 +60,6 @@ TARGET = Layout(
 )
 MEDUSA = Layout("Medusa", ("medusa_lm_head.safetensors",), ("medusa_lm_head.pt",))
 EAGLE = Layout("EAGLE", ("model.safetensors",), ("pytorch_model.bin",))
-LAYOUTS = {"model": TARGET, "medusa": MEDUSA, "eagle": EAGLE}  # by recipe role: the target, or the method's draft
 
 
 def pickle_to_read(directory: Path, layout: Layout) -> Path | None:

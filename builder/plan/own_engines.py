@@ -29,6 +29,9 @@ scratch   activation memory per optimization profile (step: T = CAP − max_seq_
           to 256 bytes; `runtime.IoSlots`), which are held once more in pinned host memory. onnxruntime: one
           arena per session, its larger profile. An estimate: TensorRT's own figure per profile
           (device_memory_max_bytes) is in the engine manifest.
+method    what the recipe's method adds is its share (`builder.plan.drafts`, named by its `Method.memory`): Medusa
+          heads fused into the target graphs (`builder.plan.medusa`), the EAGLE draft graph (`builder.plan.eagle`);
+          nothing for a method without draft weights.
 fits      weights + KV + scratch + runtime reserve ≤ the device's memory (host RAM on the CPU).
 tp / pp   trtspec's engines run on one device; with tp or pp > 1 the figures are per rank as if the layers
           and heads were split (as TensorRT-LLM would), which these engines do not do (the layout line says so).
@@ -37,63 +40,40 @@ tp / pp   trtspec's engines run on one device; with tp or pp > 1 the figures are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from builder.export.contract import DTYPE_BYTES, FP8
-from builder.plan.memory import Component, MemoryPlan, _dtype_of, _layer_linear_params, device_memory
+from builder.plan.drafts import DraftMemory, draft_memory
+from builder.plan.sizes import (
+    DRAFT_ENGINE,
+    GIB,
+    GREEDY,
+    REJECTION,
+    Component,
+    Layout,
+    MemoryPlan,
+    device_memory,
+    layer_linear_params,
+    weight_dtype,
+)
 from builder.recipe.schema import Architecture, Recipe
-from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD, lookahead_draft_len
+from builder.speculative import registry
 
 NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": FP8}
 SHORT = {v: k for k, v in NAMES.items()}
-DEFAULT_LOOKAHEAD_NODES = 1 + lookahead_draft_len(*DEFAULT_LOOKAHEAD)
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the plan assumes of the engines (printed as one line)."""
-
-    backend: str
-    act: str  # weights / activations not in FP8
-    kv: str  # the target's KV cache
-    slots: int
-    capacity: int  # CAP of the target's caches
-    draft_capacity: int  # CAP_e of the EAGLE draft's caches (0: no EAGLE)
-    engines: tuple[str, ...]  # "greedy", "rejection", "eagle"
-
-    def line(self, a: Architecture, tp: int, pp: int) -> str:
-        kv, d = math.ceil(a.num_kv_heads / tp), a.dim_per_head
-        draft = (
-            f"; EAGLE draft [{self.slots}, {kv}, {self.draft_capacity}, {d}] in {self.act}"
-            if self.draft_capacity
-            else ""
-        )
-        split = "" if tp * pp == 1 else f"; tp={tp} pp={pp}: per rank as if split (these engines do not split)"
-        ctx = (
-            "one TensorRT arena shared by every profile's context, + device I/O slots (pinned on the host too)"
-            if self.backend == "tensorrt"
-            else "one ONNX Runtime arena per session"
-        )
-        fp8 = f"FP8 linears 1 byte + {self.act} scales" if self.backend == "tensorrt" else "FP8 folded to float32"
-        return (
-            f"{self.backend} engines ({', '.join(self.engines)}): weights in {self.act} ({fp8}) · KV per-slot "
-            f"contiguous, not paged: per layer [{self.slots} slots, {kv}, CAP {self.capacity}, {d}] in {self.kv}{draft}"
-            f" · scratch estimated per optimization profile, {ctx}{split}"
-        )
+STEP, PREFILL = "step", "prefill"  # the optimization profiles of every engine
 
 
 def layout(recipe: Recipe, draft_len: int) -> Layout:
-    b, spec, backend = recipe.build, recipe.speculative, recipe.target.engine_backend
+    b, backend = recipe.build, recipe.target.engine_backend
     gpu = backend == "tensorrt"
     act = NAMES[recipe.model.dtype] if gpu else "float32"
     kv = FP8 if gpu and recipe.quantization.kv_cache == "fp8" else act
-    cap = b.max_seq_len + max(draft_len + 1, DEFAULT_LOOKAHEAD_NODES)
-    draft_cap, engines = 0, ["greedy"] + (["rejection"] if spec.verification == "rejection" else [])
-    if spec.method == "eagle":
-        tree = spec.tree
-        tentative = tree.depth * tree.top_k if tree.type == "dynamic" else draft_len + 1
-        draft_cap, engines = b.max_seq_len + tentative + 1, engines + ["eagle"]
+    cap = b.max_seq_len + max(draft_len + 1, registry.default_room())
+    engines = [GREEDY] + ([REJECTION] if recipe.speculative.verification == "rejection" else [])
+    room = draft_memory(recipe.speculative).draft_graph_room(recipe, draft_len)
+    draft_cap = b.max_seq_len + room if room else 0
+    if room:
+        engines.append(DRAFT_ENGINE)
     return Layout(backend, act, kv, b.max_batch_size, cap, draft_cap, tuple(engines))
 
 
@@ -102,53 +82,31 @@ def _fp8_scales(a: Architecture) -> int:
     return (a.num_attention_heads + 2 * a.num_kv_heads) * a.dim_per_head + 2 * a.intermediate_size + 2 + 4
 
 
-def target_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Component]:
-    """The weights of one target step engine (per rank)."""
+def act_component(name: str, params: int, lay: Layout) -> Component:
+    """`params` weights in the engines' activation dtype (not quantized)."""
+    return Component(name, params, SHORT[lay.act], params * DTYPE_BYTES[lay.act])
+
+
+def target_components(recipe: Recipe, a: Architecture, lay: Layout, share: DraftMemory) -> list[Component]:
+    """The weights of one target step engine (per rank), the method's fused weights included."""
     tp, pp, act = recipe.parallelism.tp, recipe.parallelism.pp, lay.act
     layers, c, v = math.ceil(a.num_layers / pp), a.hidden_size, a.vocab_size
 
     def part(name: str, params: int, quantizable: bool = True, scales: int = 0) -> Component:
-        fp8 = quantizable and lay.backend == "tensorrt" and _dtype_of(recipe, name) == "fp8"
+        fp8 = quantizable and lay.backend == "tensorrt" and weight_dtype(recipe, name) == "fp8"
         dtype = FP8 if fp8 else act
         nbytes = params * DTYPE_BYTES[dtype] + (scales * DTYPE_BYTES[act] if fp8 else 0)
         return Component(name, params, SHORT[dtype], nbytes)
 
     out = [
-        part("decoder", layers * _layer_linear_params(a) // tp, scales=layers * _fp8_scales(a)),
+        part("decoder", layers * layer_linear_params(a) // tp, scales=layers * _fp8_scales(a)),
         part("norms", (2 * layers + 1) * c, quantizable=False),
         part("embed_tokens", v * c // tp, quantizable=False),
     ]
     if not a.tie_word_embeddings:
         out.append(part("lm_head", v * c // tp, scales=2))
     out.append(part("rope tables", lay.capacity * a.dim_per_head, quantizable=False))
-    spec = recipe.speculative
-    if spec.method == "medusa":
-        per_head = spec.num_layers * (c * c + c) + c * v
-        out.append(part("medusa_heads", spec.num_heads * per_head // tp, quantizable=False))
-    return out
-
-
-def eagle_components(recipe: Recipe, a: Architecture, lay: Layout) -> list[Component]:
-    """The EAGLE draft engine: fc, its decoder layer and norms, its own embedding table, the target's LM head."""
-    tp, act, c, v = recipe.parallelism.tp, lay.act, a.hidden_size, a.vocab_size
-    head_fp8 = lay.backend == "tensorrt" and _dtype_of(recipe, "lm_head") == "fp8"
-    head = (FP8, v * c // tp + 2 * DTYPE_BYTES[act]) if head_fp8 else (act, v * c // tp * DTYPE_BYTES[act])
-    return [
-        Component(
-            "eagle_draft",
-            (2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c,
-            SHORT[act],
-            ((2 * c * c + c + _layer_linear_params(a)) // tp + 2 * c) * DTYPE_BYTES[act],
-        ),
-        Component("eagle embed_tokens", v * c // tp, SHORT[act], v * c // tp * DTYPE_BYTES[act]),
-        Component("eagle lm_head (the target's)", v * c // tp, SHORT[head[0]], head[1]),
-        Component(
-            "eagle rope tables",
-            lay.draft_capacity * a.dim_per_head,
-            SHORT[act],
-            lay.draft_capacity * a.dim_per_head * DTYPE_BYTES[act],
-        ),
-    ]
+    return out + share.fused_weights(recipe, a, lay)
 
 
 def kv_per_token(a: Architecture, dtype: str, layers: int, tp: int) -> int:
@@ -156,58 +114,52 @@ def kv_per_token(a: Architecture, dtype: str, layers: int, tp: int) -> int:
     return 2 * layers * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * DTYPE_BYTES[dtype]
 
 
-def scratch(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
+def scratch(recipe: Recipe, a: Architecture, lay: Layout, share: DraftMemory) -> dict[str, int]:
     """Scratch bytes per "engine/profile" (module docstring)."""
     tp, b, s, act = recipe.parallelism.tp, recipe.build, lay.slots, DTYPE_BYTES[lay.act]
     c, i, d, v = a.hidden_size, math.ceil(a.intermediate_size / tp), a.dim_per_head, math.ceil(a.vocab_size / tp)
     h, kv = math.ceil(a.num_attention_heads / tp), math.ceil(a.num_kv_heads / tp)
     per_row = act * (2 * c + max((h + 2 * kv) * d + h * d, 3 * i, 3 * c))
-    spec = recipe.speculative
-    medusa = s * spec.num_heads * (c + v) * act if spec.method == "medusa" else 0
-    steps = {"step": lay.capacity - b.max_seq_len, "prefill": b.max_input_len}
+    fused = share.fused_scratch(recipe, a, lay)
+    steps = {STEP: lay.capacity - b.max_seq_len, PREFILL: b.max_input_len}
     out = {}
     for engine in lay.engines:
         for profile, t in steps.items():
-            if engine == "eagle":
-                t = max(t, lay.draft_capacity - b.max_seq_len) if profile == "step" else t
-                out[f"{engine}/{profile}"] = s * t * (per_row + lay.draft_capacity * act + v * (act + 8))
+            if engine == DRAFT_ENGINE:
+                out[f"{engine}/{profile}"] = share.draft_graph_scratch(recipe, a, lay, profile, t, per_row)
             else:
-                tv = t if profile == "step" else 1
-                out[f"{engine}/{profile}"] = s * t * (per_row + lay.capacity * act) + s * tv * v * (act + 4) + medusa
+                tv = t if profile == STEP else 1
+                out[f"{engine}/{profile}"] = s * t * (per_row + lay.capacity * act) + s * tv * v * (act + 4) + fused
     return out
 
 
-def io_slots(recipe: Recipe, a: Architecture, lay: Layout) -> dict[str, int]:
+def io_slots(recipe: Recipe, a: Architecture, lay: Layout, share: DraftMemory) -> dict[str, int]:
     """tensorrt: bytes of each engine's I/O slots (module docstring), from the I/O contract."""
     from builder.export.contract import EAGLE, TARGET, Precision, nbytes
 
-    b, spec = recipe.build, recipe.speculative
+    b = recipe.build
     n = lay.capacity - b.max_seq_len  # step nodes
-    top_k = spec.tree.top_k if spec.method == "eagle" and spec.tree.type == "dynamic" else 10
-    heads = spec.num_heads if spec.method == "medusa" else 0
+    top_k, heads = share.io_top_k(recipe), share.fused_heads(recipe)
     rows = max(b.max_input_len, lay.draft_capacity - b.max_seq_len)
-    sizes = {
-        "target": {
-            "B": lay.slots,
-            "T": max(b.max_input_len, n),
-            "Tv": n,
-            "P": n,
-            "W": n,
-            "C": a.hidden_size,
-            "Hm": heads,
-            "K": top_k,
-        },
-        "eagle": {"B": lay.slots, "F": rows, "U": rows, "C": a.hidden_size, "K": top_k},
+    target = {
+        "B": lay.slots,
+        "T": max(b.max_input_len, n),
+        "Tv": n,
+        "P": n,
+        "W": n,
+        "C": a.hidden_size,
+        "Hm": heads,
+        "K": top_k,
     }
+    draft = {"B": lay.slots, "F": rows, "U": rows, "C": a.hidden_size, "K": top_k}
     precision = Precision(lay.act, lay.kv)
     out = {}
     for engine in lay.engines:
-        graph = "eagle" if engine == "eagle" else "target"
-        contract = EAGLE if graph == "eagle" else TARGET
+        contract, sizes = (EAGLE, draft) if engine == DRAFT_ENGINE else (TARGET, target)
         total = 0
         for io in ("inputs", "outputs"):
-            for t in contract.specs(io, layers=0, rejection=engine == "rejection", medusa=heads > 0):
-                total += -(-nbytes(precision.resolve(t.dtype), [sizes[graph][d] for d in t.dims]) // 256) * 256
+            for t in contract.specs(io, layers=0, rejection=engine == REJECTION, medusa=heads > 0):
+                total += -(-nbytes(precision.resolve(t.dtype), [sizes[d] for d in t.dims]) // 256) * 256
         out[engine] = total
     return out
 
@@ -216,20 +168,21 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
     """The memory plan of a tensorrt or onnxruntime recipe (module docstring)."""
     name, total = device_memory(recipe)
     tp, pp, t = recipe.parallelism.tp, recipe.parallelism.pp, recipe.target
+    share = draft_memory(recipe.speculative)
     lay = layout(recipe, draft_len)
     plan = MemoryPlan(device=name, device_bytes=total, tp=tp, pp=pp, kv_cache_fraction=1.0, tokens_per_block=0)
-    target = target_components(recipe, a, lay)
+    target = target_components(recipe, a, lay, share)
     plan.components = list(target)
-    if "rejection" in lay.engines:
+    if REJECTION in lay.engines:
         plan.components += [Component(f"{c.name} (rejection engine)", c.params, c.dtype, c.bytes) for c in target]
-    if "eagle" in lay.engines:
-        plan.components += eagle_components(recipe, a, lay)
+    if DRAFT_ENGINE in lay.engines:
+        plan.components += share.draft_graph_weights(recipe, a, lay)
     plan.weight_bytes = sum(c.bytes for c in plan.components)
     for c in plan.components:
         plan.weight_bytes_by_dtype[c.dtype] = plan.weight_bytes_by_dtype.get(c.dtype, 0) + c.bytes
-    plan.scratch_bytes = scratch(recipe, a, lay)
+    plan.scratch_bytes = scratch(recipe, a, lay, share)
     if lay.backend == "tensorrt":  # one arena shared by every context, + each engine's I/O slots
-        plan.io_slot_bytes = io_slots(recipe, a, lay)
+        plan.io_slot_bytes = io_slots(recipe, a, lay, share)
         plan.pinned_host_bytes = sum(plan.io_slot_bytes.values())
         plan.activation_bytes = max(plan.scratch_bytes.values()) + plan.pinned_host_bytes
     else:  # one arena per session: its larger profile
@@ -239,7 +192,7 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
     plan.runtime_reserve_bytes = int(t.runtime_reserve_gib * GIB)
     plan.kv_dtype = SHORT[lay.kv]
     plan.kv_bytes_per_token = kv_per_token(a, lay.kv, math.ceil(a.num_layers / pp), tp)
-    plan.draft_kv_bytes_per_token = kv_per_token(a, lay.act, 1, tp) if lay.draft_capacity else 0
+    plan.draft_kv_bytes_per_token = share.draft_kv_per_token(recipe, a, lay) if lay.draft_capacity else 0
     plan.kv_budget_bytes = lay.slots * (
         lay.capacity * plan.kv_bytes_per_token + lay.draft_capacity * plan.draft_kv_bytes_per_token
     )
@@ -257,7 +210,7 @@ def plan_own_engines(recipe: Recipe, a: Architecture, draft_len: int) -> MemoryP
             f"weights {plan.weight_bytes / GIB:.2f} GiB + KV for {lay.slots} slots of {lay.capacity} tokens "
             f"{plan.kv_budget_bytes / GIB:.2f} GiB + scratch {plan.activation_bytes / GIB:.2f} GiB + reserve "
             f"{plan.runtime_reserve_bytes / GIB:.2f} GiB do not fit in {total / GIB:.2f} GiB ({name}); lower "
-            "build.max_batch_size or max_seq_len, quantize the weights to fp8 (quantization.mode), or use target.backend: "
-            "trtllm (paged KV, FP8 KV cache)"
+            "build.max_batch_size or max_seq_len, quantize the weights to fp8 (quantization.mode), or use "
+            "target.backend: trtllm (paged KV, FP8 KV cache)"
         )  # own engines keep the KV cache in model.dtype (checks.py)
     return plan

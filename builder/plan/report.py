@@ -10,19 +10,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from builder.errors import UserError
-from builder.plan.memory import GIB, plan_memory
+from builder.plan.drafts import draft_memory
+from builder.plan.memory import plan_memory
 from builder.plan.own_engines import plan_own_engines
+from builder.plan.sizes import GIB
 from builder.quantize.placement import HostFacts, LlamaShape, Placement, place, recipe_host, this_host
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.resolve import (
-    architecture_from_hf,
-    draft_levels,
-    max_draft_len,
-    parse_checkpoint,
-    read_config,
-    resolve_architecture,
-    tree_field,
-)
+from builder.recipe.resolve import draft_levels, max_draft_len, parse_checkpoint, resolve_architecture, tree_field
 from builder.recipe.schema import Architecture, Recipe
 from builder.stages.keys import plan_stages
 from builder.stages.registry import backend_of
@@ -31,14 +25,9 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # rec
 
 
 def draft_architecture(loaded: LoadedRecipe) -> Architecture | None:
-    """The EAGLE draft's shape from its config.json when the checkpoint is local (None otherwise)."""
-    spec = loaded.recipe.speculative
-    if spec.method != "eagle":
-        return None
-    ref = parse_checkpoint(spec.checkpoint, loaded.dir_of(("speculative", "checkpoint")))
-    if ref.local is None or not (ref.local / "config.json").is_file():
-        return None
-    return architecture_from_hf(read_config(ref.local), ref.local)
+    """The draft network's shape from its checkpoint's config.json when local and the method's share reads one (the
+    EAGLE draft's: `builder.plan.drafts.DraftMemory.architecture`); None otherwise."""
+    return draft_memory(loaded.recipe.speculative).architecture(loaded)
 
 
 def ptq_placement(recipe: Recipe, arch: Architecture, host: HostFacts) -> Placement:

@@ -1,5 +1,7 @@
 """Cross-field recipe checks. Each finding names the field, the problem and the allowed values."""
 
+# trtllm: the recipe's trtllm section has rules of its own, run only for target.backend trtllm
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,15 +9,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from builder.errors import UserError
+from builder.model.pickled import TARGET, opt_in_error, pickle_to_read
 from builder.recipe.findings import Finding, Findings
 from builder.recipe.gpus import FP8_DEVICES, GPUS
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.pickle_checks import check_pickles
 from builder.recipe.resolve import architecture_from_hf, parse_checkpoint, read_config
 from builder.recipe.schema import Architecture
 from builder.recipe.spec_checks import check_speculative
 from builder.recipe.trtllm_checks import check_trtllm, kv_heads_rule
 from builder.recipe.yaml_safe import clip
+from builder.speculative import registry
+from builder.speculative.method import Checks
 
 __all__ = ["Checker", "Finding", "check_recipe"]
 
@@ -62,12 +66,13 @@ class Checker(Findings):
             if tok is not None and tok.local is not None and not tok.local.exists():
                 self.add(("model", "tokenizer"), f"tokenizer missing: {tok.local}", warn=True)
         spec = self.recipe.speculative
-        if spec.method in ("medusa", "eagle"):
+        own = registry.of(spec).draft
+        if own is not None:
             draft = _ref(self, ("speculative", "checkpoint"), spec.checkpoint)
             if draft is not None and draft.local is not None and not draft.local.is_dir():
                 self.add(("speculative", "checkpoint"), f"{spec.method} checkpoint missing: {draft.local}", warn=True)
-            elif draft is not None and draft.local is not None and spec.method == "medusa":
-                self._medusa_config(_config(draft.local))
+            elif draft is not None and draft.local is not None and own.check_config is not None:
+                own.check_config(spec, _config(draft.local), Checks(self.recipe, self.add))
 
     def pickles(self) -> None:
         check_pickles(self)
@@ -82,12 +87,6 @@ class Checker(Findings):
                 a, b = given.dim_per_head, found.dim_per_head
             if a != b:
                 self.add(("model", "architecture", name), f"recipe says {a}, checkpoint config.json says {b}")
-
-    def _medusa_config(self, cfg: dict) -> None:
-        spec = self.recipe.speculative
-        for key, ours in (("medusa_num_heads", "num_heads"), ("medusa_num_layers", "num_layers")):
-            if key in cfg and cfg[key] != getattr(spec, ours):
-                self.add(("speculative", ours), f"recipe says {getattr(spec, ours)}, heads config.json says {cfg[key]}")
 
     def parallelism(self) -> None:
         tp, pp = self.recipe.parallelism.tp, self.recipe.parallelism.pp
@@ -164,7 +163,8 @@ class Checker(Findings):
                 "model.dtype, or set target.backend: trtllm (TensorRT-LLM's FP8 KV cache)",
                 allowed="model_dtype, or target.backend: trtllm",
             )
-        draft = {"medusa": "medusa_heads", "eagle": "eagle_draft"}.get(self.recipe.speculative.method)
+        own = registry.of(self.recipe.speculative).draft
+        draft = None if own is None else own.module
         if q.mode == "fp8" and draft is not None and draft not in q.exclude_modules:
             self.add(
                 ("quantization", "exclude_modules"),
@@ -235,3 +235,32 @@ def _divisors(n: int) -> str:
 
 def check_recipe(loaded: LoadedRecipe) -> list[Finding]:
     return Checker(loaded).run()
+
+
+# -- the pickle opt-in rule --
+
+
+def check_pickles(c: Findings) -> None:
+    """The pickle opt-in rule: a local checkpoint whose only weights are upstream's pickled files needs
+    `model.allow_pickle` / `speculative.allow_pickle` — refused here, at validate / plan time, before any stage runs.
+
+    Hub checkpoints (hf://) are not read by validate; the load stage's loaders refuse them the same way
+    (`builder.model.pickled` holds the names, for both).
+    """
+    recipe = c.recipe
+    spec = recipe.speculative
+    checked = [("model", recipe.model.checkpoint, TARGET, recipe.model.allow_pickle)]
+    draft = registry.of(spec).draft
+    if draft is not None:
+        checked.append(("speculative", spec.checkpoint, draft.layout, spec.allow_pickle))
+    for section, text, layout, allowed in checked:
+        try:
+            ref = parse_checkpoint(text, c.loaded.dir_of((section, "checkpoint")))
+        except (UserError, RuntimeError):  # RuntimeError: Path.resolve on a symlink loop (Python < 3.13)
+            continue  # the checkpoints rule reports a malformed reference; not a second time here
+        if allowed or ref.local is None or not ref.local.is_dir():
+            continue
+        pickled = pickle_to_read(ref.local, layout)
+        if pickled is not None:
+            err = opt_in_error(pickled, f"{section}.allow_pickle")
+            c.add((section, "allow_pickle"), err.message.replace(pickled.name, str(pickled), 1), err.allowed)

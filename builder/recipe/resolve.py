@@ -9,7 +9,8 @@ from pathlib import Path
 
 from builder.errors import UserError
 from builder.recipe.schema import Architecture, Recipe
-from builder.speculative.choices import load_choices
+from builder.speculative import registry
+from builder.speculative.method import Facts
 
 HF_REF = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(@(?P<rev>[A-Za-z0-9_./-]+))?$")
 
@@ -75,47 +76,33 @@ def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
 
 
 def tree_choices_spec(recipe: Recipe) -> list[list[int]] | str | None:
+    """The recipe's static tree as written (inline, a preset name or a file), or None (no static tree)."""
     spec = recipe.speculative
-    if spec.method == "medusa":
-        return spec.tree
-    if spec.method == "eagle" and spec.tree.type == "static":
-        return spec.tree.choices
-    return None
+    return registry.of(spec).tree(spec)
+
+
+def tree_field(recipe: Recipe) -> tuple[str, ...]:
+    """The recipe field holding the static tree's choices (the section itself when there is none)."""
+    spec = recipe.speculative
+    return ("speculative", *(registry.of(spec).tree_path(spec) or ()))
+
+
+def draft_facts(recipe: Recipe, tree_dir: Path) -> Facts:
+    """The facts of the recipe's drafter (its method's, the static tree read relative to `tree_dir`)."""
+    spec = recipe.speculative
+    m = registry.of(spec)
+    return m.facts(m.resolved(spec, tree_dir))
 
 
 def tree_size(recipe: Recipe, tree_dir: Path) -> int:
     """Draft nodes per step (root excluded) for the recipe's method."""
-    spec = recipe.speculative
-    if spec.method == "none":
-        return 0
-    if spec.method in ("lookahead", "ngram"):
-        return spec.draft_len
-    if spec.method == "eagle" and spec.tree.type == "dynamic":
-        return spec.tree.total_nodes
-    choices = tree_choices_spec(recipe)
-    assert choices is not None
-    return len(load_choices(choices, tree_dir))
-
-
-def tree_field(recipe: Recipe) -> tuple[str, ...]:
-    return ("speculative", "tree") if recipe.speculative.method == "medusa" else ("speculative", "tree", "choices")
+    return draft_facts(recipe, tree_dir).nodes
 
 
 def draft_levels(recipe: Recipe, tree_dir: Path) -> int:
     """Tree levels drafted per step: the deepest choice (static trees), `depth` (EAGLE-2), N-1 (Lookahead),
     max_draft (n-gram)."""
-    spec = recipe.speculative
-    if spec.method == "none":
-        return 0
-    if spec.method == "ngram":
-        return spec.max_draft
-    if spec.method == "lookahead":
-        return max(spec.ngram - 1, 1)
-    if spec.method == "eagle" and spec.tree.type == "dynamic":
-        return spec.tree.depth
-    choices = tree_choices_spec(recipe)
-    assert choices is not None
-    return max(len(c) for c in load_choices(choices, tree_dir))
+    return draft_facts(recipe, tree_dir).levels
 
 
 def max_draft_len(recipe: Recipe, tree_dir: Path) -> int:

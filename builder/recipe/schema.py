@@ -1,22 +1,23 @@
 """The recipe schema: one pydantic model drives validation, the JSON schema, --set and cache keys.
 
-Method-specific sections live beside their method (builder/speculative/<method>/config.py).
+Method-specific sections live beside their method (builder/speculative/<method>/config.py); the `speculative`
+union is built from the method registry (`builder.speculative.registry`), so an installed method's section is
+part of the schema.
 Every number has an upper bound an engine can represent (token counts fit in int32 with room for
 products such as max_batch_size × max_seq_len) and every float is finite; strings have a length cap.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import json
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator
 
 from builder.recipe.trtllm import TrtllmSection
-from builder.section import VERIFICATION_DOC, Section
-from builder.speculative.eagle.config import EagleConfig
-from builder.speculative.lookahead.config import LookaheadConfig
-from builder.speculative.medusa.config import MedusaConfig
-from builder.speculative.ngram.config import NgramConfig
+from builder.section import Section
+from builder.speculative import registry
+from builder.speculative.none.config import NoSpeculation
 
 DEVICES = ("cpu", "h100", "h100-pcie", "h200", "a100", "l40s")
 MAX_TOKENS = 1_048_576  # 2**20: the longest sequence (prompt + output) any field may name
@@ -115,14 +116,11 @@ class Quantization(Section):
     )
 
 
-class NoSpeculation(Section):
-    method: Literal["none"] = Field(description="Plain autoregressive decoding.")
-    verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
-
-
-Speculative = Annotated[
-    Union[NoSpeculation, MedusaConfig, EagleConfig, LookaheadConfig, NgramConfig], Field(discriminator="method")
-]
+# every registered method's section (`builder.speculative.registry`: the built-in ones, then installed ones)
+if TYPE_CHECKING:  # the union exists at run time only (installed methods join it): any section, to a type checker
+    Speculative = Any
+else:
+    Speculative = Annotated[Union[registry.configs()], Field(discriminator="method")]
 
 
 class Parallelism(Section):
@@ -281,3 +279,15 @@ class Recipe(Section):
     )
     triton: TritonSection = Field(default_factory=TritonSection, description="Triton model repository.")
     bench: Bench = Field(default_factory=Bench, description="Benchmark settings.")
+
+
+def schema_text() -> str:
+    """The recipe JSON schema as committed in recipes/schema.json."""
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "trtspec recipe"
+    schema.setdefault("properties", {})["extends"] = {
+        "description": "Recipe(s) this one extends: a path relative to this file, or a list merged in order.",
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+    }
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -67,17 +67,6 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-# Speculative method -> trtllm-build --speculative_decoding_mode (tensorrt_llm/commands/build.py choices;
-# SpeculativeDecodingMode in tensorrt_llm/models/modeling_utils.py) and the C++ backend's decoding_mode.
-BUILD_MODES = {"none": None, "medusa": "medusa", "eagle": "eagle", "lookahead": "lookahead_decoding"}
-DECODING_MODES = {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle", "lookahead": "lookahead"}
-
-
-def speculative_decoding_mode(method: str) -> str | None:
-    """trtllm-build's --speculative_decoding_mode for a trtspec method (None: plain decoding)."""
-    return BUILD_MODES[method]
-
-
 class TrtllmSection(Section):
     """TensorRT-LLM engine-path settings (used when target.backend is trtllm)."""
 

@@ -26,18 +26,20 @@ sm89+, tp × pp = gpus, tree shape, the Lookahead draft-length formula) live in 
   needs tp % kv_heads == 0; otherwise kv_heads % tp == 0.
 """
 
+# trtllm: the rules of the recipe's trtllm section (the recipe layer cannot import the backend's)
+
 from __future__ import annotations
 
 from builder.errors import UserError
 from builder.recipe.findings import Findings
-from builder.recipe.resolve import tree_choices_spec, tree_field, tree_size
+from builder.recipe.resolve import tree_choices_spec, tree_field
+from builder.speculative import registry
 from builder.speculative.choices import load_choices
+from builder.speculative.method import TRTLLM_ENGINE_LINE as UPSTREAM
+from builder.speculative.method import Checks, EngineFlow, NotServed
 
-UPSTREAM = "TensorRT-LLM 1.2"
 MAX_CHOICE_DEPTH = 16  # speculativeChoicesUtils.cpp: 64-bit prefix of 4-bit chunks
 MAX_CHOICE_RANK = 15  # a 4-bit chunk holds 0..15
-EAGLE_MAX_BATCH = 512  # tensorrt_llm/builder.py asserts
-EAGLE_MAX_DRAFT = 256
 
 
 def kv_heads_rule(kv_heads: int, tp: int) -> str | None:
@@ -70,18 +72,15 @@ def check_trtllm(c: Findings) -> None:
 
 
 def _method(c: Findings) -> None:
+    """The method as TensorRT-LLM 1.2's engine flow serves it (its `Method.trtllm.engine`)."""
     r, spec = c.recipe, c.recipe.speculative
-    if spec.method == "none":
+    method = registry.of(spec)
+    flow = method.trtllm.engine
+    if isinstance(flow, NotServed):
+        served = [name for name, m in registry.methods().items() if isinstance(m.trtllm.engine, EngineFlow)]
+        c.add(("speculative", "method"), flow.reason, allowed=", ".join(served))
         return
-    if spec.method == "ngram":
-        c.add(
-            ("speculative", "method"),
-            f"{UPSTREAM}'s engine path has no n-gram (prompt-lookup) drafter in its Triton "
-            "backend (inflight_batcher_llm's decoding_mode: top_k, top_p, top_k_top_p, beam_search, medusa, "
-            "redrafter, lookahead, eagle; NGram drafting belongs to the PyTorch flow, not the engine path). "
-            "Use lookahead (zero weights too) with the trtllm backend, or ngram with trtspec's own engines",
-            allowed="none, medusa, eagle, lookahead",
-        )
+    if not method.drafts:
         return
     if spec.verification != "greedy":
         c.add(
@@ -99,49 +98,12 @@ def _method(c: Findings) -> None:
             "supported')",
             allowed="1 (use parallelism.tp)",
         )
-    if spec.method == "eagle":
-        if spec.draft_vocab is not None:
-            c.add(
-                ("speculative", "draft_vocab"),
-                f"{UPSTREAM}'s engine-path EAGLE drafts through the target's whole "
-                "LM head (no draft-to-target token map; EAGLE-3's d2t belongs to the PyTorch flow): a reduced draft "
-                "vocabulary is trtspec's own engines only",
-                allowed="null (the whole vocabulary)",
-            )
-        if spec.tree.type == "dynamic":
-            c.add(
-                ("speculative", "tree", "type"),
-                f"{UPSTREAM}'s Triton inflight_batcher_llm backend builds EAGLE "
-                "from eagle_choices only (model_instance_state.cc: EagleConfig(eagleChoices), useDynamicTree "
-                "false): EAGLE-2 dynamic trees are not served through Triton",
-                allowed="static (speculative.version: 1)",
-            )
-        b = r.build
-        if b.max_batch_size > EAGLE_MAX_BATCH:
-            c.add(
-                ("build", "max_batch_size"),
-                f"max_batch_size={b.max_batch_size}: {UPSTREAM} builds EAGLE for at "
-                f"most {EAGLE_MAX_BATCH} sequences (tensorrt_llm/builder.py)",
-                allowed=f"1..{EAGLE_MAX_BATCH}",
-            )
-        if r.quantization.mode == "fp8":
-            c.add(
-                ("quantization", "mode"),
-                f"FP8 is not in {UPSTREAM}'s EAGLE support matrix (examples/eagle/"
-                "README.md lists FP16/BF16); no code check refuses it — verify on a GPU host "
-                "(scripts/gpu_check.sh)",
-                warn=True,
-            )
-    if spec.method == "lookahead" and spec.ngram == 1 and (spec.window != 1 or spec.verification_set != 0):
-        c.add(
-            ("speculative", "ngram"),
-            "ngram=1 requires window=1 and verification_set=0 (decodingConfig.cpp)",
-            allowed="ngram >= 2, or window 1 with verification_set 0",
-        )
+    if flow.check is not None:
+        flow.check(spec, Checks(r, c.add))
 
 
 def _tree(c: Findings) -> None:
-    """Static trees in the backend's choices encoding: depth ≤ 16, ranks 0..15; EAGLE draft ≤ 256."""
+    """Static trees in the backend's choices encoding: depth ≤ 16, ranks 0..15; then the method's own tree rules."""
     r = c.recipe
     spec_text = tree_choices_spec(r)
     field = tree_field(r)
@@ -166,14 +128,12 @@ def _tree(c: Findings) -> None:
                 "into 4 bits (speculativeChoicesUtils.cpp)",
                 allowed=f"ranks 0..{MAX_CHOICE_RANK}",
             )
-    if r.speculative.method == "eagle" and r.speculative.tree.type == "static":
-        size = r.build.max_draft_len or tree_size(r, c.loaded.dir_of(field))
-        if size > EAGLE_MAX_DRAFT:
-            c.add(
-                field,
-                f"{size} draft tokens: {UPSTREAM} builds EAGLE for at most {EAGLE_MAX_DRAFT} (tensorrt_llm/builder.py)",
-                allowed=f"trees of 1..{EAGLE_MAX_DRAFT} nodes",
-            )
+    flow = registry.of(r.speculative).trtllm.engine
+    if isinstance(flow, EngineFlow) and flow.check_tree is not None:
+        spec = r.speculative
+        m = registry.of(spec)
+        resolved = m.resolved(spec, c.loaded.dir_of(field))
+        flow.check_tree(resolved, m.facts(resolved), Checks(r, c.add))
 
 
 def _switches(c: Findings) -> None:

@@ -16,7 +16,10 @@ from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, resolve
 from builder.stages.parts import Parts, load_tokenizer, stop_ids  # load_tokenizer: re-exported
+from builder.stages.registry import backend_of
 
 ENGINES = ("torch", "onnxruntime", "tensorrt")
 
@@ -65,7 +68,7 @@ def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int,
     if target.engine_backend != engine:
         raise UserError(
             f"target {target.device} builds {target.engine_backend} engines, not {engine}; here use "
-            f"--engine torch{'' if target.engine_backend == 'trtllm' else f' or --engine {target.engine_backend}'}",
+            f"--engine torch{'' if backend_of(parts.loaded.recipe).served_elsewhere else f' or --engine {target.engine_backend}'}",
             field="--engine",
             allowed=", ".join(e for e in ENGINES if e in ("torch", target.engine_backend)),
         )
@@ -98,21 +101,20 @@ def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int,
 
 
 def _torch(parts: Parts, max_batch_size: int):
-    from builder.engines.torch_eagle import TorchEagleNet
     from builder.engines.torch_engine import TorchEngine
-    from builder.speculative.drafters import drafter_factory, drafter_shape, label
 
     model = parts.model()
     config = parts.drafter_config()
-    shape = drafter_shape(config)
+    method = registry.of(config)
+    facts = method.facts(config)
     kw = dict(max_seq_len=parts.max_seq_len, max_batch_size=max_batch_size)
     net = None
-    if parts.method == "medusa":
-        engine = TorchEngine(model, medusa=parts.medusa(model), medusa_topk=shape["top_k"], **kw)
+    if method.exports == FUSED_HEADS:
+        engine = TorchEngine(model, medusa=parts.draft(model), medusa_topk=facts.top_k, **kw)
     else:
         engine = TorchEngine(model, **kw)
-    if parts.method == "eagle":
-        net = TorchEagleNet(
-            parts.eagle(model), shape["top_k"], parts.max_seq_len + shape["tentative"] + 1, max_batch_size
+    if method.exports == DRAFT_GRAPH:  # the torch reference of its draft graph (`Method.torch_net`)
+        net = resolve(method.torch_net or "")(
+            parts.draft(model), facts.top_k, parts.max_seq_len + facts.tentative + 1, max_batch_size
         )
-    return engine, drafter_factory(config, net), label(config)
+    return engine, method.make_drafter(config, net), facts.label

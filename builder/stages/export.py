@@ -31,21 +31,21 @@ from typing import Any, Callable
 from builder.export.contract import CPU, FP8, Precision
 from builder.handoffs import ExportInfo, ExportJson
 from builder.recipe.loader import LoadedRecipe
-from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, Facts, resolve
 from builder.stages.inputs import calibration_source, tree_contents
 from builder.stages.parts import DTYPES, Parts
 from builder.stages.stage import Backend, Stage, StageContext
 
 EXPORT_INFO = ExportJson.FILE
+DRAFT_GRAPH_FOLDER = "eagle"  # the draft graph's folder (a DRAFT_GRAPH method's; the EAGLE graph contract)
 QUALITY_JSON, QUALITY_MD = "quality.json", "quality.md"
 
 
-def capacity(max_seq_len: int, config: dict[str, Any]) -> int:
-    from builder.speculative.drafters import drafter_shape  # (NumPy: not at import, `trtspec plan` reads STAGE)
-
-    w, n, g = DEFAULT_LOOKAHEAD
-    default = drafter_shape({"method": "lookahead", "window": w, "ngram": n, "verification_set": g})["max_nodes"]
-    return max_seq_len + max(drafter_shape(config)["max_nodes"], default)
+def capacity(max_seq_len: int, config: Any) -> int:
+    """KV capacity of the target graphs: the sequence, and room for the drafter's largest step or the default room
+    every engine keeps (`registry.default_room`: `--method lookahead` / `ngram` on any recipe's engine)."""
+    return max_seq_len + max(registry.facts(config).max_nodes, registry.default_room())
 
 
 def precisions(recipe: Any) -> tuple[Precision, Precision]:
@@ -95,29 +95,29 @@ def export_graphs(
     from builder.engines.ort.build import pick_variant
     from builder.export.nbits import BITS
     from builder.export.target import export_target
-    from builder.speculative.drafters import drafter_shape
 
     config = parts.drafter_config()
-    shape = drafter_shape(config)
+    method = registry.of(config)
+    facts = method.facts(config)
     cap = capacity(parts.max_seq_len, config)
     variant = pick_variant(variant, model.cfg.head_dim, precision[0])
-    medusa = parts.medusa(model) if parts.method == "medusa" else None
-    k = shape["top_k"] if medusa is not None else None
+    heads = parts.draft(model) if method.exports == FUSED_HEADS else None  # fused into the target graphs
+    k = facts.top_k if heads is not None else None
     tag = ("" if fp8 is None else ", FP8") + (
         "" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}"
     )
     modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
     nbits = BITS[parts.draft_weights] if parts.draft_weights is not None and precision[0] == CPU else None
-    heads = "" if medusa is None or nbits is None else f", Medusa heads {parts.draft_weights}"
+    about = "" if heads is None or nbits is None else f", Medusa heads {parts.draft_weights}"
     for mode in modes:
-        say(f"exporting the target step graph ({mode}, {variant}{tag}{heads})")
+        say(f"exporting the target step graph ({mode}, {variant}{tag}{about})")
         export_target(
             model,
             out / f"target-{mode}",
             variant=variant,
             mode=mode,
             max_seq_len=cap,
-            medusa=medusa,
+            medusa=heads,
             medusa_topk=k,
             fp8=fp8,
             precision=precision[0],
@@ -127,44 +127,44 @@ def export_graphs(
         "variant": variant,
         "capacity": cap,
         "max_seq_len": parts.max_seq_len,
-        "drafter": config,
-        "medusa": None if medusa is None else {"heads": medusa.num_heads, "top_k": k},
+        "drafter": config.model_dump(mode="json"),
+        "medusa": None if heads is None else {"heads": heads.num_heads, "top_k": k},
         "eagle": None,
         "fp8": fp8 is not None,
         "precision": precision[0].as_dict(),
         "draft_precision": precision[1].as_dict(),
         "draft_weights": None if nbits is None else parts.draft_weights,
     }
-    if parts.method == "eagle":
-        info["eagle"] = _eagle(say, parts, model, out, variant, shape, fp8, precision[1], nbits)
+    if method.exports == DRAFT_GRAPH:
+        info["eagle"] = _draft_graph(say, parts, model, out, variant, facts, fp8, precision[1], nbits)
     return info
 
 
-def _eagle(
+def _draft_graph(
     say: Callable[[str], None],
     parts: Parts,
     model,
     out: Path,
     variant: str,
-    shape: dict[str, int],
+    facts: Facts,
     fp8,
     precision: Precision = CPU,
     nbits: int | None = None,
 ) -> dict[str, Any]:
-    from builder.export.eagle import export_eagle
-
-    draft = parts.eagle(model)
-    cap = parts.max_seq_len + shape["tentative"] + 1
+    """The draft graph (`eagle/`, the EAGLE graph contract) by the method's exporter (`Method.export_draft`)."""
+    export_draft = resolve(parts.method_of.export_draft or "")
+    draft = parts.draft(model)
+    cap = parts.max_seq_len + facts.tentative + 1
     head = None if fp8 is None else fp8.linears.get("lm_head")
     vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
     weights = "" if nbits is None else f", weights {parts.draft_weights}"
     say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
-    export_eagle(
+    export_draft(
         draft,
         model.lm_head.weight,
-        out / "eagle",
+        out / DRAFT_GRAPH_FOLDER,
         variant=variant,
-        top_k=shape["top_k"],
+        top_k=facts.top_k,
         max_seq_len=cap,
         lm_head_fp8=head,
         precision=precision,
@@ -176,7 +176,7 @@ def _eagle(
         "kv_heads": c.num_key_value_heads,
         "head_dim": c.head_dim,
         "hidden": c.hidden_size,
-        "top_k": shape["top_k"],
+        "top_k": facts.top_k,
         "capacity": cap,
         "draft_vocab": draft.draft_vocab_size,
     }
@@ -188,7 +188,6 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
     from builder.engines.ort.eagle import OrtEagleNet
     from builder.engines.ort.target import OrtEngine, TargetSpec
     from builder.quantize.quality import Side
-    from builder.speculative.drafters import drafter_factory, label
 
     med = info["medusa"]
     spec = TargetSpec(
@@ -204,13 +203,14 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
     )
     engine = OrtEngine(spec, info["max_seq_len"], 1, threads)
     drafters = {}
-    for method in dict.fromkeys(("none", "lookahead", parts.method)):
-        config = Parts(parts.loaded, method).drafter_config()
+    for name in dict.fromkeys(("none", "lookahead", parts.method)):  # the quality report's three drafters
+        config = Parts(parts.loaded, name).drafter_config()
+        method = registry.of(config)
         net = None
-        if method == "eagle":
+        if method.exports == DRAFT_GRAPH:
             e = info["eagle"]
             net = OrtEagleNet(
-                folder / "eagle" / "eagle.ort.onnx",
+                folder / DRAFT_GRAPH_FOLDER / "eagle.ort.onnx",
                 layers=e["layers"],
                 kv_heads=e["kv_heads"],
                 head_dim=e["head_dim"],
@@ -220,7 +220,7 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
                 max_batch_size=1,
                 threads=threads,
             )
-        drafters[label(config)] = drafter_factory(config, net)
+        drafters[method.facts(config).label] = method.make_drafter(config, net)
     return Side(engine, drafters)
 
 

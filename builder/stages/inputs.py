@@ -6,6 +6,8 @@ its choices; the calibration text EAGLE's draft vocabulary is counted from its n
 hooks (`builder.stages.stage.Stage.inputs`) call these.
 """
 
+# trtllm: the GPU a build is for is detected by the bundle's stdlib check (builder/trtllm/compat.py), one rule
+
 from __future__ import annotations
 
 import hashlib

@@ -26,12 +26,15 @@ from typing import Any
 import builder
 from builder.closure import Imports, import_closure, imports_in, module_file, module_index
 from builder.recipe.loader import LoadedRecipe
+from builder.speculative.method import dotted_modules
+from builder.speculative.registry import BUILTIN, third_party
 from builder.stages.registry import backend_of
 from builder.stages.stage import Backend, Stage
 from builder.versions import tool_versions
 from triton_repo.runtime import PACKAGES, SOURCE
 
 ROOT = SOURCE  # the folder holding builder/, plugins/, triton_repo/
+REGISTRY = "builder.speculative.registry"
 
 
 @dataclass
@@ -93,10 +96,18 @@ class SourceTree:
         return self.files[module][1]
 
     def code(self, stage: Stage) -> dict[str, str]:
-        """{file relative to root: its sha256} of the stage's import closure and of `Stage.code`."""
+        """{file relative to root: its sha256} of the stage's import closure and of `Stage.code`; a stage that asks
+        the method registry runs code the methods name by dotted path (`method.dotted_modules`: their exporters,
+        loaders, tuners, …), which no import reaches: their closures join it."""
         found = import_closure(
             (stage.module, *stage.code), self.root, PACKAGES, imports_of=self.imports, known=self.known
         )
+        if REGISTRY in found:
+            # (a dotted path that names no module here fails the registry's own test, not every plan)
+            named = [m for method in BUILTIN for m in dotted_modules(method) if m in self.known]
+            found = import_closure(
+                (stage.module, *stage.code, *named), self.root, PACKAGES, imports_of=self.imports, known=self.known
+            )
         return {module_file(m, self.root).relative_to(self.root).as_posix(): self.files[m][0] for m in found}
 
     def digest(self, stage: Stage) -> str:
@@ -156,6 +167,21 @@ def code_digest(stage: Stage, root: Path = ROOT) -> str:
     return SourceTree(root).digest(stage)
 
 
+def installed_methods() -> dict[str, str]:
+    """{method: sha256 of its package's files} of the methods other distributions register
+    (`builder.speculative.registry.third_party`): their code lives outside this tree, so every stage's key hashes
+    it as an input (an edited or upgraded method never reuses a stale output)."""
+    found = {}
+    for t in third_party():
+        top = t.root / t.package
+        files = sorted(p for p in top.rglob("*.py")) if top.is_dir() else [top.with_suffix(".py")]
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f"{f.relative_to(t.root).as_posix()}\0".encode() + hashlib.sha256(f.read_bytes()).digest())
+        found[t.method.name] = f"{t.distribution} {t.version} {h.hexdigest()[:16]}"
+    return found
+
+
 def plan_stages(loaded: LoadedRecipe) -> list[PlannedStage]:
     """The recipe's stages in order (its backend's, those it plans), each with its inputs and key."""
     recipe = loaded.recipe
@@ -163,19 +189,28 @@ def plan_stages(loaded: LoadedRecipe) -> list[PlannedStage]:
     data = recipe.model_dump(mode="json")
     planned: list[PlannedStage] = []
     upstream: str | None = None
+    installed = installed_methods()
     with ImportCache() as cache:
         tree = SourceTree(ROOT, cache.parsed)
         for stage in backend.stages:
             if stage.planned(recipe):
-                planned.append(_plan_one(loaded, backend, stage, data, upstream, tree.digest(stage)))
+                planned.append(_plan_one(loaded, backend, stage, data, upstream, tree.digest(stage), installed))
                 upstream = planned[-1].key
     return planned
 
 
 def _plan_one(
-    loaded: LoadedRecipe, backend: Backend, stage: Stage, data: dict[str, Any], upstream: str | None, code: str
+    loaded: LoadedRecipe,
+    backend: Backend,
+    stage: Stage,
+    data: dict[str, Any],
+    upstream: str | None,
+    code: str,
+    installed: dict[str, str] | None = None,
 ) -> PlannedStage:
     inputs = {path: _get(data, path) for path in stage.reads}
+    if installed:
+        inputs["installed_methods"] = installed
     inputs.update(stage.inputs(loaded, backend))
     # Outputs depend on the tools that made them: an upgraded exporter or TensorRT never reuses a stale output.
     inputs["tools"] = tool_versions(*stage.tools)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.handoffs import CheckpointFiles, LoadInfo, SourceJson
+from builder.model.pickled import TARGET, Layout
 from builder.recipe.loader import LoadedRecipe
 from builder.stages.inputs import checkpoints
 from builder.stages.manifest import sha256_file
@@ -45,17 +46,17 @@ def safetensors_dir(load_out: Path, role: str) -> Path | None:
     return None if entry is None or entry.safetensors is None else load_out / entry.safetensors
 
 
-def _convert(ctx: StageContext, folder: Path, role: str, kind: str, out: Path, entry: dict) -> None:
+def _convert(ctx: StageContext, folder: Path, role: str, layout: Layout, out: Path, entry: dict) -> None:
     """Where the backend's converter reads safetensors only, write the safetensors copy of a pickled `folder`."""
-    from builder.model.pickled import LAYOUTS, pickle_to_read
+    from builder.model.pickled import pickle_to_read
 
-    if not ctx.backend.safetensors_only or pickle_to_read(folder, LAYOUTS[kind]) is None:
+    if not ctx.backend.safetensors_only or pickle_to_read(folder, layout) is None:
         return
     from builder.model.convert import to_safetensors
 
     ctx.say(f"writing a safetensors copy of the pickled {role} (read by the {ctx.backend.name} checkpoint stage)")
     field = "model.allow_pickle" if role == "model" else PICKLE_FIELD
-    to_safetensors(folder, LAYOUTS[kind], out / CONVERTED / role, allow_pickle=True, opt_in=field)  # loaded above
+    to_safetensors(folder, layout, out / CONVERTED / role, allow_pickle=True, opt_in=field)  # loaded above
     entry["safetensors"] = f"{CONVERTED}/{role}"
 
 
@@ -66,14 +67,15 @@ def run(ctx: StageContext, out: Path) -> None:
     ctx.say(f"checking {base}")
     model = parts.model()
     target = {"dir": str(base), "files": _files(base)}
-    _convert(ctx, base, "model", "model", out, target)
+    _convert(ctx, base, "model", TARGET, out, target)
     draft_entry = None
-    if parts.method in ("medusa", "eagle"):
+    own = parts.method_of.draft
+    if own is not None:
         draft = parts.draft_dir()
         ctx.say(f"checking the {parts.method} draft {draft}")
-        parts.medusa(model) if parts.method == "medusa" else parts.eagle(model, draft_vocab=False)
+        parts.draft(model, draft_vocab=False)
         draft_entry = {"dir": str(draft), "files": _files(draft)}
-        _convert(ctx, draft, "draft", parts.method, out, draft_entry)
+        _convert(ctx, draft, "draft", own.layout, out, draft_entry)
     source = SourceJson(
         format=SourceJson.FORMAT,
         model=CheckpointFiles.model_validate(target),

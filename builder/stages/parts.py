@@ -1,10 +1,10 @@
 """What a recipe's stages and engines are made of: checkpoints on disk, the model, the draft parts.
 
 `Parts(loaded, method)` resolves the recipe's checkpoints (hf:// references must already be in the
-local hub cache: no downloads at run time), loads the target and the method's draft (Medusa heads or
-the EAGLE draft, strictly checked; upstream's pickled files only under `model.allow_pickle` /
-`speculative.allow_pickle`, `builder.model.pickled`), and describes the drafter (`drafter_config`) as plain data, which
-the engine folder stores so an engine can be opened without the recipe.
+local hub cache: no downloads at run time), loads the target and the method's draft (its `DraftCheckpoint` loader:
+Medusa heads, the EAGLE draft, strictly checked; upstream's pickled files only under `model.allow_pickle` /
+`speculative.allow_pickle`, `builder.model.pickled`), and gives the drafter's config (`drafter_config`: the method's
+section with its static tree inline), which the engine folder stores so an engine can be opened without the recipe.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import parse_checkpoint, tree_field
+from builder.speculative import registry
 from builder.speculative.choices import load_choices
-from builder.speculative.lookahead.config import DEFAULT_LOOKAHEAD
-from builder.speculative.ngram.config import DEFAULT_NGRAM
+from builder.speculative.method import LoadOptions, Method
 
-METHODS = ("none", "medusa", "eagle", "lookahead", "ngram")
-ZERO_WEIGHT = ("none", "lookahead", "ngram")  # methods any recipe's engine runs (`--method`): no draft weights
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 PICKLE_FIELD = "speculative.allow_pickle"  # the draft's opt-in to upstream's pickled weights
 
@@ -75,16 +73,20 @@ class Parts:
     _vocabs: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise UserError(f"unknown method {self.method!r}", field="--method", allowed=", ".join(METHODS))
+        m = registry.get(self.method, field="--method")
         s = self.spec
-        if self.method in ("medusa", "eagle") and s.method != self.method:
+        if not m.zero_weight and s.method != self.method:  # its draft (weights, graphs) is the recipe's to build
             raise UserError(
                 f"the recipe configures {s.method!r}, not {self.method!r}: use a recipe whose "
                 f"speculative.method is {self.method} (e.g. recipes/tiny-llama3-{self.method}.yaml)",
                 field="--method",
-                allowed=", ".join(sorted({*ZERO_WEIGHT, s.method})),
+                allowed=", ".join(sorted({*registry.zero_weight(), s.method})),
             )
+
+    @property
+    def method_of(self) -> Method:
+        """The method to run (`builder.speculative.registry`)."""
+        return registry.get(self.method)
 
     @property
     def spec(self):
@@ -122,51 +124,17 @@ class Parts:
         return load_model(self.base_dir(), resolve_dtype(DTYPES[m.dtype]), m.allow_pickle, "model.allow_pickle")
 
     def choices(self) -> list[tuple[int, ...]]:
-        tree = self.spec.tree if self.method == "medusa" else self.spec.tree.choices
-        return load_choices(tree, self.loaded.dir_of(tree_field(self.loaded.recipe)))
+        """The recipe's static tree (its method's `tree_path`: inline, a preset or a file)."""
+        return load_choices(self.method_of.tree(self.spec), self.loaded.dir_of(tree_field(self.loaded.recipe)))
 
-    def lookahead(self) -> tuple[int, int, int]:
-        s = self.spec
-        return (s.window, s.ngram, s.verification_set) if s.method == "lookahead" else DEFAULT_LOOKAHEAD
-
-    def ngram(self) -> tuple[int, int, int, int, bool, bool]:
-        s = self.spec
-        return s.settings if s.method == "ngram" else DEFAULT_NGRAM
-
-    def medusa(self, model):
-        from builder.speculative.medusa.heads import load_medusa
-
-        heads = load_medusa(
-            self.draft_dir(),
-            hidden_size=model.cfg.hidden_size,
-            vocab_size=model.cfg.vocab_size,
-            dtype=model.dtype,
-            allow_pickle=self.spec.allow_pickle,
-            opt_in=PICKLE_FIELD,
-        )
-        if heads.num_heads < self.spec.num_heads:
-            raise UserError(
-                f"the checkpoint has {heads.num_heads} heads, the recipe asks for {self.spec.num_heads}",
-                field="speculative.num_heads",
-            )
-        return heads
-
-    def eagle(self, model, draft_vocab: bool = True):
-        """The EAGLE draft over the target `model`, drafting over the recipe's draft vocabulary (`draft_vocab`
-        False: the checkpoint alone, as the load stage checks it)."""
-        from builder.speculative.eagle.draft_model import load_eagle
-
-        draft = load_eagle(
-            self.draft_dir(),
-            model.embed_tokens.weight,
-            model.lm_head.weight,
-            dtype=model.dtype,
-            allow_pickle=self.spec.allow_pickle,
-            opt_in=PICKLE_FIELD,
-        )
-        if draft_vocab:
-            draft.set_draft_vocab(self.draft_vocab(model.cfg.vocab_size))
-        return draft
+    def draft(self, model, draft_vocab: bool = True):
+        """The method's draft over the target `model`, strictly checked (its `DraftCheckpoint` loader); an EAGLE
+        draft drafts over the recipe's draft vocabulary (`draft_vocab` False: the checkpoint alone, as the load stage
+        checks it)."""
+        d = self.method_of.draft
+        assert d is not None, f"{self.method} has no draft checkpoint"
+        opts = LoadOptions(self.spec.allow_pickle, PICKLE_FIELD, self.draft_vocab if draft_vocab else None)
+        return d.load(self.spec, self.draft_dir(), model, opts)
 
     def draft_vocab(self, vocab_size: int):
         """EAGLE's draft vocabulary (`speculative.draft_vocab`): [Vd] ascending target token ids, or None."""
@@ -192,28 +160,13 @@ class Parts:
 
     @property
     def draft_weights(self) -> str | None:
-        """`speculative.draft_weights` (int8 / int4, or None): Medusa and EAGLE (the recipe's own method) only."""
-        return getattr(self.spec, "draft_weights", None) if self.method in ("medusa", "eagle") else None
+        """`speculative.draft_weights` (int8 / int4, or None): methods with a draft of their own (the recipe's)."""
+        return getattr(self.spec, "draft_weights", None) if self.method_of.draft is not None else None
 
-    def drafter_config(self) -> dict[str, Any]:
-        """The drafter as plain data (stored in engine.json; see `drafter_from_config`)."""
-        if self.method == "lookahead":
-            w, n, g = self.lookahead()
-            return {"method": "lookahead", "window": w, "ngram": n, "verification_set": g}
-        if self.method == "ngram":
-            from builder.speculative.drafters import NGRAM_KEYS  # (NumPy: not at import, `trtspec plan` reads STAGEs)
-
-            return {"method": "ngram", **dict(zip(NGRAM_KEYS, self.ngram()))}
-        weights = {} if self.draft_weights is None else {"draft_weights": self.draft_weights}  # (in the graph)
-        if self.method == "medusa":
-            return {"method": "medusa", "choices": [list(c) for c in self.choices()], **weights}
-        if self.method == "eagle":
-            t = self.spec.tree
-            shape = (
-                {"dynamic": {"depth": t.depth, "top_k": t.top_k, "total_nodes": t.total_nodes}}
-                if t.type == "dynamic"
-                else {"choices": [list(c) for c in self.choices()]}
-            )
-            vocab = {} if self.spec.draft_vocab is None else {"draft_vocab": self.spec.draft_vocab}  # (in the graph)
-            return {"method": "eagle", "version": self.spec.version, **shape, **vocab, **weights}
-        return {"method": "none"}
+    def drafter_config(self):
+        """The drafter's config: the recipe's own section with its static tree inline (`Method.resolved`), or the
+        method's defaults for another (zero-weight) method. engine.json stores it dumped as is."""
+        m = self.method_of
+        if self.method != self.spec.method:
+            return m.default()
+        return m.resolved(self.spec, self.loaded.dir_of(tree_field(self.loaded.recipe)))

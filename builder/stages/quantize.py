@@ -25,16 +25,18 @@ from typing import Any
 from builder.errors import UserError
 from builder.handoffs import QuantizeInfo
 from builder.recipe.schema import Recipe
+from builder.speculative import registry
 from builder.stages.parts import DTYPES, Parts
 from builder.stages.stage import Stage, StageContext
 
 QUANTIZE_INFO = "quantize.json"
-DRAFT_PATTERNS = {"medusa": "medusa_heads", "eagle": "eagle_draft"}
 
 
 def check_drafts(method: str, exclude: list[str]) -> None:
-    """Quantized draft parts are not built yet: the recipe must keep its draft in the model dtype."""
-    pattern = DRAFT_PATTERNS.get(method)
+    """Quantized draft parts are not built yet: the recipe must keep its draft (its `DraftCheckpoint.module`) in the
+    model dtype."""
+    draft = registry.get(method).draft
+    pattern = None if draft is None else draft.module
     if pattern is not None and pattern not in exclude:
         raise UserError(
             f"FP8 {method} draft parts are not supported yet; keep {pattern!r} in exclude_modules",

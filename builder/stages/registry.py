@@ -3,6 +3,8 @@ in pipeline order (`stage_order`, for `trtspec cache`). A backend is a module un
 declares one `Backend` (`builder.stages.stage`), listed here once.
 """
 
+# trtllm: the backend registry lists each backend module once
+
 from __future__ import annotations
 
 from builder.errors import UserError
@@ -38,3 +40,8 @@ def stage_order() -> tuple[str, ...]:
             later = [order.index(s.name) for s in b.stages[i + 1 :] if s.name in order]
             order.insert(min(later, default=len(order)), stage.name)
     return tuple(order)
+
+
+def opened_here() -> tuple[str, ...]:
+    """The backends whose engine folders trtspec opens itself (generate, serve, bench, tune)."""
+    return tuple(name for name, b in BACKENDS.items() if b.served_elsewhere is None)

@@ -21,8 +21,22 @@ from pathlib import Path
 
 from builder.errors import UserError
 from builder.handoffs import RepoInfo
+from builder.speculative.registry import GROUP, third_party
 from builder.stages.stage import Stage, StageContext
-from triton_repo.runtime import ENTRY
+from triton_repo.runtime import ENTRY, Carried
+
+
+def carried(engine_dir: Path) -> tuple[Carried, ...]:
+    """The engine's drafter when another distribution registers its method (`registry.third_party`): the runtime
+    carries its package, so the repository serves where it is not installed."""
+    from builder.handoffs import read_engine_json
+
+    method = read_engine_json(engine_dir)["drafter"]["method"]
+    return tuple(
+        Carried(t.package, t.root, t.distribution, t.version, GROUP, t.method.name, t.entry_point)
+        for t in third_party()
+        if t.method.name == method
+    )
 
 
 def run(ctx: StageContext, out: Path) -> None:
@@ -54,7 +68,7 @@ def run(ctx: StageContext, out: Path) -> None:
     ctx.say(
         "writing the model repository" + (f" (spec_decoder on GPUs {list(settings.gpus)})" if settings.gpus else "")
     )
-    info = emit(out, ctx.upstream["engine"], settings)
+    info = emit(out, ctx.upstream["engine"], settings, carried(ctx.upstream["engine"]))
     ctx.info = RepoInfo(
         ensemble=info["ensemble"],
         models=info["models"],

@@ -70,6 +70,9 @@ class Backend:
     lock: EngineLock
     gpu: bool  # its engines run on the recipe's GPUs (spec_decoder / the C++ runtime on target.gpus)
     safetensors_only: bool = False  # its checkpoint converter reads safetensors only: the load stage keeps a copy
+    # None: trtspec opens its engine folder (generate, serve, bench, tune); else where its engines run instead, said
+    # to the user as is ("{recipe}" is filled in)
+    served_elsewhere: str | None = None
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)

@@ -45,14 +45,11 @@ from builder.handoffs import TrtllmBuildJson
 from builder.recipe.gpus import GPUS
 from builder.recipe.resolve import max_draft_len, tree_size
 from builder.recipe.schema import Recipe
-from builder.recipe.trtllm import speculative_decoding_mode
-from builder.speculative.eagle.config import EagleConfig
-from builder.speculative.lookahead.config import LookaheadConfig
+from builder.speculative import registry
 from builder.trtllm import compat
+from builder.trtllm.flow import engine_flow
 
 PLUGIN_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # model.dtype -> plugin dtype
-EAGLE_MAX_BATCH = 512  # tensorrt_llm/builder.py build(): "Max batch size > 512 is not supported for EAGLE"
-EAGLE_MAX_DRAFT = 256  # tensorrt_llm/builder.py build(): "Max draft len > 256 is not supported for EAGLE"
 BUILDER = "tensorrt_llm/builder.py"
 
 
@@ -168,7 +165,8 @@ def _refuse(recipe: Recipe, draft_len: int, tree_nodes: int) -> None:
             allowed="none (or an sm89+ device: " + ", ".join(k for k, g in GPUS.items() if g.fp8) + ")",
         )
     _refuse_fp8_kernels(recipe)
-    if spec.method == "none":
+    flow = engine_flow(spec.method)  # validate refuses the methods this line does not serve first
+    if not registry.of(spec).drafts:
         return
     need = b.max_batch_size * (draft_len + 1)
     if b.max_num_tokens < need:
@@ -178,29 +176,14 @@ def _refuse(recipe: Recipe, draft_len: int, tree_nodes: int) -> None:
             field="build.max_num_tokens",
             allowed=f">= {need}",
         )
-    if spec.method == "lookahead":
-        if draft_len != tree_nodes:
-            raise UserError(
-                f"max_draft_len={draft_len} but Lookahead W={spec.window}, N={spec.ngram}, "
-                f"G={spec.verification_set} needs exactly {tree_nodes} (examples/lookahead/README.md: the "
-                "engine's max_draft_len must equal the runtime's)",
-                field="build.max_draft_len",
-                allowed=str(tree_nodes),
-            )
-        if draft_len == 0:
-            raise UserError(
-                "Lookahead with W=1, N=1, G=0 drafts nothing; TensorRT-LLM asserts max_draft_len > 0",
-                field="speculative.ngram",
-                allowed=">= 2",
-            )
-    elif draft_len < tree_nodes:
+    if not flow.exact_draft_len and draft_len < tree_nodes:  # exact: the method's refuse_build says so
         raise UserError(
             f"max_draft_len={draft_len} is smaller than the tree ({tree_nodes} draft nodes)",
             field="build.max_draft_len",
             allowed=f">= {tree_nodes}",
         )
-    if spec.method == "eagle":
-        _refuse_eagle(recipe, draft_len)
+    if flow.refuse_build is not None:
+        flow.refuse_build(spec, recipe, draft_len, tree_nodes)
 
 
 def _refuse_fp8_kernels(recipe: Recipe) -> None:
@@ -233,50 +216,18 @@ def _refuse_fp8_kernels(recipe: Recipe) -> None:
         )
 
 
-def _refuse_eagle(recipe: Recipe, draft_len: int) -> None:
-    b = recipe.build
-    if recipe.parallelism.pp > 1:
-        raise UserError(
-            "EAGLE does not support pipeline parallelism in TensorRT-LLM (examples/eagle/README.md, Limitations)",
-            field="parallelism.pp",
-            allowed="1",
-        )
-    if not recipe.trtllm.use_paged_context_fmha:
-        raise UserError(
-            f"EAGLE needs paged context FMHA; {BUILDER} would turn it on silently",
-            field="trtllm.use_paged_context_fmha",
-            allowed="true",
-        )
-    if b.max_batch_size > EAGLE_MAX_BATCH:
-        raise UserError(
-            f"max_batch_size={b.max_batch_size}: {BUILDER} asserts <= {EAGLE_MAX_BATCH} for EAGLE",
-            field="build.max_batch_size",
-            allowed=f"1..{EAGLE_MAX_BATCH}",
-        )
-    if draft_len > EAGLE_MAX_DRAFT:
-        where = "build.max_draft_len" if b.max_draft_len is not None else "speculative.tree"
-        raise UserError(
-            f"max_draft_len={draft_len}: {BUILDER} asserts <= {EAGLE_MAX_DRAFT} for EAGLE",
-            field=where,
-            allowed=f"at most {EAGLE_MAX_DRAFT} draft nodes",
-        )
-
-
 def _speculation_flags(recipe: Recipe, draft_len: int) -> list[Flag]:
     s = recipe.speculative
     method = s.method
-    mode = speculative_decoding_mode(method)
+    flow = engine_flow(method)
+    mode = flow.build_mode
     if mode is None:
         return []
+    source = flow.draft_len_source(s) if flow.draft_len_source else None
     if recipe.build.max_draft_len is not None:
         draft_field = "build.max_draft_len"
-    elif isinstance(s, LookaheadConfig):
-        draft_field = (
-            f"derived: (0 if N == 1 else N-2) + (W-1+G)(N-1) with W={s.window}, N={s.ngram}, "
-            f"G={s.verification_set} (speculative.window/ngram/verification_set)"
-        )
-    elif isinstance(s, EagleConfig) and s.tree.type == "dynamic":
-        draft_field = "derived: speculative.tree.total_nodes (EAGLE-2 keeps at most that many draft nodes)"
+    elif source is not None:
+        draft_field = source
     else:
         draft_field = "derived: draft nodes in speculative.tree (root excluded)"
     return [
@@ -303,15 +254,9 @@ def _notes(recipe: Recipe) -> tuple[dict[str, str], ...]:
             "where": "checkpoint conversion (config.json `use_parallel_embedding`), not a trtllm-build flag",
         }
     ]
-    if recipe.speculative.method == "eagle":
-        notes.append(
-            {
-                "setting": "speculative.tree",
-                "value": recipe.speculative.tree.type,
-                "where": "num_eagle_layers / max_non_leaves_per_layer live in the checkpoint; EAGLE-2's dynamic "
-                "tree is a runtime switch of the same engine (examples/eagle/README.md)",
-            }
-        )
+    flow = engine_flow(recipe.speculative.method)
+    if flow.notes is not None:
+        notes += flow.notes(recipe.speculative)
     notes.append(
         {
             "setting": "gather_context_logits",
@@ -329,8 +274,9 @@ def build_command(
 
     `tree_dir`: where a tree .json path in the recipe is relative to (`loaded.dir_of(tree_field(recipe))`)."""
     base = tree_dir if tree_dir is not None else Path.cwd()
-    nodes = tree_size(recipe, base) if recipe.speculative.method != "none" else 0
-    draft_len = max_draft_len(recipe, base) if recipe.speculative.method != "none" else 0
+    drafts = registry.of(recipe.speculative).drafts
+    nodes = tree_size(recipe, base) if drafts else 0
+    draft_len = max_draft_len(recipe, base) if drafts else 0
     _refuse(recipe, draft_len, nodes)
     b, t, p = recipe.build, recipe.trtllm, recipe.parallelism
     world = p.tp * p.pp

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import tree_field
-from builder.recipe.trtllm import DECODING_MODES
-from builder.speculative.choices import load_choices
+from builder.speculative import registry
+from builder.trtllm.flow import engine_flow
 from triton_repo.trtllm.settings import TrtllmRepoSettings
 
 # recipe field (dotted) → settings field, for the manifest and the README's table
@@ -27,8 +27,8 @@ FIELDS = {
     "trtllm.enable_chunked_context": "enable_chunked_context",
     "trtllm.enable_kv_cache_reuse": "enable_kv_cache_reuse",
     "triton.exclude_input_in_output": "exclude_input_in_output",
-    "speculative.method": "decoding_mode",
-    "speculative.tree": "medusa_choices / eagle_choices",
+    "speculative.method": "decoding_mode",  # the method's `EngineFlow.decoding_mode`
+    "speculative.tree": "medusa_choices / eagle_choices",  # its `EngineFlow.repo_parameter`
     "speculative.window/ngram/verification_set": "lookahead",
     "parallelism.tp × parallelism.pp": "world_size",
 }
@@ -38,10 +38,11 @@ def repo_settings(loaded: LoadedRecipe, engine_dir: str) -> TrtllmRepoSettings:
     """The repository settings of `loaded` with the engine at `engine_dir` (as the server sees it)."""
     r = loaded.recipe
     spec, t = r.speculative, r.triton
-    choices: tuple = ()
-    if spec.method == "medusa" or (spec.method == "eagle" and spec.tree.type == "static"):
-        tree = spec.tree if spec.method == "medusa" else spec.tree.choices
-        choices = tuple(load_choices(tree, loaded.dir_of(tree_field(r))))
+    method = registry.of(spec)
+    flow = engine_flow(spec.method)  # validate refuses an unserved method first (`builder.recipe.trtllm_checks`)
+    speculative: dict = {}  # the repository parameter carrying the method's settings (medusa_choices, …)
+    if flow.repo_parameter is not None and flow.repo_value is not None:
+        speculative[flow.repo_parameter] = flow.repo_value(method.resolved(spec, loaded.dir_of(tree_field(r))))
     settings = TrtllmRepoSettings(
         engine_dir=engine_dir,
         model_name=t.model_name,
@@ -57,10 +58,8 @@ def repo_settings(loaded: LoadedRecipe, engine_dir: str) -> TrtllmRepoSettings:
         enable_chunked_context=r.trtllm.enable_chunked_context,
         enable_kv_cache_reuse=r.trtllm.enable_kv_cache_reuse,
         exclude_input_in_output=t.exclude_input_in_output,
-        decoding_mode=DECODING_MODES[spec.method],
-        medusa_choices=choices if spec.method == "medusa" else (),
-        eagle_choices=choices if spec.method == "eagle" else (),
-        lookahead=(spec.window, spec.ngram, spec.verification_set) if spec.method == "lookahead" else None,
+        decoding_mode=flow.decoding_mode,
         world_size=r.parallelism.tp * r.parallelism.pp,
+        **speculative,
     )
     return settings.validate()

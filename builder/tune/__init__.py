@@ -11,6 +11,9 @@ the per-batch-size draft schedule (`triton.draft_schedule`) that maximise E[τ] 
                 HumanEval bench prompts): per-node acceptance of static trees, τ per EAGLE-2 / Lookahead setting
     expect      E[τ] of a static tree, exactly from per-node acceptance probabilities
     choose      the choosers (each returns the argmax of E[τ] / c over its candidates)
+    tuners      `Tuner`: what tune asks of a method (its search, current setting, overlay fields, step cost, host
+                model), the object its `Method.tune` names: static (Medusa, EAGLE-1), dynamic (EAGLE-2),
+                lookahead, ngram
     overlay     a recipe that `extends:` the tuned one with the picked fields
     run         the `trtspec tune` pipeline: acceptance, cost, choice, measured speedup
 

@@ -4,8 +4,9 @@
 calibration source (`builder.quantize.calibration.documents`: builtin:stdlib is the fixture corpus's
 training files, builtin:humaneval the second half of HumanEval; the measured speedup decodes the first
 HumanEval prompts, so the two never overlap) and loads the target once. `engine(...)` gives the torch
-reference engine (with Medusa heads of the needed top-k) and `drafters(config)` a drafter factory for any
-drafter config (`builder.speculative.drafters`), the EAGLE draft net sized for the widest setting asked.
+reference engine (with the method's fused heads of the needed top-k: Medusa) and `drafters(config)` a drafter
+factory for any config of the recipe's method (its `make_drafter`), a draft graph's torch net (EAGLE's,
+`Method.torch_net`) sized for the widest setting asked.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH, Config, resolve
 from builder.stages.parts import Parts, stop_ids
 
 MIN_PROMPT = 16  # tokens: shorter documents are skipped
@@ -63,27 +66,27 @@ class Calibration:
         return min(self._model.cfg.max_position_embeddings, self.prompt_len + self.max_new + MAX_TREE)
 
     def engine(self, medusa_topk: int = 0) -> Any:
-        """The torch reference engine (`TorchEngine`), with the recipe's Medusa heads when medusa_topk > 0."""
+        """The torch reference engine (`TorchEngine`), with the recipe's fused heads (its draft: Medusa's) when
+        medusa_topk > 0."""
         from builder.engines.torch_engine import TorchEngine
 
         if medusa_topk not in self._engines:
             kw: dict[str, Any] = {}
             if medusa_topk:
-                kw = {"medusa": self.parts.medusa(self._model), "medusa_topk": medusa_topk}
+                kw = {"medusa": self.parts.draft(self._model), "medusa_topk": medusa_topk}
             self._engines[medusa_topk] = TorchEngine(self._model, self.capacity, 1, **kw)
         return self._engines[medusa_topk]
 
-    def drafters(self, config: dict[str, Any], top_k: int = 0, tentative: int = 0) -> Callable[[], Any]:
-        """A drafter factory for `config`; EAGLE's draft net returns exactly top_k ranks (EAGLE-2 expands every
-        rank the net returns, as the exported graph of that top-k does) and holds `tentative` tree slots."""
-        from builder.speculative.drafters import drafter_factory
-
+    def drafters(self, config: Config, top_k: int = 0, tentative: int = 0) -> Callable[[], Any]:
+        """A drafter factory for `config` (a config of the recipe's method, or of a zero-weight one); a draft graph's
+        net (EAGLE's) returns exactly top_k ranks (EAGLE-2 expands every rank the net returns, as the exported graph
+        of that top-k does) and holds `tentative` tree slots."""
+        m = registry.of(config)
         net = None
-        if config["method"] == "eagle":
-            from builder.engines.torch_eagle import TorchEagleNet
-
+        if m.exports == DRAFT_GRAPH:
+            assert m.torch_net is not None, f"{m.name} exports a draft graph: Method.torch_net names its torch net"
             cap = self.capacity + tentative + 1
             if self._net is None or self._net.top_k != top_k or self._net.capacity < cap:
-                self._net = TorchEagleNet(self.parts.eagle(self._model), top_k, cap)
+                self._net = resolve(m.torch_net)(self.parts.draft(self._model), top_k, cap)
             net = self._net
-        return drafter_factory(config, net)
+        return m.make_drafter(config, net)

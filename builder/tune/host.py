@@ -11,9 +11,11 @@ per step after prefill, minus what the curve says the step's graphs take, `graph
     current      the recipe's own setting, u units              -> base_ms + draft_ms + per_unit_ms · u
 
 (units: EAGLE tree levels, i.e. draft calls; Medusa and Lookahead draft nodes; n-gram: the plain decode alone,
-its drafter's lookup per step being the same whatever the setting.) The decodes step one step at a time (no
-batch-1 burst of plain steps, `Decoder.run`): the share is what a drafting step pays. Each share is floored at 0;
-other settings are then charged by that line. Batch 1, one thread, one untimed warm-up prompt per decode.
+its drafter's lookup per step being the same whatever the setting.) The method's `Tuner` says which: its `small`
+setting (None: the plain decode alone), `small_config` (the small setting run as the drafter instead of the
+folder's at a 2-node budget), `units` and `graph_ms`. The decodes step one step at a time (no batch-1 burst of plain
+steps, `Decoder.run`): the share is what a drafting step pays. Each share is floored at 0; other settings are then
+charged by that line. Batch 1, one thread, one untimed warm-up prompt per decode.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from builder.tune.costs import Host, graph_ms, units
+from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
-from builder.tune.expect import truncated
+from builder.tune.tuners import Tuner
 
 
 def _per_step(opened: Any, schedule: Any, prompts: Sequence[Sequence[int]], max_new: int) -> tuple[float, float]:
@@ -42,45 +44,37 @@ def _per_step(opened: Any, schedule: Any, prompts: Sequence[Sequence[int]], max_
     return 1e3 * wall / max(steps, 1), tokens / max(steps, 1)
 
 
-def small_setting(key: str, current: Mapping[str, Any]) -> dict[str, Any]:
-    """The one-unit setting the `small` decode runs (module docstring)."""
-    if key in ("medusa", "eagle1"):
-        return {"choices": [list(c) for c in truncated([tuple(c) for c in current["choices"]], 2)]}
-    if key == "eagle2":
-        return {"depth": 1, "top_k": current["top_k"], "total_nodes": 1}
-    return {"window": 1, "ngram": 2, "verification_set": 1}
-
-
 def measure_host(
     folder: Path,
-    key: str,
+    tuner: Tuner,
     current: Mapping[str, Any],
     curve: StepCurve,
     prompts: Sequence[Sequence[int]],
     max_new: int,
     threads: int = 1,
 ) -> Host:
-    """The `Host` of the engine folder `folder` (the recipe's own) on this host; `prompts`: at least two."""
+    """The `Host` of the engine folder `folder` (the recipe's own, tuned by `tuner`) on this host; `prompts`: at
+    least two."""
     from builder.engines.ort.load import open_ort_engine
     from builder.speculative.decoding import DraftSchedule
 
-    def run(drafter: dict[str, Any] | None, budget: int | None = None) -> tuple[float, float]:
+    def run(drafter: Any, budget: int | None = None) -> tuple[float, float]:
         opened = open_ort_engine(folder, drafter, 1, threads)
         return _per_step(opened, DraftSchedule([[1, budget]] if budget else ()), prompts, max_new)
 
     wall, _ = run({"method": "none"})
     base = max(0.0, wall - curve.target_ms(1, 1))
-    if key == "ngram":  # its drafter's host work is a lookup per step whatever the setting: charged as base only
+    if tuner.small is None:  # its drafter's host work is the same whatever the setting: charged as base only
         return Host(round(base, 5), 0.0, "measured", 0.0)
-    small = small_setting(key, current)
-    if key == "lookahead":
-        wall_small, tau_small = run({"method": "lookahead", **small})
+    small = tuner.small(current)
+    if tuner.small_config is not None:
+        wall_small, tau_small = run(tuner.small_config(small))
     else:
         wall_small, tau_small = run(None, budget=2)
     wall_cur, tau_cur = run(None)
-    h1 = wall_small - graph_ms(key, small, curve, 1, tau_small) - base  # draft_ms + per_unit · u1
-    h2 = wall_cur - graph_ms(key, current, curve, 1, tau_cur) - base  # draft_ms + per_unit · u2
-    draft, per_unit = fit_line((units(key, small), h1), (units(key, current), h2))
+    h1 = wall_small - tuner.graph_ms(small, curve, 1, tau_small) - base  # draft_ms + per_unit · u1
+    h2 = wall_cur - tuner.graph_ms(current, curve, 1, tau_cur) - base  # draft_ms + per_unit · u2
+    draft, per_unit = fit_line((tuner.units(small), h1), (tuner.units(current), h2))
     return Host(round(base, 5), round(per_unit, 5), "measured", round(draft, 5))
 
 

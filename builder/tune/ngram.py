@@ -1,4 +1,5 @@
-"""The n-gram tuner: settings scored by replaying greedy decodes against the step curve.
+"""The n-gram tuner (`TUNER`, named by builder/speculative/ngram/method.py): settings scored by replaying greedy
+decodes against the step curve.
 
 An n-gram draft depends on the text alone, and greedy verification accepts a draft's leading tokens that equal
 the target's greedy continuation. So one greedy decode per calibration prompt (the torch reference, a little
@@ -25,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from builder.speculative.drafters import ngram_settings
-from builder.speculative.ngram.config import ngram_nodes
+from builder.speculative.ngram.config import NgramConfig, ngram_nodes
 from builder.tune.calibrate import Calibration
 from builder.tune.choose import Scored, best
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
+from builder.tune.tuners import Tuned, Tuner, off_option
 
 if TYPE_CHECKING:
     from builder.speculative.ngram.pool import SharedPool
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 DRAFTS = (4, 8, 12, 16, 23)  # max_draft candidates (those the engine's room allows), with the room itself
 MATCHES = ((3, 1), (3, 2), (4, 1), (4, 2), (5, 1), (5, 2), (5, 3))  # (max_match, min_match) candidates
 BUDGETS = (2, 3, 5, 9, 17)  # node caps tried for the draft schedule (below the pick's nodes)
+KEYS = ("max_draft", "max_match", "min_match", "candidates", "adaptive", "shared_pool")  # a setting's fields
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def replay(
     nodes: list[int] = []
     accepted: list[int] = []
     lengths: list[int] = []
-    factory = NgramFactory(ngram_settings(setting))  # one pool for every text (with shared_pool)
+    factory = NgramFactory(NgramConfig(method="ngram", **setting))  # one pool for every text (with shared_pool)
     if pool is not None:
         if factory.pool is None:
             raise ValueError("replay: a starting pool needs a setting with shared_pool")
@@ -167,12 +169,10 @@ def greedy_texts(cal: Calibration, extra: int) -> list[tuple[list[int], list[int
     return [(p, generate(engine, p, cal.max_new + extra).token_ids) for p in cal.prompts]
 
 
-def tune_ngram(cal: Calibration, curve: StepCurve, room: int, host: Host, say: Any) -> Any:
-    """`Tuned` (builder.tune.methods) of the n-gram recipe: every `grid` setting replayed and scored at batch 1; the
-    draft schedule's options at batch b: speculation off and the pick under each node cap in BUDGETS."""
-    from builder.tune.methods import Tuned, _off, current_setting
-
-    current = current_setting(cal.loaded)
+def tune_ngram(tuner: Tuner, cal: Calibration, curve: StepCurve, room: int, host: Host, say: Any) -> Tuned:
+    """`Tuned` of the n-gram recipe: every `grid` setting replayed and scored at batch 1; the draft schedule's
+    options at batch b: speculation off and the pick under each node cap in BUDGETS."""
+    current = tuner.current(cal.loaded)
     settings = grid(current, room)
     say(f"calibration: greedy decodes of {len(cal.prompts)} prompts, then {len(settings)} n-gram settings replayed")
     texts = greedy_texts(cal, max(s["max_draft"] for s in settings) + 1)
@@ -187,7 +187,7 @@ def tune_ngram(cal: Calibration, curve: StepCurve, room: int, host: Host, say: A
         capped_rows = [
             Scored(n, r.tau, score(r, curve, b, host, pick.setting).cost_ms, pick.setting) for n, r in capped.items()
         ]
-        return [_off(curve, b, host), *capped_rows, score(full, curve, b, host, pick.setting)]
+        return [off_option(curve, b, host), *capped_rows, score(full, curve, b, host, pick.setting)]
 
     hist: dict[int, int] = {}
     for t in full.nodes:
@@ -198,3 +198,20 @@ def tune_ngram(cal: Calibration, curve: StepCurve, room: int, host: Host, say: A
         "nodes_per_step": {str(t): round(n / full.steps, 4) for t, n in sorted(hist.items())},
     }
     return Tuned(pick, cur, table, options, stats)
+
+
+def current(loaded: Any) -> dict[str, Any]:
+    s = loaded.recipe.speculative
+    return {k: getattr(s, k) for k in KEYS}
+
+
+# The replay charges each step its own tree size (`score`); the cost model's formula (units, graph_ms) is the plain
+# step, and the drafter's host work, a lookup per step whatever the setting, is charged as the base share (small None).
+TUNER = Tuner(
+    key="ngram",
+    search=tune_ngram,
+    current=current,
+    overlay=lambda s: {k: s[k] for k in KEYS},
+    units=lambda _s: 0,
+    graph_ms=lambda _s, curve, batch, _tau: curve.target_ms(batch, 1),
+)

@@ -5,6 +5,7 @@
     EAGLE-2     speculative.tree: {type: dynamic, depth, top_k, total_nodes}
     lookahead   speculative: {window, ngram, verification_set}
     ngram       speculative: {max_draft, max_match, min_match, candidates, adaptive, shared_pool}
+                (each method's `speculative` fields: its tuner's `overlay`, `builder.tune.tuners`)
     all         triton.draft_schedule: [[max_batch, max_nodes], …]   ([] = the full draft at every batch size;
                 not on target.backend trtllm, whose C++ runtime decides the draft per step)
                 build.max_draft_len when the tuned recipe sets it (it must match the new draft)
@@ -24,7 +25,8 @@ import yaml
 
 from builder.recipe.checks import check_recipe
 from builder.recipe.loader import LoadedRecipe, RecipeErrors, load_recipe
-from builder.speculative.drafters import NGRAM_KEYS
+from builder.stages.registry import backend_of
+from builder.tune.tuners import tuner_of
 
 
 def overlay_fields(
@@ -32,28 +34,11 @@ def overlay_fields(
 ) -> dict[str, Any]:
     """The fields the overlay sets (see the module docstring); `draft_len` = draft nodes (root excluded)."""
     spec = loaded.recipe.speculative
-    if spec.method == "medusa":
-        fields: dict[str, Any] = {"speculative": {"tree": setting["choices"]}}
-    elif spec.method == "eagle" and spec.tree.type == "static":
-        fields = {"speculative": {"tree": {"type": "static", "choices": setting["choices"]}}}
-    elif spec.method == "eagle":
-        fields = {
-            "speculative": {
-                "tree": {
-                    "type": "dynamic",
-                    "depth": setting["depth"],
-                    "top_k": setting["top_k"],
-                    "total_nodes": setting["total_nodes"],
-                }
-            }
-        }
-    elif spec.method == "lookahead":
-        fields = {"speculative": {k: setting[k] for k in ("window", "ngram", "verification_set")}}
-    elif spec.method == "ngram":
-        fields = {"speculative": {k: setting[k] for k in NGRAM_KEYS}}
-    else:
+    tuner = tuner_of(spec)
+    if tuner is None:
         raise ValueError(f"nothing to tune for method {spec.method!r}")
-    if loaded.recipe.target.engine_backend != "trtllm":  # TensorRT-LLM's runtime decides its drafts per step
+    fields: dict[str, Any] = {"speculative": tuner.overlay(setting)}
+    if backend_of(loaded.recipe).served_elsewhere is None:  # (TensorRT-LLM's runtime decides its drafts per step)
         fields["triton"] = {"draft_schedule": schedule}
     if loaded.recipe.build.max_draft_len is not None:
         fields["build"] = {"max_draft_len": draft_len}

@@ -10,9 +10,11 @@ One call of a graph over `tokens` new tokens (b sequences × T nodes) with `ctx`
 per tensor-parallel rank (weights, heads and KV heads split by tp); pipeline stages run one after another
 for one batch, so pp does not shorten a step. Linears run at the FP8 rate when the recipe quantizes them
 (quantization.mode fp8, not in exclude_modules), else at the model.dtype rate; the KV cache is read in
-its dtype. The target step covers the decoder linears, the LM head over every node and, for Medusa, the
-heads on one hidden state per sequence (fused into the step). An EAGLE draft call reads the draft layer
-(fc + one decoder layer, model.dtype) and the target's LM head (its dtype), plus its own KV cache.
+its dtype. The target step covers the decoder linears, the LM head over every node and, for a method whose heads
+are fused into it (`Method.exports` FUSED_HEADS: Medusa), the heads on one hidden state per sequence. A method with a
+draft graph (DRAFT_GRAPH: EAGLE) gets its draft calls' tables too: a call reads the draft layer (fc + one decoder
+layer, model.dtype) and the target's LM head (its dtype), plus its own KV cache. A draft's linears take the FP8 rate
+unless its module (`DraftCheckpoint.module`) is in quantization.exclude_modules.
 
 It is a prediction, not a measurement: peak datasheet rates, no kernel-launch, scheduling or communication
 time, so it is a lower bound whose shape (flat while memory-bound, then linear in tokens) is what the
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.gpus import GPUS, Gpu
 from builder.recipe.schema import Architecture, Recipe
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, Method
 from builder.tune.curve import StepCurve, Table
 
 BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
@@ -70,19 +74,28 @@ def target_graph(recipe: Recipe, a: Architecture) -> Graph:
         Linear("decoder", a.num_layers * _layer_params(a) // tp, _dtype(recipe, "decoder")),
         Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head")),
     ]
-    spec = recipe.speculative
-    if spec.method == "medusa":
+    spec, m = recipe.speculative, registry.of(recipe.speculative)
+    if m.exports == FUSED_HEADS:  # Medusa's heads: num_layers residual blocks (h·h + h) and an LM head (h·v) each
         per_head = spec.num_layers * (h * h + h) + h * v
-        linears.append(Linear("medusa_heads", spec.num_heads * per_head // tp, _dtype(recipe, "medusa_heads"), False))
+        module = _draft_module(m)
+        linears.append(Linear(module, spec.num_heads * per_head // tp, _dtype(recipe, module), False))
     kv = 2 * a.num_layers * kv_heads * a.dim_per_head * BYTES[kv_dtype]
     return Graph(tuple(linears), kv, (a.num_layers, a.num_attention_heads // tp, a.dim_per_head), recipe.model.dtype)
 
 
+def _draft_module(m: Method) -> str:
+    """The draft's pattern in quantization.exclude_modules (its dtype follows it)."""
+    assert m.draft is not None, f"{m.name} exports draft weights but has no draft checkpoint"
+    return m.draft.module
+
+
 def eagle_graph(recipe: Recipe, a: Architecture) -> Graph:
+    """One EAGLE draft call: fc (2h -> h, bias) + one decoder layer, then the target's LM head."""
     tp, h, v = recipe.parallelism.tp, a.hidden_size, a.vocab_size
     layer = (2 * h * h + h + _layer_params(a)) // tp
+    module = _draft_module(registry.of(recipe.speculative))
     linears = (
-        Linear("eagle_draft", layer, _dtype(recipe, "eagle_draft")),
+        Linear(module, layer, _dtype(recipe, module)),
         Linear("lm_head", v * h // tp, _dtype(recipe, "lm_head")),
     )
     kv = 2 * math.ceil(a.num_kv_heads / tp) * a.dim_per_head * BYTES[recipe.model.dtype]
@@ -112,7 +125,7 @@ def roofline_curve(recipe: Recipe, a: Architecture, max_nodes: int, ctx: int | N
     target: Table = {b: {t: 1e3 * call_seconds(tg, gpu, b, t, ctx) for t in sizes} for b in batches}
     expand: Table = {}
     extend: Table = {}
-    if recipe.speculative.method == "eagle":
+    if registry.of(recipe.speculative).exports == DRAFT_GRAPH:
         eg = eagle_graph(recipe, a)
         widths = size_grid(max(max_nodes - 1, 1))
         expand = {b: {f: 1e3 * call_seconds(eg, gpu, b, f, ctx) for f in widths} for b in batches}

@@ -4,7 +4,8 @@
                 share of a step is measured on it (`builder.tune.host`), so both describe the same minutes of
                 this host (`Options.curve`; "engine": engine.json's "step_curve" as the engine stage timed it);
                 GPU: the roofline of the recipe's GPU (`builder.tune.roofline`), stated as a prediction
-    2. accept   calibration decodes with the torch reference (`builder.tune.methods`)
+    2. accept   calibration decodes with the torch reference (the method's `Tuner`, named by its `Method.tune`:
+                `builder.tune.tuners`; a method without one has nothing to tune)
     3. choose   the pick at batch 1 and the per-batch-size draft schedule (`builder.tune.choose.schedule`)
     4. overlay  the recipe fields of the pick (`builder.tune.overlay`), validated
     5. measure  cpu only: the held-out HumanEval prompts decoded by plain, the recipe's current setting and
@@ -23,9 +24,12 @@ from typing import Any, Callable
 
 from builder.errors import UserError
 from builder.recipe.loader import LoadedRecipe
+from builder.speculative import registry
+from builder.stages.registry import backend_of
 from builder.tune.choose import best, schedule
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
+from builder.tune.tuners import nothing_to_tune, tuner_of
 
 
 @dataclass
@@ -45,10 +49,10 @@ class Options:
 
 
 def method_key(loaded: LoadedRecipe) -> str:
+    """The report's "method": its tuner's key (eagle1 / eagle2 for EAGLE's tree types), else the method's name."""
     spec = loaded.recipe.speculative
-    if spec.method == "eagle":
-        return "eagle1" if spec.tree.type == "static" else "eagle2"
-    return spec.method
+    tuner = tuner_of(spec)
+    return spec.method if tuner is None else tuner.key
 
 
 SAME_HOST = ("cpu", "isa", "threads")  # a step curve measured where these differ does not describe this host
@@ -59,12 +63,11 @@ def cost_curve(loaded: LoadedRecipe, opts: Options) -> tuple[StepCurve, Path | N
     recipe = loaded.recipe
     if recipe.target.device != "cpu":
         from builder.recipe.resolve import resolve_architecture
-        from builder.speculative.drafters import drafter_shape
         from builder.stages.parts import Parts
         from builder.tune.roofline import roofline_curve
 
         arch = resolve_architecture(recipe, loaded.dir_of(("model", "checkpoint")))
-        nodes = drafter_shape(Parts(loaded, recipe.speculative.method).drafter_config())["max_nodes"]
+        nodes = registry.facts(Parts(loaded, recipe.speculative.method).drafter_config()).max_nodes
         return roofline_curve(recipe, arch, max(64, nodes)), None
     from builder.engines.ort.load import read_ort_meta
     from builder.engines.step_curve import host_about, measure_folder
@@ -100,14 +103,13 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     """The tune report (JSON-ready); report["overlay"] holds the recipe fields of the pick."""
     from builder.tune.calibrate import Calibration
     from builder.tune.host import measure_host
-    from builder.tune.methods import TUNERS, current_setting
-    from builder.tune.ngram import tune_ngram
     from builder.tune.overlay import overlay_fields
 
-    key = method_key(loaded)
-    report: dict[str, Any] = {"recipe": str(loaded.path), "method": key}
-    if key == "none":
-        report["note"] = "speculative.method none: no draft, nothing to tune"
+    spec = loaded.recipe.speculative
+    tuner = tuner_of(spec)
+    report: dict[str, Any] = {"recipe": str(loaded.path), "method": method_key(loaded)}
+    if tuner is None:
+        report["note"] = nothing_to_tune(registry.of(spec))
         return report
     curve, folder = cost_curve(loaded, opts)
     room = curve.max_nodes
@@ -116,9 +118,9 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
     if folder is not None:
         opts.say("measuring the host's share of a step (plain and the current setting, this engine)")
         host = measure_host(
-            folder, key, current_setting(loaded), curve, (cal.prompts * 3)[:3], opts.max_new_tokens, opts.threads
+            folder, tuner, tuner.current(loaded), curve, (cal.prompts * 3)[:3], opts.max_new_tokens, opts.threads
         )
-    tuned = (tune_ngram if key == "ngram" else TUNERS[key])(cal, curve, room, host, opts.say)
+    tuned = tuner.tune(cal, curve, room, host, opts.say)
     plain = curve.target_ms(1, 1) + host.base_ms
     sched = schedule(tuned.options, curve.batches, tuned.pick.nodes)
     report.update(
@@ -156,7 +158,7 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
         }
     )
     report["overlay"] = overlay_fields(loaded, tuned.pick.setting, sched, tuned.pick.nodes - 1)
-    if loaded.recipe.target.engine_backend == "trtllm":
+    if backend_of(loaded.recipe).served_elsewhere:  # another runtime serves it: the draft per step is its own
         report["draft_schedule_note"] = "not written: TensorRT-LLM's runtime decides the draft per step"
     if folder is not None and opts.measure_prompts > 0:
         report["measured"] = _measured(loaded, report["overlay"], opts)

@@ -158,15 +158,15 @@ def bench_decode(
 def private_pools(decs: Sequence[DecoderSetup]) -> list[DecoderSetup]:
     """For each n-gram decoder with a shared pool, its twin without one (the same engine; each request drafts from
     its own text only, as ORT GenAI's n-gram does), so the table shows what the pool adds."""
-    from builder.speculative.drafters import NGRAM_KEYS, label
+    from builder.speculative import registry
     from builder.speculative.ngram.drafter import NgramFactory
 
     out = []
     for d in decs:
         f = d.make_drafter
-        if isinstance(f, NgramFactory) and f.settings[5]:
-            private = (*f.settings[:5], False)
-            name = label({"method": "ngram", **dict(zip(NGRAM_KEYS, private))})
+        if isinstance(f, NgramFactory) and f.config.shared_pool:
+            private = f.config.model_copy(update={"shared_pool": False})
+            name = registry.facts(private).label
             out.append(dataclasses.replace(d, make_drafter=NgramFactory(private), label=name))
     return out
 

@@ -189,16 +189,17 @@ def test_pull_refuses_unknown_recipes_and_unsafe_indexes(published, tmp_path):
 def test_pull_refuses_an_entry_of_another_format_naming_the_rebuild(published, tmp_path, monkeypatch):
     """An entry published by another trtspec is refused at pull (`builder.handoffs.check_folder`): exit 2 naming the
     file, both formats and the rebuild command, and nothing of that stage installed. The other trtspec is a
-    stand-in: this one reads export.json of format 2 (monkeypatched), the published entry holds format 1."""
+    stand-in: this one reads export.json of one format more (monkeypatched) than the published entry holds."""
     from builder.handoffs import ExportJson
 
     home, doc = published
-    monkeypatch.setattr(ExportJson, "FORMAT", ExportJson.FORMAT + 1)
+    built = ExportJson.FORMAT  # what the published entry holds
+    monkeypatch.setattr(ExportJson, "FORMAT", built + 1)
     res = pull(home / "pub" / INDEX, CPU, "--cache-dir", tmp_path / "cache")
     assert res.exit_code == 2 and "Traceback" not in res.output
     key = next(s["key"] for s in by_id(doc)[CPU]["stages"] if s["stage"] == "export")
     (line,) = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert f"export.json: format 1, this trtspec reads format {ExportJson.FORMAT}: built by an older trtspec" in line
+    assert f"export.json: format {built}, this trtspec reads format {built + 1}: built by an older trtspec" in line
     assert "rebuild with `trtspec build " in line and "tiny-llama3.yaml --force`" in line
     assert not (tmp_path / "cache" / "export" / key).exists() and not list((tmp_path / "cache").glob("*/.tmp-*"))
     assert (tmp_path / "cache" / "load").is_dir()  # the stage before it holds no export.json: installed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.recipe.schema_json import schema_text
+from builder.recipe.schema import schema_text
 from tests.unit.recipe_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]

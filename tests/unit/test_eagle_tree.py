@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from builder.speculative.eagle_tree import dynamic_tree, eagle_draft, grow_static_tree, static_tree
+from builder.speculative.eagle.tree import dynamic_tree, eagle_draft, grow_static_tree, static_tree
 
 ROOT = 99
 

@@ -76,17 +76,23 @@ def test_a_cached_output_of_another_format_is_refused_naming_the_rebuild(tmp_pat
     res = run("build", recipe, "--cache-dir", str(cache), "--until", "engine", "--quiet")
     assert res.exit_code == 0, res.output
     (engine,) = (cache / "engine").iterdir()
-    _same_size(engine / "engine.json", '"format": 1', '"format": 7')
+    _same_size(engine / "engine.json", f'"format": {OrtEngineJson.FORMAT}', '"format": 7')
     res = run("build", recipe, "--cache-dir", str(cache), "--until", "engine", "--quiet")
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert f"{engine / 'engine.json'}: format 7, this trtspec reads format 1: built by a newer trtspec" in res.output
+    assert (
+        f"{engine / 'engine.json'}: format 7, this trtspec reads format {OrtEngineJson.FORMAT}: built by a newer trtspec"
+        in res.output
+    )
     assert f"rebuild with `trtspec build {recipe} --force`" in res.output
     res = run("build", recipe, "--cache-dir", str(cache), "--until", "engine", "--quiet", "--force")
-    assert res.exit_code == 0 and json.loads((engine / "engine.json").read_text())["format"] == 1
+    assert res.exit_code == 0 and json.loads((engine / "engine.json").read_text())["format"] == OrtEngineJson.FORMAT
     (export,) = (cache / "export").iterdir()
-    _same_size(export / "export.json", '"format": 1', '"format": 0')
+    _same_size(export / "export.json", f'"format": {ExportJson.FORMAT}', '"format": 0')
     res = run("build", recipe, "--cache-dir", str(cache), "--until", "engine", "--quiet")
-    assert res.exit_code == 2 and "export.json: format 0, this trtspec reads format 1: built by an older" in res.output
+    assert (
+        res.exit_code == 2
+        and f"export.json: format 0, this trtspec reads format {ExportJson.FORMAT}: built by an older" in res.output
+    )
 
 
 @pytest.fixture
@@ -110,18 +116,20 @@ def test_serving_refuses_an_engine_folder_of_another_format(tmp_path, fake_pb_ut
     from triton_repo.models.spec_decoder import Model
 
     args = {"model_name": "spec_decoder", "model_repository": str(repo / "spec_decoder"), "model_version": "1"}
-    _same_size(engine / "engine.json", '"format": 1', '"format": 0')
+    _same_size(engine / "engine.json", f'"format": {OrtEngineJson.FORMAT}', '"format": 0')
     with pytest.raises(ValueError) as exc:
         Model(args, {"engine_dir": "engine"})
     assert isinstance(exc.value, OtherFormat)
-    assert str(exc.value).startswith(f"{engine / 'engine.json'}: format 0, this trtspec reads format 1: built by an")
+    assert str(exc.value).startswith(
+        f"{engine / 'engine.json'}: format 0, this trtspec reads format {OrtEngineJson.FORMAT}: built by an"
+    )
     assert f"rebuild with `trtspec build {meta['recipe']} --force`" in str(exc.value)
 
 
 def test_check_folder_reads_every_handoff_and_leaves_the_bundle_lock_alone(tmp_path):
     ExportJson.model_validate(
         {
-            "format": 1,
+            "format": ExportJson.FORMAT,
             "variant": "ort",
             "capacity": 64,
             "max_seq_len": 48,
@@ -142,7 +150,7 @@ def test_check_folder_reads_every_handoff_and_leaves_the_bundle_lock_alone(tmp_p
     (tmp_path / "engine.json").unlink()
     data = json.loads((tmp_path / "export.json").read_text())
     (tmp_path / "export.json").write_text(json.dumps({**data, "capacity": "lots"}))
-    with pytest.raises(OtherFormat, match=r"not a format 1 export.json \(capacity: "):
+    with pytest.raises(OtherFormat, match=rf"not a format {ExportJson.FORMAT} export.json \(capacity: "):
         check_folder(tmp_path, "r.yaml")
     (tmp_path / "export.json").write_text(json.dumps({**data, "surprise": 1}))
     with pytest.raises(OtherFormat, match="rebuild with `trtspec build r.yaml --force`"):

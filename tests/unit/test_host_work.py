@@ -1,6 +1,6 @@
 """Host work per step, vectorised: each batched piece against its one-sequence reference (the readable code
 it replaces) on random cases — EAGLE trees grown for a batch (`builder.speculative.eagle.grow`) against
-`eagle_tree`'s generators and `tree_from_parents`, the batched draft checks (`DraftBatch`) against `check_draft`, the verdict checks against brute force, the batched KV compaction
+`eagle.tree`'s generators and `tree_from_parents`, the batched draft checks (`DraftBatch`) against `check_draft`, the verdict checks against brute force, the batched KV compaction
 against `compact` row by row, and the binding pools."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from builder.engines.ort.kv import KVBuffers
 from builder.engines.results import checked_verdicts
 from builder.speculative.batch import DraftBatch
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees
-from builder.speculative.eagle_tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
+from builder.speculative.eagle.tree import drive, dynamic_tree_steps, static_tree, static_tree_steps
 from builder.speculative.protocols import Draft, check_draft, root_only
 from builder.speculative.tree import tree_draft, tree_from_parents
 

@@ -25,9 +25,10 @@ from builder.model.loader import load_model
 from builder.speculative.choices import load_choices
 from builder.speculative.decoding import Decoder, Request, generate
 from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
-from builder.speculative.eagle_tree import static_tree
+from builder.speculative.eagle.tree import static_tree
 from builder.speculative.lookahead.drafter import LookaheadDrafter
 from builder.speculative.medusa.drafter import MedusaDrafter
+from builder.speculative.ngram.config import NgramConfig
 from builder.speculative.ngram.drafter import NgramDrafter, NgramFactory
 from builder.speculative.protocols import Draft
 from builder.speculative.tree import tree_from_choices
@@ -118,7 +119,14 @@ def make_method(kind: str, model: Llama, method: str, batch: int, cache: Path) -
             "lookahead": lambda: LookaheadDrafter(4, 4, 4),
             "medusa": lambda: MedusaDrafter(tree),
             "ngram": lambda: NgramDrafter(*NGRAM),
-            "ngram-shared": NgramFactory((*NGRAM, True, True)),
+            "ngram-shared": NgramFactory(
+                NgramConfig(
+                    method="ngram",
+                    **dict(zip(("max_draft", "max_match", "min_match", "candidates"), NGRAM)),
+                    adaptive=True,
+                    shared_pool=True,
+                )
+            ),
         }[method]
     draft = random_eagle(model)
     if method.endswith("-vocab"):  # a draft vocabulary: a random half of the tokens (builder.speculative.eagle.vocab)

@@ -9,8 +9,21 @@ for every backend.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+
+from builder.plan.drafts import NO_DRAFT, DraftMemory, draft_memory
+from builder.recipe.loader import load_recipe
+from builder.recipe.resolve import max_draft_len, tree_field
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS
 from tests.unit.recipe_helpers import run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def plan(recipe: str, *sets: str) -> dict:
@@ -87,3 +100,63 @@ def test_pipeline_parallel_counts_the_heavier_stage():
     assert comps["decoder"] == 40 * 855_638_016
     assert m["kv_bytes_per_token"] == 2 * 40 * 8 * 128
     assert ("embed_tokens" in comps) != ("lm_head" in comps)  # one stage holds one of them
+
+
+# --- a method's share (`builder.plan.drafts`) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["none", "medusa", "eagle1", "eagle2", "lookahead", "ngram"])
+def test_each_share_sizes_what_its_method_exports(name):
+    """The share a method names (`Method.memory`) sizes what the method exports: heads fused into the target graph
+    (FUSED_HEADS), a separate draft graph (DRAFT_GRAPH), nothing for a method without draft weights — and the plan
+    shows exactly that."""
+    loaded = load_recipe(REPO / "recipes" / f"tiny-llama3-{name}.yaml")
+    recipe = loaded.recipe
+    m, share = registry.of(recipe.speculative), draft_memory(recipe.speculative)
+    draft_len = max_draft_len(recipe, loaded.dir_of(tree_field(recipe)))
+    assert isinstance(share, DraftMemory) and (share is NO_DRAFT) == (m.memory is None) == (m.draft is None)
+    assert (share.fused_heads(recipe) > 0) == (m.exports == FUSED_HEADS)
+    assert (share.draft_graph_room(recipe, draft_len) > 0) == (m.exports == DRAFT_GRAPH)
+    memory = plan(f"recipes/tiny-llama3-{name}.yaml")["memory"]
+    names = {c["name"] for c in memory["components"]}
+    assert names >= {"decoder", "norms", "embed_tokens", "lm_head", "rope tables"}
+    assert ("medusa_heads" in names) == (m.exports == FUSED_HEADS)
+    assert ("eagle_draft" in names) == (m.exports == DRAFT_GRAPH) == (memory["draft_kv_bytes_per_token"] > 0)
+
+
+def test_an_installed_method_without_a_share_plans_the_target_alone():
+    """The toy "repeat" method (tests/fixtures/methods/site, found through the entry-point group; memory=None, no
+    draft, nothing exported) plans on trtspec's own engines as the target alone — the same plan, byte for byte, as
+    n-gram's on the same base (zero weights too, the same 24-node room, rejection graphs) — and TensorRT-LLM, which
+    does not serve it, is refused with its reason on speculative.method (exit 2)."""
+    gpu = ["target.device=h100", "target.backend=tensorrt", "model.dtype=bf16", "quantization.kv_cache=model_dtype"]
+    code = (
+        "import json, sys\nfrom click.testing import CliRunner\nfrom builder.cli import cli\nout = []\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    r = CliRunner().invoke(cli, ['plan', '--json', *args])\n"
+        "    out.append([r.exit_code, r.stdout if r.exit_code == 0 else r.stderr])\n"
+        "print(json.dumps(out))"
+    )
+    sets = lambda xs: [a for s in xs for a in ("--set", s)]  # noqa: E731
+    repeat = str(REPO / "tests" / "fixtures" / "methods" / "tiny-llama3-repeat.yaml")
+    runs = [[repeat], [repeat, *sets(gpu)], [repeat, *sets(["target.backend=trtllm", "target.device=h100"])]]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fixtures" / "methods" / "site"), str(REPO)]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(runs)], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    (cpu_rc, cpu), (gpu_rc, on_gpu), (trtllm_rc, refused) = json.loads(done.stdout)
+    assert cpu_rc == gpu_rc == 0, (cpu, on_gpu)
+    for out, ngram in (
+        (cpu, plan("recipes/tiny-llama3-ngram.yaml")),
+        (on_gpu, plan("recipes/tiny-llama3-ngram.yaml", *gpu)),
+    ):
+        memory = json.loads(out)["memory"]
+        target = ["decoder", "norms", "embed_tokens", "lm_head", "rope tables"]
+        assert [c["name"] for c in memory["components"]] == target + [f"{n} (rejection engine)" for n in target]
+        assert memory["draft_kv_bytes_per_token"] == 0 and "(greedy, rejection)" in memory["layout"]
+        assert memory == ngram["memory"]
+    assert trtllm_rc == 2 and "speculative.method" in refused and "TensorRT-LLM has no 'repeat' drafter" in refused

@@ -19,7 +19,8 @@ from builder.export.target import build_target
 from builder.model.loader import load_model
 from builder.quantize.checkpoint import read_fp8_checkpoint
 from builder.recipe.loader import load_recipe
-from builder.speculative.drafters import drafter_shape
+from builder.speculative import registry
+from builder.speculative.method import DRAFT_GRAPH
 from builder.stages.export import capacity
 from builder.stages.parts import Parts
 from tests.unit.recipe_helpers import run
@@ -130,9 +131,11 @@ def test_capacities_are_the_export_stages(recipe):
     m = plan(f"recipes/{recipe}.yaml")["memory"]
     config = Parts(loaded, loaded.recipe.speculative.method).drafter_config()
     assert m["tokens_per_sequence"] == capacity(loaded.recipe.build.max_seq_len, config)
-    if config["method"] == "eagle":
-        cap_e = loaded.recipe.build.max_seq_len + drafter_shape(config)["tentative"] + 1
+    if registry.of(config).exports == DRAFT_GRAPH:  # CAP_e as the export stage sizes the draft graph
+        cap_e = loaded.recipe.build.max_seq_len + registry.facts(config).tentative + 1
         assert f"EAGLE draft [{loaded.recipe.build.max_batch_size}, " in m["layout"] and f", {cap_e}, " in m["layout"]
+    else:
+        assert "EAGLE draft" not in m["layout"] and m["draft_kv_bytes_per_token"] == 0
 
 
 def _initializer_bytes(proto) -> dict[int, int]:

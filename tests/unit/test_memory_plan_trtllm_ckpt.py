@@ -23,8 +23,8 @@ from builder.plan.memory import plan_memory
 from builder.plan.report import draft_architecture
 from builder.recipe.loader import load_recipe
 from builder.recipe.resolve import draft_levels, max_draft_len, resolve_architecture, tree_field
-from builder.stages.backends.trtllm.checkpoint import eagle_tree_numbers
 from builder.trtllm.checkpoint import CheckpointRequest, convert_checkpoint
+from builder.trtllm.checkpoint.eagle import eagle_tree_numbers
 from tests.unit.scratch import scratch_dir
 from tests.unit.test_quantize_ptq import fixture_fp8
 

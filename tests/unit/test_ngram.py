@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builder.speculative.ngram.config import NgramConfig
 from builder.speculative.ngram.drafter import (
     ADAPT_AFTER,
     ADAPT_FLOOR,
@@ -39,6 +40,10 @@ from builder.speculative.ngram.pool import POOL_DRAFT, POOL_MIN_MATCH, SharedPoo
 from builder.speculative.protocols import PrefillResult, StepResult, check_draft
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def ngram_config(**fields) -> NgramConfig:
+    return NgramConfig(method="ngram", **fields)
 
 
 def brute_continuations(
@@ -306,7 +311,14 @@ def test_shared_pool_drafts_a_repeated_requests_output_losslessly() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(make_hf_llama(Path(tmp) / "m"))
     engine, _ = torch_method(model, "none")
-    shared, private = NgramFactory((6, 3, 1, 1, True, True)), NgramFactory((6, 3, 1, 1, True, False))
+    shared, private = (
+        NgramFactory(
+            ngram_config(max_draft=6, max_match=3, min_match=1, candidates=1, adaptive=True, shared_pool=True)
+        ),
+        NgramFactory(
+            ngram_config(max_draft=6, max_match=3, min_match=1, candidates=1, adaptive=True, shared_pool=False)
+        ),
+    )
     prompts = [[11, 40, 3, 17, 22, 5], [30, 31, 32, 33, 34, 35, 36], [11, 40, 3, 17, 22, 5]]
     gens = []
     for p in prompts:
@@ -338,7 +350,9 @@ def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(make_hf_llama(Path(tmp) / "m"))
     engine, _ = torch_method(model, "none")
-    factory = NgramFactory((6, 3, 1, 1, True, True))
+    factory = NgramFactory(
+        ngram_config(max_draft=6, max_match=3, min_match=1, candidates=1, adaptive=True, shared_pool=True)
+    )
     dec = DecoderSetup(engine, None, factory, "ngram", "ngram(K=6,M=3,m=1,C=1,shared)", [])
     run = OurRun(dec, 512)
     run.warm([11, 40, 3, 17, 22, 5], 20)
@@ -346,9 +360,23 @@ def test_bench_warm_up_leaves_the_pool_empty_and_the_private_twin() -> None:
     run.once([11, 40, 3, 17, 22, 5], 20)
     assert len(factory.pool) > 20
     (twin,) = private_pools(
-        [dec, DecoderSetup(engine, None, NgramFactory((6, 3, 1, 1, True, False)), "ngram", "x", [])]
+        [
+            dec,
+            DecoderSetup(
+                engine,
+                None,
+                NgramFactory(
+                    ngram_config(max_draft=6, max_match=3, min_match=1, candidates=1, adaptive=True, shared_pool=False)
+                ),
+                "ngram",
+                "x",
+                [],
+            ),
+        ]
     )
-    assert twin.engine is engine and twin.make_drafter.settings == (6, 3, 1, 1, True, False)
+    assert twin.engine is engine and twin.make_drafter.config == ngram_config(
+        max_draft=6, max_match=3, min_match=1, candidates=1, adaptive=True, shared_pool=False
+    )
     assert twin.label == "ngram(K=6,M=3,m=1,C=1)" and twin.make_drafter().pool is None
 
 
@@ -356,7 +384,9 @@ def test_a_pool_looks_up_what_the_drafter_does() -> None:
     """A drafter whose suffixes are shorter than POOL_MIN_MATCH gets a pool of its own max_match (not one that can
     never match); a longer one the pool's minimum."""
     for big in (1, 2, POOL_MIN_MATCH, 5):
-        pool = NgramFactory((6, big, 1, 1, True, True)).pool
+        pool = NgramFactory(
+            ngram_config(max_draft=6, max_match=big, min_match=1, candidates=1, adaptive=True, shared_pool=True)
+        ).pool
         assert pool is not None and pool.max_match == big and pool.min_match == min(POOL_MIN_MATCH, big)
         assert NgramDrafter(6, big, 1, 1, True, True).pool.min_match == pool.min_match
 

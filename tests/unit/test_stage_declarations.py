@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import UserError
+from builder.handoffs import OrtEngineJson, TensorrtEngineJson
 from builder.recipe.loader import load_recipe
 from builder.stages.keys import SourceTree, code_digest, code_files, plan_stages
 from builder.stages.registry import BACKENDS, backend, stage_order
@@ -263,7 +264,7 @@ def test_onnxruntime_lock_refuses_another_onnxruntime():
 
     import builder
 
-    meta = {"format": 1, "backend": "onnxruntime", "versions": {"trtspec": builder.__version__}}
+    meta = {"format": OrtEngineJson.FORMAT, "backend": "onnxruntime", "versions": {"trtspec": builder.__version__}}
     ok = {**meta, "versions": {**meta["versions"], "onnxruntime": onnxruntime.__version__}}
     assert backend("onnxruntime").lock.check(ok, None) is None
     other = {**meta, "versions": {**meta["versions"], "onnxruntime": "0.0.1"}}
@@ -276,7 +277,7 @@ def test_tensorrt_lock_refuses_a_stand_in_host_of_another_compute_capability():
     from builder.engines.tensorrt.lock import Host, engine_lock, plugin_sha256
 
     meta = {
-        "format": 1,
+        "format": TensorrtEngineJson.FORMAT,
         "backend": "tensorrt",
         "versions": {"trtspec": builder.__version__},
         "tensorrt": engine_lock("10.15.1.29", "NVIDIA H100 80GB HBM3", (9, 0)),

@@ -23,6 +23,7 @@ import torch
 from builder.engines.tensorrt.device import Lane
 from builder.engines.tensorrt.profiles import CacheDims, eagle_profiles, target_profiles
 from builder.export.contract import EAGLE, FP8, TARGET, Precision, numpy_dtype
+from builder.handoffs import TensorrtEngineJson
 from builder.speculative.protocols import SamplingBatch
 from builder.speculative.tree import tree_draft, tree_from_parents
 from tests.unit.test_tensorrt_fakes import (
@@ -140,7 +141,7 @@ def test_FakeTensorRT_FakeCuda_one_user_managed_arena_for_every_context_of_a_fol
         for k, g in graphs.items()
     }
     meta = {
-        "format": 1,
+        "format": TensorrtEngineJson.FORMAT,
         "backend": "tensorrt",
         "variant": "standard",
         "capacity": CAP,
@@ -161,7 +162,12 @@ def test_FakeTensorRT_FakeCuda_one_user_managed_arena_for_every_context_of_a_fol
             "top_k": 3,
             "capacity": CAP,
         },
-        "drafter": {"method": "eagle", "version": 1, "choices": [[0], [1], [2], [0, 0]]},
+        "drafter": {
+            "method": "eagle",
+            "checkpoint": "eagle",
+            "version": 1,
+            "tree": {"type": "static", "choices": [[0], [1], [2], [0, 0]]},
+        },
         "tokenizer": "tokenizer.json",
         "stop_ids": [0],
         "engines": engines,

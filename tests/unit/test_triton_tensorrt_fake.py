@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from builder.engines.tensorrt.lock import Host, engine_lock, plugin_sha256
+from builder.handoffs import TensorrtEngineJson
 from tests.unit.test_tensorrt_fakes import (
     FAKE_VERSION,
     FakeCuda,
@@ -44,7 +45,7 @@ def fake_folder(fake, folder: Path, drafter: dict | None = None) -> dict:
     graph = fake.graphs["target-greedy"]
     shutil.copy(TOKENIZER, folder / "tokenizer.json")
     meta = {
-        "format": 1,
+        "format": TensorrtEngineJson.FORMAT,
         "backend": "tensorrt",
         "variant": "standard",
         "recipe": "recipe.yaml",
@@ -88,7 +89,7 @@ def test_fake_TensorRT_no_GPU_folder_opens_through_the_neutral_host_layer_and_de
     prompt = [3, 1, 4, 1, 5, 9, 2]
     g = generate(opened.engine, prompt, 9, opened.make_drafter(), Sampling(0.0, 1.0, 0), opened.stop_ids)
     assert g.token_ids == list(range(3, 12))  # the fake target's greedy continuation: 2 + 1, + 2, …
-    if opened.drafter["method"] == "lookahead":
+    if opened.drafter.method == "lookahead":
         assert g.steps < len(g.token_ids)  # a counting sequence is what n-gram drafts guess: steps were saved
     else:
         assert g.steps == len(g.token_ids) - 1  # one token per step after the prefill's
@@ -107,7 +108,7 @@ def test_unknown_backend_or_format_is_refused_naming_the_allowed(tmp_path):
 
     for meta, needle in (
         ({"backend": "tvm", "format": 1}, "allowed: onnxruntime, tensorrt"),
-        ({"backend": "tensorrt", "format": 7}, "reads format 1"),
+        ({"backend": "tensorrt", "format": 7}, f"reads format {TensorrtEngineJson.FORMAT}"),
     ):
         (tmp_path / "engine.json").write_text(json.dumps(meta))
         with pytest.raises(ValueError, match=needle):
@@ -164,7 +165,7 @@ def _meta() -> dict:
     import builder
 
     return {
-        "format": 1,
+        "format": TensorrtEngineJson.FORMAT,
         "backend": "tensorrt",
         "versions": {"trtspec": builder.__version__},
         "tensorrt": engine_lock(FAKE_VERSION, *H100),

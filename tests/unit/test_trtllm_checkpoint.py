@@ -58,7 +58,7 @@ def engine_and_drafter(got, method: str):
     from builder.engines.torch_engine import TorchEngine
     from builder.speculative.choices import load_choices
     from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
-    from builder.speculative.eagle_tree import static_tree
+    from builder.speculative.eagle.tree import static_tree
     from builder.speculative.lookahead.drafter import LookaheadDrafter
     from builder.speculative.medusa.drafter import MedusaDrafter
     from builder.speculative.tree import tree_from_choices

@@ -10,10 +10,13 @@ from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.gpus import GPUS
 from builder.recipe.loader import load_recipe
 from builder.recipe.resolve import resolve_architecture
-from builder.tune.costs import Host, static_cost, step_ms, units
+from builder.tune.costs import Host, static_cost, step_ms
 from builder.tune.curve import OutOfRange, StepCurve, isotonic
-from builder.tune.host import fit_line, small_setting
+from builder.tune.dynamic import EAGLE2
+from builder.tune.host import fit_line
+from builder.tune.lookahead import TUNER as LOOKAHEAD
 from builder.tune.roofline import roofline_curve
+from builder.tune.static import EAGLE1, MEDUSA
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,15 +109,15 @@ def test_method_costs_from_a_hand_curve():
     # EAGLE-1 tree (0) (1) (0,0) (0,0,0): 5 nodes; levels with children below the root: depth 1 [(0)], depth 2 [(0,0)]
     tree = [(0,), (1,), (0, 0), (0, 0, 0)]
     target5 = 1.0 + 4 / 9
-    assert static_cost(c, 1, "medusa")(tree, 2.4) == pytest.approx(target5)  # Medusa: the heads are in the step
-    assert static_cost(c, 1, "eagle1")(tree, 2.4) == pytest.approx(target5 + 0.2 + 0.3 + 0.3)  # extend(2) + 2 expands
-    assert static_cost(c, 1, "eagle1")([], 1.0) == 1.0  # off: no draft calls
+    assert static_cost(c, 1, MEDUSA)(tree, 2.4) == pytest.approx(target5)  # Medusa: the heads are in the step
+    assert static_cost(c, 1, EAGLE1)(tree, 2.4) == pytest.approx(target5 + 0.2 + 0.3 + 0.3)  # extend(2) + 2 expands
+    assert static_cost(c, 1, EAGLE1)([], 1.0) == 1.0  # off: no draft calls
     # EAGLE-2 depth 3, top_k 2, 6 nodes: target(7) + extend(3 pairs) + 2 expands of 2 nodes
     eagle2 = {"depth": 3, "top_k": 2, "total_nodes": 6}
-    assert step_ms("eagle2", eagle2, c, 1, 3.2, Host()) == pytest.approx(1 + 6 / 9 + 0.3 + 2 * 0.35)
+    assert step_ms(EAGLE2, eagle2, c, 1, 3.2, Host()) == pytest.approx(1 + 6 / 9 + 0.3 + 2 * 0.35)
     # Lookahead W=2, N=3, G=1: 1 + (N-2) + (W-1+G)(N-1) = 1 + 1 + 2·2 = 6 nodes
     la = {"window": 2, "ngram": 3, "verification_set": 1}
-    assert units("lookahead", la) == 5 and step_ms("lookahead", la, c, 1, 1.5, Host()) == pytest.approx(1 + 5 / 9)
+    assert LOOKAHEAD.units(la) == 5 and step_ms(LOOKAHEAD, la, c, 1, 1.5, Host()) == pytest.approx(1 + 5 / 9)
 
 
 def test_host_share_is_base_plus_units_per_row():
@@ -122,11 +125,11 @@ def test_host_share_is_base_plus_units_per_row():
     host = Host(0.2, 0.05, "measured", draft_ms=0.1)
     # Medusa: one unit per draft node (4), at batch 2 each row's drafting counts: 0.2 + 2 · (0.1 + 0.05 · 4)
     tree = [(0,), (1,), (0, 0), (0, 0, 0)]
-    assert static_cost(c, 2, "medusa", host)(tree, 2.0) == pytest.approx(1.5 + 1.5 * 4 / 9 + 0.8)
-    assert step_ms("medusa", {"off": True}, c, 2, 1.0, host) == pytest.approx(1.5 + 0.2)  # off: the base share only
+    assert static_cost(c, 2, MEDUSA, host)(tree, 2.0) == pytest.approx(1.5 + 1.5 * 4 / 9 + 0.8)
+    assert step_ms(MEDUSA, {"off": True}, c, 2, 1.0, host) == pytest.approx(1.5 + 0.2)  # off: the base share only
     assert (
-        units("eagle1", {"choices": [[0], [0, 0], [1]]}) == 2
-        and units("eagle2", {"depth": 6, "top_k": 3, "total_nodes": 4}) == 4
+        EAGLE1.units({"choices": [[0], [0, 0], [1]]}) == 2
+        and EAGLE2.units({"depth": 6, "top_k": 3, "total_nodes": 4}) == 4
     )
 
 
@@ -135,13 +138,13 @@ def test_host_line_through_the_small_and_current_decodes():
     assert fit_line((1, 0.5), (1, 0.7)) == (0.5, 0.0)  # the current setting is one unit already: no slope
     assert fit_line((1, -0.2), (4, -0.1)) == pytest.approx((0.0, 0.1 / 3))  # noise below zero is floored
     cur = {"choices": [[0], [1], [0, 0]]}
-    assert small_setting("medusa", cur) == {"choices": [[0]]} and small_setting("eagle1", cur) == {"choices": [[0]]}
-    assert small_setting("eagle2", {"depth": 5, "top_k": 3, "total_nodes": 12}) == {
+    assert MEDUSA.small(cur) == {"choices": [[0]]} and EAGLE1.small(cur) == {"choices": [[0]]}
+    assert EAGLE2.small({"depth": 5, "top_k": 3, "total_nodes": 12}) == {
         "depth": 1,
         "top_k": 3,
         "total_nodes": 1,
     }
-    assert units("lookahead", small_setting("lookahead", {})) == 1
+    assert LOOKAHEAD.units(LOOKAHEAD.small({})) == 1
 
 
 def test_grids():

@@ -18,13 +18,12 @@ import pytest
 
 from builder.recipe.loader import load_recipe
 from builder.speculative.decoding import Decoder, DraftSchedule, Request, generate
-from builder.speculative.drafters import NGRAM_KEYS
-from builder.speculative.ngram.config import ngram_nodes
+from builder.speculative.ngram.config import NgramConfig, ngram_nodes
 from builder.speculative.ngram.drafter import NgramFactory
 from builder.speculative.ngram.pool import shared_pool_for
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
-from builder.tune.ngram import grid, replay, score
+from builder.tune.ngram import KEYS, TUNER, grid, replay, score
 from tests.unit.recipe_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +68,7 @@ def engine():
     ],
 )
 def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
-    s = dict(zip(NGRAM_KEYS, setting))
+    s = dict(zip(KEYS, setting))
     prompts = [
         [5, 6, 7, 5, 6, 7, 5, 6],
         [9, 9, 9, 9, 8],
@@ -82,7 +81,8 @@ def test_replay_takes_the_decoding_loops_steps(engine, setting, budget) -> None:
     r = replay(texts, s, max_new, budget)
     tap = _Taps(engine)
     sched = DraftSchedule([[1, budget]] if budget else ())
-    factory = NgramFactory(setting)  # a fresh drafter per request; with shared_pool they share the pool
+    # a fresh drafter per request; with shared_pool they share the pool
+    factory = NgramFactory(NgramConfig(method="ngram", **s))
     gens = [Decoder(tap, factory(), sched).run([Request(tuple(p), max_new)])[0] for p in prompts]
     assert r.accepted == tuple(a for g in gens for a in g.accepted_per_step)
     assert r.steps == sum(g.steps for g in gens) and tuple(tap.nodes) == r.nodes
@@ -98,7 +98,7 @@ def test_replay_from_a_starting_pool_takes_the_decoding_loops_steps(engine) -> N
     """`replay(..., pool=)` (a datastore the texts start from) against the decoding loop whose drafters share a pool
     seeded the same way."""
     setting = (6, 3, 1, 1, True, True)
-    s = dict(zip(NGRAM_KEYS, setting))
+    s = dict(zip(KEYS, setting))
     prompts, max_new = [[11, 40, 3, 17, 22, 5], [1, 2, 3, 4, 1, 2, 3]], 40
     texts = [(p, generate(engine, p, max_new + s["max_draft"] + 1).token_ids) for p in prompts]
     store = [*prompts[0], *texts[0][1]]  # a datastore that holds the first decode's text
@@ -109,7 +109,7 @@ def test_replay_from_a_starting_pool_takes_the_decoding_loops_steps(engine) -> N
         return pool
 
     r = replay(texts, s, max_new, pool=seeded())
-    tap, factory = _Taps(engine), NgramFactory(setting)
+    tap, factory = _Taps(engine), NgramFactory(NgramConfig(method="ngram", **s))
     factory.pool = seeded()
     gens = [Decoder(tap, factory(), DraftSchedule(())).run([Request(tuple(p), max_new)])[0] for p in prompts]
     assert r.accepted == tuple(a for g in gens for a in g.accepted_per_step)
@@ -174,8 +174,6 @@ def test_tune_ngram_end_to_end(tmp_path: Path) -> None:
         rep["pick"][k] for k in ("max_draft", "max_match", "min_match", "shared_pool")
     )
     # the recipe allows the pool: every setting was replayed with it and without (the report lists the best 10)
-    from builder.tune.methods import current_setting
-
-    tried = grid(current_setting(load_recipe(REPO / "recipes" / "tiny-llama3-ngram.yaml")), rep["cost"]["max_nodes"])
+    tried = grid(TUNER.current(load_recipe(REPO / "recipes" / "tiny-llama3-ngram.yaml")), rep["cost"]["max_nodes"])
     assert rep["calibration"]["settings_measured"] == len(tried) and {g["shared_pool"] for g in tried} == {True, False}
     assert rep["calibration"]["replayed_steps"] > 0

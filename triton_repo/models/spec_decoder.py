@@ -122,6 +122,7 @@ class Model:
         from tokenizers import Tokenizer
 
         from builder.engines.folder import open_engine, read_meta
+        from builder.speculative import registry
         from builder.speculative.decoding import Decoder, DraftSchedule
         from triton_repo.metrics import SPEC_DECODER, Exporter, spec_decoder_observations, spec_decoder_values
 
@@ -137,14 +138,14 @@ class Model:
             folder, max_batch_size=int(meta["max_batch_size"]), threads=int(params.get("ort_threads", 1)), device=device
         )
         self.tokenizer = Tokenizer.from_file(str(opened.tokenizer_path))
-        d = opened.drafter
+        facts = registry.facts(opened.drafter)
         self.limits = Limits(
             vocab=opened.engine.vocab_size,
             max_input_len=int(params["max_input_len"]),
             max_seq_len=opened.engine.max_seq_len,
             stop_ids=tuple(opened.stop_ids),
             sampling=bool(meta["target"].get("rejection")),
-            lookahead=(d["window"], d["ngram"], d["verification_set"]) if d["method"] == "lookahead" else None,
+            lookahead=facts.per_request,  # the (W, N, G) a request may lower, where the drafter takes them
             request_timeout_s=float(params.get("request_timeout_s", 600)),
         )
         schedule = DraftSchedule(json.loads(params.get("draft_schedule", "[]")))

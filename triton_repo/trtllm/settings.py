@@ -68,7 +68,7 @@ class TrtllmRepoSettings:
     exclude_input_in_output: bool = True  # responses carry the new tokens only
     cancellation_check_period_ms: int = 100
     max_beam_width: int = 1
-    decoding_mode: str = "top_k_top_p"
+    decoding_mode: str = U.TOP_K_TOP_P_MODE
     medusa_choices: tuple[Choice, ...] = ()  # required for medusa (the engine's tree)
     eagle_choices: tuple[Choice, ...] = ()  # EAGLE-1 static tree; empty: the engine's (EAGLE-2 dynamic tree)
     lookahead: tuple[int, int, int] | None = None  # (W, N, G): window, ngram, verification set
@@ -201,33 +201,33 @@ def _check_enums(s: TrtllmRepoSettings) -> None:
 
 def _check_decoding(s: TrtllmRepoSettings) -> None:
     mode = s.decoding_mode
-    if (mode == "beam_search") != (s.max_beam_width > 1):
+    if (mode == U.BEAM_SEARCH_MODE) != (s.max_beam_width > 1):
         raise _err(
             "max_beam_width",
             f"{s.max_beam_width} with decoding_mode {mode!r}: beam_search needs a beam "
             "width > 1 and every other mode (speculative ones included) a width of 1",
         )
-    for name, owner in (("medusa_choices", "medusa"), ("eagle_choices", "eagle")):
+    for name, owner in (("medusa_choices", U.MEDUSA_MODE), ("eagle_choices", U.EAGLE_MODE)):
         choices = getattr(s, name)
         if choices and mode != owner:
             raise _err(
                 name, f"set, but decoding_mode is {mode!r} (the backend would ignore it)", f"decoding_mode {owner}"
             )
         _check_choice_shapes(name, choices)
-    if mode == "medusa" and not s.medusa_choices:
+    if mode == U.MEDUSA_MODE and not s.medusa_choices:
         raise _err(
             "medusa_choices",
             "empty: decoding_mode medusa needs the engine's tree (the backend would "
             "fall back to mc_sim_7b_63, which need not fit the engine's max_draft_len)",
         )
-    if mode == "lookahead" and s.lookahead is None:
+    if mode == U.LOOKAHEAD_MODE and s.lookahead is None:
         raise _err(
             "lookahead",
             "decoding_mode lookahead needs (window, ngram, verification set): the backend "
             "refuses to load without lookahead_window_size, _ngram_size, _verification_set_size",
         )
     if s.lookahead is not None:
-        if mode != "lookahead":
+        if mode != U.LOOKAHEAD_MODE:
             raise _err("lookahead", f"set, but decoding_mode is {mode!r}", "decoding_mode lookahead")
         ok = len(s.lookahead) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in s.lookahead)
         if not ok or not U.lookahead_is_legal(*s.lookahead):

@@ -52,7 +52,21 @@ PYTHON_MODELS = (PREPROCESSING, POSTPROCESSING, BLS)
 # -- legal values (model_instance_state.cc @ 0c8de69a) ------------------------------------------------
 BATCHING_STRATEGIES = ("inflight_fused_batching", "inflight_batching", "V1", "v1")  # getBatchingTypeFromParams
 SCHEDULER_POLICIES = ("guaranteed_no_evict", "max_utilization")  # getSchedulerConfigFromParams
-DECODING_MODES = ("top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "redrafter", "lookahead", "eagle")
+# the `tensorrt_llm` model's decoding_mode (getExecutorConfigFromParams -> executor::DecodingMode): TensorRT-LLM's
+# names, not trtspec's method names (a method's `EngineFlow.decoding_mode` picks one; the served repository has no
+# method registry to ask)
+TOP_K_TOP_P_MODE, BEAM_SEARCH_MODE = "top_k_top_p", "beam_search"
+MEDUSA_MODE, LOOKAHEAD_MODE, EAGLE_MODE = "medusa", "lookahead", "eagle"
+DECODING_MODES = (
+    "top_k",
+    "top_p",
+    TOP_K_TOP_P_MODE,
+    BEAM_SEARCH_MODE,
+    MEDUSA_MODE,
+    "redrafter",
+    LOOKAHEAD_MODE,
+    EAGLE_MODE,
+)
 LOGITS_DATATYPES = ("TYPE_FP32", "TYPE_FP16", "TYPE_BF16")  # docs/model_config.md: the engine's logits dtype
 LOOKAHEAD_RULE = "N >= 1, W >= 1, G >= 0; N == 1 needs W == 1 and G == 0 (LookaheadDecodingConfig::isLegal)"
 

@@ -39,6 +39,8 @@ from builder.model.kv_cache import KVCache
 from builder.model.llama import Block, rope_cos_sin, rope_inv_freq
 from builder.model.loader import check_keys, layer_shapes, read_draft_weights
 from builder.model.pickled import EAGLE
+from builder.speculative.eagle.config import EagleConfig
+from builder.speculative.method import LoadOptions
 
 WEIGHTS = EAGLE.weights  # model.safetensors
 PICKLED_WEIGHTS = EAGLE.pickles[0]  # pytorch_model.bin: read only with allow_pickle
@@ -255,3 +257,25 @@ def load_eagle(
     if base_lm_head is not None:
         draft.set_lm_head(base_lm_head)
     return draft
+
+
+# -- the method's DraftCheckpoint reader (`method.METHOD.draft`: loader, checker) --
+
+
+def load_for_recipe(c: EagleConfig, folder: Path, model, opts: LoadOptions):
+    """The draft over `model` (its embedding and LM head), drafting over the draft vocabulary where one is asked."""
+    draft = load_eagle(
+        folder,
+        model.embed_tokens.weight,
+        model.lm_head.weight,
+        dtype=model.dtype,
+        allow_pickle=opts.allow_pickle,
+        opt_in=opts.opt_in,
+    )
+    if opts.draft_vocab is not None:
+        draft.set_draft_vocab(opts.draft_vocab(model.cfg.vocab_size))
+    return draft
+
+
+def check_folder(folder: Path) -> None:
+    read_eagle(folder)

@@ -1,5 +1,5 @@
 """EAGLE trees for a batch of sequences at once, level by level, in NumPy: the batched faces of
-`builder.speculative.eagle_tree`'s one-sequence generators (`static_tree_steps`, `dynamic_tree_steps`: the
+`builder.speculative.eagle.tree`'s one-sequence generators (`static_tree_steps`, `dynamic_tree_steps`: the
 readable references, which the tests hold these to).
 
 Every sequence's tree grows in lockstep — same level count, same frontier size F per level — so one draft-net
@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from builder.speculative.eagle_tree import _plan
+from builder.speculative.eagle.tree import static_plan
 from builder.speculative.protocols import Draft
 from builder.speculative.tree import Tree
 
@@ -51,7 +51,7 @@ class StaticTrees:
     def __init__(self, tree: Tree, roots: np.ndarray) -> None:  # roots [B] int64
         if tree.rank is None:
             raise ValueError("a static EAGLE tree needs a tree built from choices (rank per node)")
-        self.tree, self.plan = tree, _plan(tree)
+        self.tree, self.plan = tree, static_plan(tree)
         b = len(roots)
         self.tokens = np.zeros((b, tree.num_nodes), np.int64)  # [B, T]
         self.tokens[:, 0] = roots

@@ -33,6 +33,8 @@ from builder.errors import UserError
 from builder.model.config import read_json_object
 from builder.model.loader import check_keys, read_draft_weights
 from builder.model.pickled import MEDUSA
+from builder.speculative.medusa.config import MedusaConfig
+from builder.speculative.method import LoadOptions
 
 CONFIG = "config.json"
 WEIGHTS = MEDUSA.weights  # medusa_lm_head.safetensors
@@ -159,3 +161,28 @@ def load_medusa(
     heads = MedusaHeads(num_heads, num_layers, found_c, found_v)
     heads.load_state_dict({k: t.to(dtype) for k, t in tensors.items()}, strict=True)
     return heads.to(dtype).eval()
+
+
+# -- the method's DraftCheckpoint reader (`method.METHOD.draft`: loader, checker) --
+
+
+def load_for_recipe(c: MedusaConfig, folder: Path, model, opts: LoadOptions):
+    """The heads over `model` (its width and vocabulary checked), at least `num_heads` of them."""
+    heads = load_medusa(
+        folder,
+        hidden_size=model.cfg.hidden_size,
+        vocab_size=model.cfg.vocab_size,
+        dtype=model.dtype,
+        allow_pickle=opts.allow_pickle,
+        opt_in=opts.opt_in,
+    )
+    if heads.num_heads < c.num_heads:
+        raise UserError(
+            f"the checkpoint has {heads.num_heads} heads, the recipe asks for {c.num_heads}",
+            field="speculative.num_heads",
+        )
+    return heads
+
+
+def check_folder(folder: Path) -> None:
+    load_medusa(folder)

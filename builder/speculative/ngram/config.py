@@ -15,8 +15,14 @@ from pydantic import Field
 
 from builder.section import VERIFICATION_DOC, Section
 
-# max_draft, max_match, min_match, candidates, adaptive, shared_pool: the section's defaults, also `--method ngram`
-# on a recipe of another method (24 nodes at most: the room every engine is exported with). One chain beat
+
+def ngram_nodes(max_draft: int, candidates: int) -> int:
+    """Tree nodes of the largest n-gram step, root included."""
+    return 1 + max_draft * candidates
+
+
+# The defaults below (max_draft 23, max_match 5, min_match 1, candidates 1, adaptive, no shared pool) are also
+# `--method ngram` on a recipe of another method (24 nodes at most: the room every engine is exported with). One chain beat
 # two candidates (scripts/bench_decode.py, interleaved rows). Length and match lengths were chosen by replaying
 # greedy decodes (the drafts of any setting and their acceptance follow from the target's greedy output alone)
 # against the engines' measured chain step-cost curves, on the second half of HumanEval, and checked on the first
@@ -33,42 +39,26 @@ from builder.section import VERIFICATION_DOC, Section
 # picking the occurrence with the longest match or the most frequent next token: 0.96-1.00x. A perfect length
 # oracle would give 1.14-1.16x. The pool (`shared_pool`, pool.py) drafts the third of steps that have no match.
 # shared_pool (the last): off by default (`pool.py` says why and what it gave); recipes/methods/ngram.yaml turns it on.
-DEFAULT_NGRAM = (23, 5, 1, 1, True, False)
-
-
-def ngram_nodes(max_draft: int, candidates: int) -> int:
-    """Tree nodes of the largest n-gram step, root included."""
-    return 1 + max_draft * candidates
-
-
 class NgramConfig(Section):
     method: Literal["ngram"] = Field(description="N-gram (prompt-lookup) speculation: no draft weights.")
-    max_draft: int = Field(DEFAULT_NGRAM[0], gt=0, le=64, description="Tokens proposed per continuation (tree depth).")
-    max_match: int = Field(DEFAULT_NGRAM[1], gt=0, le=16, description="Longest suffix of the text looked up (tokens).")
-    min_match: int = Field(
-        DEFAULT_NGRAM[2], gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step."
-    )
-    candidates: int = Field(
-        DEFAULT_NGRAM[3], gt=0, le=16, description="Distinct continuations verified per step (one tree)."
-    )
+    max_draft: int = Field(23, gt=0, le=64, description="Tokens proposed per continuation (tree depth).")
+    max_match: int = Field(5, gt=0, le=16, description="Longest suffix of the text looked up (tokens).")
+    min_match: int = Field(1, gt=0, le=16, description="Shortest suffix looked up; no match this long: a plain step.")
+    candidates: int = Field(1, gt=0, le=16, description="Distinct continuations verified per step (one tree).")
     adaptive: bool = Field(
-        DEFAULT_NGRAM[4],
+        True,
         description="Draft length per sequence: from 2, +8 after a draft "
         "accepted in full, its accepted drafts + 2 after one that was not, within 2..max_draft; "
         "false: always max_draft.",
     )
     shared_pool: bool = Field(
-        DEFAULT_NGRAM[5],
+        False,
         description="Where a sequence's own text has no match, draft up to "
         "4 tokens from the texts of earlier finished requests (TensorRT-LLM's is_public_pool). "
         "Faster on related requests; one request's output then changes another's speed, "
         "never its tokens.",
     )
     verification: Literal["greedy", "rejection"] = Field("rejection", description=VERIFICATION_DOC)
-
-    @property
-    def settings(self) -> tuple[int, int, int, int, bool, bool]:
-        return (self.max_draft, self.max_match, self.min_match, self.candidates, self.adaptive, self.shared_pool)
 
     @property
     def draft_len(self) -> int:

@@ -13,7 +13,7 @@ ADAPT_START; a draft accepted in full raises it by ADAPT_UP, one that was not se
 ADAPT_AFTER (the run the text just copied, a little more), within ADAPT_FLOOR..max_draft (HF transformers'
 assisted-generation heuristic is +2 / −1; ours grows faster, +8, and falls to what was accepted). Copy loops then
 draft long and prose short. The rule was chosen by replaying greedy decodes against the engines' step-cost curves
-(`config.DEFAULT_NGRAM` says how and what it gave).
+(the comment above `config.NgramConfig` says how and what it gave).
 
 Shared pool (`shared_pool`, `pool.SharedPool`): where the sequence's own text has no match at all, the texts of
 the sequences this drafter (or another of its factory's, `NgramFactory`) has released are looked up instead and
@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from builder.speculative.ngram.config import NgramConfig
 from builder.speculative.ngram.pool import POOL_DRAFT, SharedPool, shared_pool_for
 from builder.speculative.protocols import Draft, PrefillResult, StepResult, root_only
 
@@ -259,19 +260,19 @@ class NgramDrafter:
 
 
 class NgramFactory:
-    """Makes `NgramDrafter`s of one setting (max_draft, max_match, min_match, candidates, adaptive, shared_pool); with
-    shared_pool they share one `SharedPool`, so a fresh drafter per request (as the benchmarks make them) still
-    drafts from the requests before it."""
+    """Makes `NgramDrafter`s of one setting (an `NgramConfig`); with shared_pool they share one `SharedPool`, so a
+    fresh drafter per request (as the benchmarks make them) still drafts from the requests before it."""
 
-    def __init__(self, settings: tuple[int, int, int, int, bool, bool]) -> None:
-        self.settings = settings
-        NgramDrafter(*settings)  # validate now
+    def __init__(self, config: NgramConfig) -> None:
+        self.config = config
+        self.args = (config.max_draft, config.max_match, config.min_match, config.candidates, config.adaptive)
+        NgramDrafter(*self.args)  # validate now
         self.pool: SharedPool | None = None
         self.reset()
 
     def __call__(self) -> NgramDrafter:
-        return NgramDrafter(*self.settings, pool=self.pool)
+        return NgramDrafter(*self.args, shared_pool=self.config.shared_pool, pool=self.pool)
 
     def reset(self) -> None:
         """Forget the pool (a benchmark's warm-up request must not seed the timed ones)."""
-        self.pool = shared_pool_for(self.settings[1]) if self.settings[5] else None
+        self.pool = shared_pool_for(self.config.max_match) if self.config.shared_pool else None

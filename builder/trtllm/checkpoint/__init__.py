@@ -3,7 +3,8 @@
 `convert_checkpoint(req, out)` writes what TensorRT-LLM's `convert_checkpoint.py` (`LLaMAForCausalLM.
 from_hugging_face` + `save_checkpoint`; `examples/medusa`, `examples/eagle`) writes for the same inputs:
 the layout is in `names.py` (tensor names, tp/pp splits, KV-head duplication, vocabulary padding),
-`config.py` (config.json), `fp8.py` (FP8 weights and scales); Lookahead has no weights of its own — its
+`config.py` (config.json), `fp8.py` (FP8 weights and scales), and a method's draft in the module its
+`EngineFlow.checkpoint` names (`drafts.py`: `medusa.py`, `eagle.py`); Lookahead has no weights of its own — its
 checkpoint is the plain `LlamaForCausalLM` one and the mode is a `trtllm-build` flag
 (`examples/lookahead/README.md`: "Checkpoint conversion is similar to any standard autoregressive model").
 The conversion streams tensor by tensor (`safetensors_stream.py`).
@@ -42,7 +43,7 @@ class CheckpointRequest:
     tp: int
     pp: int
     dtype: str  # "bfloat16" | "float16" | "float32"
-    method: str  # "none" | "medusa" | "eagle" | "lookahead"
+    method: str  # a method TensorRT-LLM 1.2's engine flow serves (`builder.trtllm.flow`); its draft: `drafts.py`
     draft_dir: Path | None = None  # Medusa heads (FasterDecoding layout) or EAGLE-1/2 draft (SafeAILab layout)
     medusa_num_heads: int = 0  # 0: every head of the checkpoint
     medusa_num_layers: int = 0  # 0: as the checkpoint's config.json says

@@ -16,23 +16,13 @@ Sources (TensorRT-LLM, `tensorrt_llm/models/`):
   use_input_layernorm_in_first_layer, use_last_layernorm, layer_idx_offset, the multipliers,
   has_partial_lora_mask, tie_word_embeddings. `moe` is left out: absent, LLaMAConfig builds its
   dense default (num_experts 0).
-* `medusa/config.py`: `MedusaConfig.to_dict` = the Llama dict + num_medusa_heads, num_medusa_layers,
-  max_draft_len. `eagle/config.py` @ 2a9abd9536aa62ad3e4b9314be9286b1b1be523b: `EagleConfig.to_dict` = the
-  Llama dict + num_eagle_layers, max_non_leaves_per_layer, max_draft_len, eagle_net_config (the draft's
-  Llama dict); `examples/eagle/convert_checkpoint.py` @ 65b31db1b401d3752b8ebe7c29093cbfb6af04b7 (its
-  examples/constraints.txt pins tensorrt_llm 1.3.0rc5) also writes head_dim and head_size in both. That script,
-  like `EagleForCausalLM.from_hugging_face` in `eagle/model.py` @ 89fd9b74ab7ae753b4c6b3db25a400dca7ea54a0 (the
-  1.2-era source this module cites), builds `EagleForCausalLM(tllm_config)` before `save_checkpoint`, and
-  `EagleForCausalLM.__init__` sets, on the same `eagle_net_config` object the saved config.json serialises:
-  mapping = Mapping(world_size, tp_size=world_size, pp_size=1), fc_after_embed = True,
-  use_input_layernorm_in_first_layer = False, use_last_layernorm = False, layer_idx_offset = the target's
-  num_hidden_layers — so upstream's config.json carries those EAGLE values, and so does ours (`eagle_config`).
-  (The 0.15-dev converter @ 04a2cacbfd3b9ac76191bd8498ad871607b63a04 dumped its dict as is, without them; the
-  1.2 release tag's copy of the script was not among the sources read.)
+* A draft's fields (`MedusaConfig.to_dict`, `EagleConfig.to_dict`) are its own module's (`medusa.py`, `eagle.py`:
+  the method's `Draft.config`), over the target's dict with the method's architecture (`EngineFlow.architecture`).
 * `quantization/quantize.py` `quantize_layers`: default exclude_modules ['*lm_head', '*router',
   '*vocab_embedding', '*position_embedding', '*block_embedding', '*shared_expert_gate'] (fnmatch on
-  TRT-LLM module names). Draft parts stay in the model dtype (the quantize stage's rule): '*medusa_heads*'
-  as `quantization/quantize_by_modelopt.py` adds for unquantized heads, and '*eagle_nets*'.
+  TRT-LLM module names). Draft parts stay in the model dtype (the quantize stage's rule): the draft's own
+  pattern joins the list (`Draft.exclude`: '*medusa_heads*' as `quantization/quantize_by_modelopt.py` adds for
+  unquantized heads, '*eagle_nets*').
 """
 
 from __future__ import annotations
@@ -66,12 +56,12 @@ def rotary_scaling(cfg: LlamaConfig) -> dict[str, Any] | None:
     }
 
 
-def quantization(fp8: bool, kv_fp8: bool, lm_head_fp8: bool, method: str) -> dict[str, Any]:
-    """The `quantization` object (QuantConfig as a dict)."""
+def quantization(fp8: bool, kv_fp8: bool, lm_head_fp8: bool, draft_exclude: str | None) -> dict[str, Any]:
+    """The `quantization` object (QuantConfig as a dict); `draft_exclude`: the draft's pattern (`Draft.exclude`)."""
     excludes = None
     if fp8:
         excludes = [e for e in DEFAULT_EXCLUDES if not (lm_head_fp8 and e == "*lm_head")]
-        excludes += {"medusa": ["*medusa_heads*"], "eagle": ["*eagle_nets*"]}.get(method, [])
+        excludes += [draft_exclude] if draft_exclude else []
     return {
         "quant_algo": "FP8" if fp8 else None,
         "kv_cache_quant_algo": "FP8" if kv_fp8 else None,
@@ -129,39 +119,4 @@ def llama_config(
         "output_multiplier_scale": 1.0,
         "has_partial_lora_mask": False,
         "tie_word_embeddings": cfg.tie_word_embeddings,
-    }
-
-
-def medusa_config(base: dict[str, Any], num_heads: int, num_layers: int, max_draft_len: int) -> dict[str, Any]:
-    return {
-        **base,
-        "architecture": "MedusaForCausalLM",
-        "num_medusa_heads": num_heads,
-        "num_medusa_layers": num_layers,
-        "max_draft_len": max_draft_len,
-    }
-
-
-def eagle_config(
-    base: dict[str, Any], draft: dict[str, Any], num_eagle_layers: int, max_non_leaves: int, max_draft_len: int
-) -> dict[str, Any]:
-    """EagleConfig.to_dict() as upstream's converter saves it (module docstring: the EagleNet values)."""
-    world = base["mapping"]["world_size"]
-    draft = {
-        **draft,
-        "head_dim": draft["head_size"],
-        "mapping": mapping_config(world, 1),
-        "fc_after_embed": True,
-        "use_input_layernorm_in_first_layer": False,
-        "use_last_layernorm": False,
-        "layer_idx_offset": base["num_hidden_layers"],
-    }
-    return {
-        **base,
-        "architecture": "EagleForCausalLM",
-        "head_dim": base["head_size"],
-        "num_eagle_layers": num_eagle_layers,
-        "max_non_leaves_per_layer": max_non_leaves,
-        "max_draft_len": max_draft_len,
-        "eagle_net_config": draft,
     }

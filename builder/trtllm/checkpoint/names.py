@@ -15,17 +15,8 @@ Names and splits as TensorRT-LLM 1.2.x writes them (`LLaMAForCausalLM.from_huggi
   as `models/convert_utils.py` `dup_kv_weight`).
 * `models/llama/model.py`: vocab_embedding on the first pp rank (whole, or split on rows with
   `use_parallel_embedding`), ln_f and lm_head (rows padded to `pad_vocab_size`) on the last.
-* `models/medusa/model.py` + `weight.py` `load_medusa_hf`: `medusa_heads.{h}.medusa_layers.{l}.linear.
-  {weight,bias}` and `medusa_heads.{h}.lm_head.weight`, column-split, on every rank (the heads are built
-  on every rank). The heads' lm_head is a ColumnLinear of the padded vocabulary: rows padded here as for
-  the base LM head (upstream's `split` would leave vocab % tp != 0 unloadable).
-* `models/eagle/model.py` (`EagleForCausalLM`, `EagleNet`) + `examples/eagle/convert_checkpoint.py`:
-  `num_eagle_layers` copies `eagle_nets.{i}` of the draft (last pp rank; upstream refuses pp > 1), each a
-  `drafter` = LLaMAModel with fc_after_embed (`drafter.fc`, Linear(2C → C, bias), input [embed; hidden]),
-  no input_layernorm in its first layer, no ln_f, and `lm_head` = a copy of the base LM head. The drafter's
-  `vocab_embedding` is written from the target's embedding: upstream reads the EAGLE checkpoint's frozen
-  copy (`embed_tokens.weight`), which `prepare.py` checks equals the target's up to half-precision rounding,
-  as `builder.speculative.eagle.draft_model.load_eagle` does before using the target's exact table.
+* A draft's tensors (Medusa heads: `medusa.py`; EAGLE nets: `eagle.py`) follow the target's on each rank,
+  made of the same parts (`layer_parts`, `embedding_part`, `lm_head_parts`).
 * FP8 (`tensorrt_llm/quantization/layers.py` `FP8Linear`/`FP8RowLinear`, `quantization/quantize.py`):
   `<linear>.weight` float8_e4m3fn, `<linear>.weights_scaling_factor` and `.activation_scaling_factor`
   float32 [1]; `attention.kv_cache_scaling_factor` and `attention.kv_cache_rcp_scaling_factor` float32 [1]
@@ -33,8 +24,8 @@ Names and splits as TensorRT-LLM 1.2.x writes them (`LLaMAForCausalLM.from_huggi
   attention.py` `Attention.postprocess`; 1.0 where the checkpoint has no scale, as for the EAGLE drafter).
   See `fp8.py` for the fused qkv.
 
-A `Part` says how to make a tensor (`op`) from source keys (`src`, namespaced "base:", "medusa:",
-"eagle:"); `writer.py` executes it. No torch here.
+A `Part` says how to make a tensor (`op`) from source keys (`src`, namespaced "base:" for the target, a draft's
+`Draft.source` for its own); `writer.py` executes it. No torch here.
 """
 
 from __future__ import annotations
@@ -176,11 +167,11 @@ def base_parts(cfg: LlamaConfig, m: Mapping, dtype: str, quant: Quant, parallel_
     if m.is_last_pp_rank:
         out.append(Part("transformer.ln_f.weight", (h.C,), dtype, "copy", ("base:model.norm.weight",)))
         head = "base:model.embed_tokens.weight" if cfg.tie_word_embeddings else "base:lm_head.weight"
-        out += _lm_head("lm_head", head, V, h.C, m, dtype, "lm_head" in quant.fp8_modules)
+        out += lm_head_parts("lm_head", head, V, h.C, m, dtype, "lm_head" in quant.fp8_modules)
     return out
 
 
-def _lm_head(name: str, src: str, V: int, C: int, m: Mapping, dtype: str, fp8: bool) -> list[Part]:
+def lm_head_parts(name: str, src: str, V: int, C: int, m: Mapping, dtype: str, fp8: bool) -> list[Part]:
     shape = (pad_vocab_size(V, m.tp) // m.tp, C)
     if not fp8:
         return [Part(name + ".weight", shape, dtype, "vocab_rows", (src,))]
@@ -190,69 +181,3 @@ def _lm_head(name: str, src: str, V: int, C: int, m: Mapping, dtype: str, fp8: b
         Part(name + ".weights_scaling_factor", (1,), F32, "scale", (base + ".weight_scale",)),
         Part(name + ".activation_scaling_factor", (1,), F32, "scale", (base + ".input_scale",)),
     ]
-
-
-def medusa_parts(C: int, V: int, num_heads: int, num_layers: int, m: Mapping, dtype: str) -> list[Part]:
-    """Medusa heads (every rank): residual blocks and the head's own LM head, all column-split."""
-    out: list[Part] = []
-    for h in range(num_heads):
-        for layer in range(num_layers):
-            src, name = f"medusa:{h}.{layer}.linear.", f"medusa_heads.{h}.medusa_layers.{layer}.linear."
-            out.append(Part(name + "weight", (C // m.tp, C), dtype, "rows", (src + "weight",)))
-            out.append(Part(name + "bias", (C // m.tp,), dtype, "rows", (src + "bias",)))
-        out.append(
-            Part(
-                f"medusa_heads.{h}.lm_head.weight",
-                (pad_vocab_size(V, m.tp) // m.tp, C),
-                dtype,
-                "vocab_rows",
-                (f"medusa:{h}.{num_layers}.weight",),
-            )
-        )
-    return out
-
-
-def eagle_parts(
-    draft: LlamaConfig,
-    base: LlamaConfig,
-    m: Mapping,
-    dtype: str,
-    num_nets: int,
-    fc_bias: bool,
-    kv_fp8: bool,
-    parallel_embedding: bool,
-) -> list[Part]:
-    """`num_nets` identical EagleNets (last pp rank): the draft layer(s), fc, the target's embedding and LM head."""
-    h, V = Heads.of(draft), base.vocab_size
-    quant = Quant(kv_cache=kv_fp8)
-    head = "base:model.embed_tokens.weight" if base.tie_word_embeddings else "base:lm_head.weight"
-    out: list[Part] = []
-    for i in range(num_nets):
-        net = f"eagle_nets.{i}."
-        out.append(
-            embedding_part(
-                net + "drafter.vocab_embedding.weight",
-                "base:model.embed_tokens.weight",
-                V,
-                h.C,
-                m,
-                dtype,
-                parallel_embedding,
-            )
-        )
-        for j in range(draft.num_hidden_layers):
-            out += layer_parts(
-                h, m, dtype, f"eagle:layers.{j}.", f"{net}drafter.layers.{j}.", quant, None, input_norm=j > 0
-            )
-        out.append(Part(net + "drafter.fc.weight", (h.C // m.tp, 2 * h.C), dtype, "rows", ("eagle:fc.weight",)))
-        out.append(
-            Part(
-                net + "drafter.fc.bias",
-                (h.C // m.tp,),
-                dtype,
-                "rows" if fc_bias else "zeros",
-                ("eagle:fc.bias",) if fc_bias else (),
-            )
-        )
-        out += _lm_head(net + "lm_head", head, V, h.C, m, dtype, False)
-    return out

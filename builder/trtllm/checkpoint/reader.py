@@ -1,8 +1,8 @@
 """Reassemble a TensorRT-LLM checkpoint (any tp × pp) into the torch reference — the proof of a conversion.
 
-Written from the format (see `names.py` for the upstream files), not from the writer's code paths: the
-mapping is read back from config.json, each pipeline rank's layers are found by the local indices
-present in its files (renumbered from 0, global = the count of layers on earlier pp ranks + local), and
+Written from the format (the upstream files: `names.py`; the drafts' `medusa.py`, `eagle.py`), not from the
+writer's code paths: the mapping is read back from config.json, each pipeline rank's layers are found by the local
+indices present in its files (renumbered from 0, global = the count of layers on earlier pp ranks + local), and
 every split is undone by concatenating the tensor-parallel ranks in rank order. On the way it checks
 what the format promises: replicated tensors (norms, the whole embedding, FP8 scales) equal on every tp
 rank; duplicated KV heads (num_kv_heads < tp) equal within each group of tp / num_kv_heads ranks; the

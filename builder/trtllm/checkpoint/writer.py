@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from builder.errors import UserError
 from builder.trtllm.checkpoint import config as cfgjson
+from builder.trtllm.checkpoint.drafts import Inputs
 from builder.trtllm.checkpoint.fp8 import fuse, shared_scale
 from builder.trtllm.checkpoint.mapping import Mapping, pad_vocab_size
-from builder.trtllm.checkpoint.names import FP8, Heads, Part, base_parts, eagle_parts, medusa_parts
-from builder.trtllm.checkpoint.prepare import ST_DTYPE, Inputs, prepare
+from builder.trtllm.checkpoint.names import FP8, Heads, Part, base_parts
+from builder.trtllm.checkpoint.prepare import ST_DTYPE, prepare
 from builder.trtllm.checkpoint.safetensors_stream import Entry, write_file
 
 if TYPE_CHECKING:
@@ -33,50 +34,25 @@ TORCH_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3
 
 
 def rank_parts(req: CheckpointRequest, inputs: Inputs, m: Mapping) -> list[Part]:
-    """Every tensor of rank `m`'s file, in file order."""
+    """Every tensor of rank `m`'s file, in file order: the target's, then the draft's."""
     dt = ST_DTYPE[req.dtype]
     parts = base_parts(inputs.cfg, m, dt, inputs.quant, req.use_parallel_embedding)
-    if req.method == "medusa":
-        parts += medusa_parts(
-            inputs.cfg.hidden_size, inputs.cfg.vocab_size, inputs.medusa_heads, inputs.medusa_layers, m, dt
-        )
-    elif req.method == "eagle" and m.is_last_pp_rank:
-        assert inputs.draft is not None
-        parts += eagle_parts(
-            inputs.draft,
-            inputs.cfg,
-            m,
-            dt,
-            req.num_eagle_layers,
-            inputs.fc_bias,
-            inputs.quant.kv_cache,
-            req.use_parallel_embedding,
-        )
+    if inputs.draft is not None:
+        parts += inputs.draft.parts(req, inputs, m, dt)
     return parts
 
 
 def config_dict(req: CheckpointRequest, inputs: Inputs) -> dict[str, Any]:
-    """config.json (see `config.py`)."""
-    q = inputs.quant
-    if req.method == "eagle" and "lm_head" in q.fp8_modules:
-        raise UserError(
-            "an FP8 LM head cannot be shared with the EAGLE drafter's LM heads; keep lm_head in exclude_modules",
-            field="quantization.exclude_modules",
-            allowed="a list containing 'lm_head'",
-        )
-    quant = cfgjson.quantization(bool(q.fp8_modules), q.kv_cache, "lm_head" in q.fp8_modules, req.method)
+    """config.json (see `config.py`): the target's Llama dict under the method's architecture, plus the draft's."""
+    q, draft = inputs.quant, inputs.draft
+    if draft is not None:
+        draft.check_quant(q)
+    exclude = draft.exclude if draft is not None else None
+    quant = cfgjson.quantization(bool(q.fp8_modules), q.kv_cache, "lm_head" in q.fp8_modules, exclude)
     base = cfgjson.llama_config(
-        inputs.cfg, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant, req.use_parallel_embedding
+        inputs.cfg, inputs.flow.architecture, req.dtype, req.tp, req.pp, quant, req.use_parallel_embedding
     )
-    if req.method == "medusa":
-        return cfgjson.medusa_config(base, inputs.medusa_heads, inputs.medusa_layers, req.max_draft_len)
-    if req.method == "eagle":
-        assert inputs.draft is not None
-        draft = cfgjson.llama_config(
-            inputs.draft, "LlamaForCausalLM", req.dtype, req.tp, req.pp, quant, req.use_parallel_embedding
-        )
-        return cfgjson.eagle_config(base, draft, req.num_eagle_layers, req.max_non_leaves_per_layer, req.max_draft_len)
-    return base
+    return base if draft is None else draft.config(base, req, inputs)
 
 
 def convert(req: CheckpointRequest, out: Path, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
@@ -166,7 +142,7 @@ def make(part: Part, inputs: Inputs, m: Mapping) -> torch.Tensor:
 
 def _qkv_slice(key: str, which: int, inputs: Inputs, m: Mapping) -> torch.Tensor:
     """Rank m's rows of q (which=0), k or v: whole heads; with KV < tp, KV head tp_rank // (tp / KV)."""
-    h = Heads.of(inputs.draft if key.startswith("eagle:") and inputs.draft is not None else inputs.cfg)
+    h = Heads.of(inputs.stack(key))
     if which == 0:
         n = h.H // m.tp * h.D
         return inputs.files.read(key, slice(m.tp_rank * n, (m.tp_rank + 1) * n))

@@ -43,4 +43,8 @@ BACKEND = Backend(
     ),
     gpu=True,
     safetensors_only=True,
+    served_elsewhere=(
+        "a trtllm recipe's engines run in TensorRT-LLM's own Triton backend inside NVIDIA's container: "
+        "`trtspec deploy {recipe}` writes the repository and bundle/launch.sh, docker-run.sh and k8s.yaml for it"
+    ),
 )

@@ -17,45 +17,30 @@ from typing import Any
 from builder.handoffs import CheckpointInfo
 from builder.recipe.loader import LoadedRecipe
 from builder.recipe.resolve import max_draft_len, tree_field
-from builder.speculative.choices import Choice
 from builder.stages.inputs import tree_contents
 from builder.stages.parts import DTYPES, Parts
 from builder.stages.stage import Backend, Stage, StageContext
+from builder.trtllm.checkpoint.drafts import draft_of
+from builder.trtllm.flow import engine_flow
 
 CHECKPOINT_INFO = "checkpoint.json"
 
 
-def eagle_tree_numbers(choices: list[Choice]) -> tuple[int, int]:
-    """(num_eagle_layers, max_non_leaves_per_layer) of a static EAGLE tree: its depth, and the most nodes
-    of one level that have children (the root counts at level 0), as TensorRT-LLM's EagleModule takes them
-    (speculativeChoicesUtils.cpp checkNumNonLeafNodesPerLayer)."""
-    depth = max(len(c) for c in choices)
-    parents = {c[:-1] for c in choices}
-    per_level = [sum(1 for p in parents if len(p) == d) for d in range(depth)]
-    return depth, max(per_level)
-
-
 def request(ctx: StageContext):
-    """The CheckpointRequest for the recipe (the upstream quantize stage's FP8 checkpoint when it ran)."""
+    """The CheckpointRequest for the recipe (the upstream quantize stage's FP8 checkpoint when it ran); a method's
+    draft adds its folder, max_draft_len and its own fields (`Draft.request` of the resolved section)."""
     from builder.stages.load import safetensors_dir  # the load stage's copy of a pickled checkpoint, if any
     from builder.trtllm.checkpoint import CheckpointRequest
 
     recipe = ctx.loaded.recipe
     spec, par = recipe.speculative, recipe.parallelism
     parts = Parts(ctx.loaded, spec.method)
+    draft = draft_of(engine_flow(spec.method))  # validate refused an unserved method first; so does this
     extra: dict = {}
-    if spec.method in ("medusa", "eagle"):
+    if draft is not None:
         extra["draft_dir"] = safetensors_dir(ctx.upstream["load"], "draft") or parts.draft_dir()
         extra["max_draft_len"] = max_draft_len(recipe, ctx.loaded.dir_of(tree_field(recipe)))
-    if spec.method == "medusa":
-        extra.update(medusa_num_heads=spec.num_heads, medusa_num_layers=spec.num_layers)
-    if spec.method == "eagle":
-        if spec.tree.type == "static":
-            layers, non_leaves = eagle_tree_numbers(parts.choices())
-        else:
-            layers, non_leaves = spec.tree.depth, spec.tree.top_k
-            extra["eagle_dynamic_top_k"] = spec.tree.top_k
-        extra.update(eagle_version=spec.version, num_eagle_layers=layers, max_non_leaves_per_layer=non_leaves)
+        extra.update(draft.request(parts.drafter_config()))
     return CheckpointRequest(
         base_dir=safetensors_dir(ctx.upstream["load"], "model") or parts.base_dir(),
         tp=par.tp,

@@ -105,7 +105,7 @@ def drive(gen: TreeSteps, expand: Expand) -> GrownTree:
 
 
 @dataclass(frozen=True)
-class _StaticPlan:
+class StaticPlan:
     """Per-depth expansion schedule of a static tree, computed once per tree."""
 
     frontiers: tuple[np.ndarray, ...]  # per depth d: nodes of depth d with children [F_d]
@@ -117,7 +117,7 @@ class _StaticPlan:
 
 
 @lru_cache(maxsize=16)
-def _plan(tree: Tree) -> _StaticPlan:
+def static_plan(tree: Tree) -> StaticPlan:
     assert tree.rank is not None
     parents, depth = tree.parents, tree.depth
     has_child = np.zeros(tree.num_nodes, dtype=bool)
@@ -136,14 +136,14 @@ def _plan(tree: Tree) -> _StaticPlan:
         cr.append(row_of[parents[kids]])
         rk.append(tree.rank[kids])
         prev_row = row_of.copy()
-    return _StaticPlan(*(tuple(x) for x in (fr, fp, ch, cr, rk)), tuple(int(r.max()) if len(r) else -1 for r in rk))
+    return StaticPlan(*(tuple(x) for x in (fr, fp, ch, cr, rk)), tuple(int(r.max()) if len(r) else -1 for r in rk))
 
 
 def static_tree_steps(tree: Tree, root_token: int) -> TreeSteps:
     """EAGLE-1: fill a static tree depth by depth; node i = rank[i]-th child candidate of its parent."""
     if tree.rank is None:
         raise ValueError("grow_static_tree needs a tree built from choices (rank per node)")
-    plan = _plan(tree)
+    plan = static_plan(tree)
     tokens = np.zeros(tree.num_nodes, dtype=np.int64)  # [T]
     logprobs = np.zeros(tree.num_nodes, dtype=np.float32)  # [T]
     tokens[0] = root_token

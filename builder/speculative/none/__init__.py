@@ -1,0 +1,1 @@
+"""No speculation: plain autoregressive decoding, a method like the others (`method.py`)."""
