@@ -16,7 +16,7 @@ from builder.tune.calibrate import Calibration
 from builder.tune.choose import Scored, best
 from builder.tune.costs import Host, step_ms
 from builder.tune.curve import StepCurve
-from builder.tune.tuners import Say, Tuned, Tuner, measure_tau, off_option
+from builder.tune.tuners import Say, Tuned, Tuner, measure_tau, off_option, section_fields
 
 KEYS = ("window", "ngram", "verification_set")
 GRID = [(w, n, g) for w in (1, 2, 4) for n in (3, 4, 5) for g in (1, 2, 4)]
@@ -61,16 +61,14 @@ def draft_nodes(setting: Mapping[str, Any]) -> int:
     return lookahead_draft_len(setting["window"], setting["ngram"], setting["verification_set"])
 
 
-def current(loaded: Any) -> dict[str, Any]:
-    s = loaded.recipe.speculative
-    return {k: getattr(s, k) for k in KEYS}
+current, overlay = section_fields(KEYS)
 
 
 TUNER = Tuner(
     key="lookahead",
     search=tune_lookahead,
     current=current,
-    overlay=lambda s: {k: s[k] for k in KEYS},
+    overlay=overlay,
     units=draft_nodes,
     graph_ms=lambda s, curve, batch, _tau: curve.target_ms(batch, 1 + draft_nodes(s)),
     small=lambda _cur: {"window": 1, "ngram": 2, "verification_set": 1},

@@ -31,7 +31,7 @@ from builder.tune.calibrate import Calibration
 from builder.tune.choose import Scored, best
 from builder.tune.costs import Host
 from builder.tune.curve import StepCurve
-from builder.tune.tuners import Tuned, Tuner, off_option
+from builder.tune.tuners import Tuned, Tuner, off_option, section_fields
 
 if TYPE_CHECKING:
     from builder.speculative.ngram.pool import SharedPool
@@ -200,9 +200,7 @@ def tune_ngram(tuner: Tuner, cal: Calibration, curve: StepCurve, room: int, host
     return Tuned(pick, cur, table, options, stats)
 
 
-def current(loaded: Any) -> dict[str, Any]:
-    s = loaded.recipe.speculative
-    return {k: getattr(s, k) for k in KEYS}
+current, overlay = section_fields(KEYS)
 
 
 # The replay charges each step its own tree size (`score`); the cost model's formula (units, graph_ms) is the plain
@@ -211,7 +209,7 @@ TUNER = Tuner(
     key="ngram",
     search=tune_ngram,
     current=current,
-    overlay=lambda s: {k: s[k] for k in KEYS},
+    overlay=overlay,
     units=lambda _s: 0,
     graph_ms=lambda _s, curve, batch, _tau: curve.target_ms(batch, 1),
 )

@@ -86,6 +86,18 @@ class ByTreeType:
         return self.static if config.tree.type == "static" else self.dynamic
 
 
+def section_fields(
+    keys: tuple[str, ...],
+) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Setting], dict[str, Any]]]:
+    """`current` and `overlay` of a tuner whose setting is some fields of its method's section (`keys`)."""
+
+    def current(loaded: Any) -> dict[str, Any]:
+        s = loaded.recipe.speculative
+        return {k: getattr(s, k) for k in keys}
+
+    return current, lambda setting: {k: setting[k] for k in keys}
+
+
 def tuner_of(config: Config) -> Tuner | None:
     """The tuner of a recipe's speculative section (its method's `tune`), or None: nothing to tune."""
     m = registry.of(config)
