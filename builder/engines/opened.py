@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from builder.speculative import registry
-from builder.speculative.method import FUSED_HEADS, DrafterFactory
-from builder.speculative.protocols import Engine
+from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, DrafterFactory
+from builder.speculative.protocols import EagleNet, Engine
 
 
 @dataclass
@@ -45,3 +45,26 @@ def drafter_for(meta: dict[str, Any], drafter: Any = None) -> Any:
     if method.exports == FUSED_HEADS and (meta["medusa"] is None or facts.top_k > meta["medusa"]["top_k"]):
         raise ValueError("this engine has no fused Medusa heads for that tree")
     return config
+
+
+def opened(
+    folder: Path, meta: dict[str, Any], config: Any, engine: Engine, draft_net: Callable[[dict[str, Any]], EagleNet]
+) -> Opened:
+    """The `Opened` of an engine folder whose target `engine` a backend has opened: the drafter config's method makes
+    its drafter, over the draft graph `draft_net` opens from engine.json's "eagle" entry for a DRAFT_GRAPH method."""
+    method = registry.of(config)
+    net = None
+    if method.exports == DRAFT_GRAPH:
+        if meta["eagle"] is None:
+            raise ValueError("this engine folder has no EAGLE draft graph")
+        net = draft_net(meta["eagle"])
+    label = method.facts(config).label
+    return Opened(
+        engine,
+        method.make_drafter(config, net),
+        label,
+        config,
+        folder / meta["tokenizer"],
+        list(meta["stop_ids"]),
+        meta,
+    )

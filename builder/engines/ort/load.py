@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from builder.engines.opened import Opened, drafter_for
+from builder.engines.opened import Opened, drafter_for, opened
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
 from builder.handoffs import OrtEngineJson
@@ -84,12 +84,9 @@ def open_ort_engine(
             "open the engine with trees=True (or None)"
         )
     engine = OrtEngine(spec, meta["max_seq_len"], max_batch_size, threads, plain_only=not trees)
-    net = None
-    if method.exports == DRAFT_GRAPH:
-        e = meta["eagle"]
-        if e is None:
-            raise ValueError("this engine has no EAGLE draft graph")
-        net = OrtEagleNet(
+
+    def draft_net(e: dict[str, Any]) -> OrtEagleNet:
+        return OrtEagleNet(
             folder / e["graph"],
             layers=e["layers"],
             kv_heads=e["kv_heads"],
@@ -100,12 +97,5 @@ def open_ort_engine(
             max_batch_size=max_batch_size,
             threads=threads,
         )
-    return Opened(
-        engine,
-        method.make_drafter(config, net),
-        facts.label,
-        config,
-        folder / meta["tokenizer"],
-        list(meta["stop_ids"]),
-        meta,
-    )
+
+    return opened(folder, meta, config, engine, draft_net)

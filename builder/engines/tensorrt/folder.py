@@ -240,12 +240,10 @@ def open_tensorrt_engine(
     """The TensorRT engines of `folder` and a drafter factory, all on one `Lane` (stream + scratch arena, through
     `cuda`: torch's unless given); `drafter` overrides the folder's (none / lookahead, or the folder's own
     method), as for ONNX Runtime."""
-    from builder.engines.opened import Opened, drafter_for
+    from builder.engines.opened import drafter_for, opened
     from builder.engines.tensorrt.device import Lane
     from builder.engines.tensorrt.eagle import TrtEagleNet
     from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
-    from builder.speculative import registry
-    from builder.speculative.method import DRAFT_GRAPH
 
     folder = Path(folder)
     meta = read_tensorrt_meta(folder)
@@ -271,13 +269,9 @@ def open_tensorrt_engine(
         precision,
     )
     engine = TrtEngine(spec, meta["max_seq_len"], max_batch_size, lane)
-    method = registry.of(config)
-    net = None
-    if method.exports == DRAFT_GRAPH:
-        e = meta["eagle"]
-        if e is None:
-            raise ValueError("this engine has no EAGLE draft engine")
-        net = TrtEagleNet(
+
+    def draft_net(e: dict[str, Any]) -> TrtEagleNet:
+        return TrtEagleNet(
             folder / e["graph"],
             profiles["eagle"],
             layers=e["layers"],
@@ -290,12 +284,5 @@ def open_tensorrt_engine(
             precision=draft_precision,
             lane=lane,
         )
-    return Opened(
-        engine,
-        method.make_drafter(config, net),
-        method.facts(config).label,
-        config,
-        folder / meta["tokenizer"],
-        list(meta["stop_ids"]),
-        meta,
-    )
+
+    return opened(folder, meta, config, engine, draft_net)
