@@ -251,6 +251,8 @@ class OrtEngineJson(Handoff):
     stop_ids: list[int]
     versions: dict[str, str]
     step_curve: dict[str, Any] | None = None  # `builder.tune.curve.StepCurve.to_json` form, timed by the stage
+    # `builder.speculative.budget.BudgetRule.to_json` form, measured by the stage (None: no drafter)
+    draft_budget: dict[str, Any] | None = None
 
     _drafter = field_validator("drafter")(checked_drafter)
 
@@ -403,6 +405,7 @@ class OrtEngineInfo(StageInfo):
     label: str
     kv_bytes: int
     step_curve: dict[str, Any] | None = None  # source, threads, batches, batch-1 ms per tree size
+    draft_budget: dict[str, Any] | None = None  # the budget the rule picks per batch size, and τ per budget
 
 
 class TensorrtEngineInfo(StageInfo):

@@ -11,6 +11,7 @@ rows, `trtspec ci`, `trtspec bench`) and the development benchmarks (`devtools.b
 * `rotated(items, i)`: the i-th round's order of interleaved rows: rotated by one per round, for the same reason
   (benchmark rows prompt by prompt, `trtspec tune`'s plain / current / tuned, `trtspec bench`'s two modes).
 * `markdown_table(header, rows, align)`: a table's lines, cells as the caller formatted them.
+* `isotonic(row)`: the non-decreasing fit of a measured row (pool adjacent violators).
 
 Nothing here imports beyond the standard library: `import builder` stays light.
 """
@@ -99,3 +100,20 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: 
     lines = ["| " + " | ".join(header) + " |", "|" + "".join(m + "|" for m in marks)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines
+
+
+def isotonic(row: Mapping[int, float]) -> dict[int, float]:
+    """The non-decreasing fit of a measured row closest in squared error (pool adjacent violators): a step over
+    more nodes never costs less, and a bigger draft budget never accepts less, so a dip is measurement noise and
+    is averaged with its neighbours (the step curve, `builder.tune.curve`; the draft budget table,
+    `builder.engines.draft_budget`)."""
+    xs = sorted(row)
+    blocks: list[list[float]] = []  # [sum, count] per pooled block
+    for x in xs:
+        blocks.append([row[x], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    out = [v / n for v, n in blocks for _ in range(int(n))]
+    return dict(zip(xs, out))

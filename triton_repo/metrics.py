@@ -25,6 +25,8 @@ model starts fresh series, and two processes never share one of Triton's metric 
       trtspec_draft_tokens_total           counter    draft tokens proposed (roots excluded)
       trtspec_accepted_tokens_total        counter    draft tokens accepted (bonus excluded)
       trtspec_output_tokens_total          counter    tokens generated (each request's output_tokens, summed)
+      trtspec_draft_budget                 gauge      by batch: the draft tree nodes (root included; 1 = no draft) a
+                                                      step of that many sequences uses (the rule's pick, refined online)
       trtspec_tau                          histogram  τ (tokens per target step) of each request that ran a step
       trtspec_step_seconds                 histogram  wall time of each batched step (draft + target + commit)
     front model (counters only: a gauge would change, so be sent, just as the model unloads)
@@ -79,6 +81,12 @@ SPEC_DECODER = (
     Family("trtspec_draft_tokens_total", "counter", "Draft tokens proposed (roots excluded)."),
     Family("trtspec_accepted_tokens_total", "counter", "Draft tokens the target accepted (bonus tokens excluded)."),
     Family("trtspec_output_tokens_total", "counter", "Tokens generated."),
+    Family(
+        "trtspec_draft_budget",
+        "gauge",
+        "Draft tree nodes per sequence (root included; 1 = no draft) a step of this many sequences uses.",
+        "batch",
+    ),
     Family("trtspec_tau", "histogram", "Tokens per target step of each request that ran a step.", buckets=TAU_BUCKETS),
     Family("trtspec_step_seconds", "histogram", "Wall time of each batched decoding step.", buckets=STEP_BUCKETS),
 )
@@ -116,7 +124,21 @@ def spec_decoder_values(s: Scheduler) -> dict[str, Any]:
         "trtspec_draft_tokens_total": tot.drafted,
         "trtspec_accepted_tokens_total": tot.accepted,
         "trtspec_output_tokens_total": tot.emitted,
+        "trtspec_draft_budget": draft_budgets(s.decoder),
     }
+
+
+def draft_budgets(decoder: Any) -> dict[str, float]:
+    """{batch size: node budget} for every batch size the engine runs (the whole draft where nothing caps it; {}
+    without a drafter)."""
+    if decoder.drafter is None:
+        return {}
+    full = decoder.drafter.max_nodes
+    out = {}
+    for b in range(1, decoder.engine.max_batch_size + 1):
+        n = decoder.schedule.budget(b)
+        out[str(b)] = float(full if n is None else min(n, full))
+    return out
 
 
 def spec_decoder_observations(s: Scheduler) -> dict[str, list[float]]:

@@ -67,7 +67,7 @@ class MethodTally:
     def decode(self, ids: list[int], max_new: int) -> None:
         dec = self.dec
         t0 = time.perf_counter()
-        loop = Loop(dec.engine, dec.make_drafter())
+        loop = Loop(dec.engine, dec.make_drafter(), dec.make_schedule())
         t1 = time.perf_counter()
         g = loop.run([Request(tuple(ids), max_new, stop_ids=tuple(dec.stop_ids))])[0]
         self.seconds += time.perf_counter() - t0

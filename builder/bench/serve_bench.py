@@ -286,8 +286,32 @@ def sweep(
                     f"  errors {r['errors']}"
                 )
                 runs[mode].append((r, recs))
-        levels += [combine(runs[mode], s.output_len) for mode in order(i)]
+        combined = [combine(runs[mode], s.output_len) for mode in order(i)]
+        budget = draft_budget_at(endpoints, c)
+        for r in combined:
+            r["draft_budget"] = budget
+        levels += combined
     return levels
+
+
+def draft_budget_at(endpoints: dict[str, str], concurrency: int) -> int | None:
+    """The draft tree nodes (root included; 1 = no draft) spec_decoder's steps use at this concurrency, as its metric
+    `trtspec_draft_budget` says right after the level (the batch size is the concurrency, within max_batch_size);
+    None where it exports none (no drafter, no metrics)."""
+    from builder.bench.serve_metrics import scrape
+
+    try:
+        series = scrape(endpoints["metrics"])
+    except (OSError, KeyError):
+        return None
+    by_batch = {
+        int(dict(labels)["batch"]): v
+        for (name, labels), v in series.items()
+        if name == "trtspec_draft_budget" and "batch" in dict(labels)
+    }
+    if not by_batch:
+        return None
+    return int(by_batch[min(concurrency, max(by_batch))])
 
 
 def run_bench(

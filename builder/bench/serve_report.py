@@ -81,6 +81,7 @@ def comparison(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "itl_ratio": _ratio(s["itl_mean_ms"], b["itl_mean_ms"]),
                 "spec_tau": s["tau"],
                 "base_tau": b["tau"],
+                "draft_budget": s.get("draft_budget"),
             }
         )
     return out
@@ -102,6 +103,7 @@ def table_lines(results: dict[str, Any]) -> list[str]:
         "TTFT p50 ms spec / base",
         "ITL ms spec / base",
         "τ spec / base",
+        "draft nodes",
     )
     rows = [
         (
@@ -114,6 +116,7 @@ def table_lines(results: dict[str, Any]) -> list[str]:
             f"{_f(r['spec_ttft_p50_ms'])} / {_f(r['base_ttft_p50_ms'])}",
             f"{_f(r['spec_itl_ms'], 3)} / {_f(r['base_itl_ms'], 3)}",
             f"{_f(r['spec_tau'], 2)} / {_f(r['base_tau'], 2)}",
+            "–" if r.get("draft_budget") is None else str(r["draft_budget"]),
         )
         for r in comparison(results)
     ]
@@ -266,8 +269,13 @@ def report_md(results: dict[str, Any], title: str) -> str:
         "output tokens/s = requests/s × output_len.",
         "",
         f"Engine: {results.get('engine', {}).get('label') or '?'} drafter, max batch "
-        f"{results.get('engine', {}).get('max_batch_size')}; draft schedule "
-        f"{results.get('draft_schedule') or 'none (the full draft at every batch size)'}"
+        f"{results.get('engine', {}).get('max_batch_size')}; draft budget per step: "
+        + (
+            f"the pinned schedule {results['draft_schedule']}"
+            if results.get("draft_schedule")
+            else 'the engine\'s measured rule (column "draft nodes": tree nodes per sequence, root included, at '
+            "that concurrency; 1 = no draft)"
+        )
         + (f"; recipe overrides {' '.join(results['overrides'])}" if results.get("overrides") else "")
         + ". "
         f"Prompts: {p['count']} from `{s['prompt_source']}`, {p['tokens_min']}–{p['tokens_max']} tokens "

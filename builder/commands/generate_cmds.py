@@ -127,6 +127,7 @@ def generate(recipe, prompt, prompt_ids, max_new_tokens, method, temperature, to
         Sampling(temperature, top_p, seed),
         dec.stop_ids,
         on_tokens=stream,
+        schedule=dec.make_schedule(),
     )
     if as_json:
         click.echo(

@@ -55,9 +55,15 @@ from builder.commands.options import echo_warnings, load_checked, set_option
     help="cpu: time the engine's step curve now, in the same minutes as the host's share of a step "
     "(now), or take the one the engine stage timed (engine.json; another hour of a shared host).",
 )
+@click.option(
+    "--pin-schedule",
+    is_flag=True,
+    help="Also write the predicted per-batch-size draft schedule as triton.draft_schedule, pinning it. By default "
+    "nothing is pinned: the engine's measured draft budget rule picks each step's budget for the live batch.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @set_option
-def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, curve, as_json, overrides):
+def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, curve, pin_schedule, as_json, overrides):
     """Pick RECIPE's draft (tree, total_nodes, W/N/G, n-gram lengths) and draft schedule from measured
     acceptance and step cost.
 
@@ -81,6 +87,7 @@ def tune(recipe, prompts, max_new_tokens, measure_prompts, write, cache_dir, cur
         cache=Path(cache_dir),
         say=say,
         curve=curve,
+        pin_schedule=pin_schedule,
     )
     report = run_tune(loaded, opts)
     if write and "overlay" in report:

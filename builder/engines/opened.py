@@ -17,8 +17,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from builder.speculative import registry
+from builder.speculative.budget import BudgetRule
 from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, DrafterFactory
 from builder.speculative.protocols import EagleNet, Engine
+
+
+def budget_rule(meta: dict[str, Any]) -> BudgetRule | None:
+    """A fresh `BudgetRule` from engine.json's measured "draft_budget" (its own online state: one per decoding loop),
+    or None where the folder has none (no drafter, or a backend that did not measure one)."""
+    table = meta.get("draft_budget")
+    return None if not table else BudgetRule.from_json(table)
 
 
 @dataclass

@@ -8,9 +8,11 @@
 `Decoder.step` is that algorithm, top to bottom (gpt-fast's `speculative_decode`, pytorch-labs/gpt-fast
 generate.py, is the model). `Decoder` runs many requests at once (in-flight batching): requests join between steps
 (`add`) and leave when done or cancelled (`cancel`: slot and KV freed at once); `run` drives a list of requests
-through it. A draft schedule (`DraftSchedule`) caps each step's tree at a node budget that depends on the batch
-size — speculation shrinks as the batch grows and switches off (root-only trees) where it does not pay; drafters
-that support it (`Budgeted`) apply the cap. Without a drafter (or with speculation off for a request) every step is
+through it. Each step's tree is capped at a node budget for the live batch size — by the engine folder's measured
+rule (`BudgetRule`, `builder.speculative.budget`: the budget with the most tokens per ms, refined online from the
+steps' own acceptance) or by a pinned `DraftSchedule` — so speculation shrinks as the batch grows and switches off
+(budget 1: a plain step, through the plain fast path where the drafter learns from emitted tokens) where it does
+not pay; drafters that support it (`Budgeted`) apply the cap. Without a drafter (or with speculation off for a request) every step is
 a root-only tree (T = 1): plain autoregressive decoding through the very same engine and verification, which is what
 makes "speculative output == plain output" a real test. Each request draws its sampling uniforms from its own seeded
 generator, so its output does not depend on which other requests shared its steps. Words as in the glossary
@@ -36,6 +38,7 @@ from typing import Callable, Sequence, cast
 
 import numpy as np
 
+from builder.speculative.budget import BudgetRule
 from builder.speculative.fast_paths import FastPaths
 from builder.speculative.protocols import (
     Budgeted,
@@ -77,7 +80,7 @@ class Decoder:
         self,
         engine: Engine,
         drafter: Drafter | None = None,
-        schedule: DraftSchedule | None = None,
+        schedule: DraftSchedule | BudgetRule | None = None,
         *,
         fast_paths: bool = True,
     ) -> None:
@@ -87,12 +90,14 @@ class Decoder:
         self.timing = Timing()
         self.totals = Totals()
         self.budget: int | None = None  # the node cap of the latest step (None: uncapped)
+        self._observe = self.schedule.observe if isinstance(self.schedule, BudgetRule) else None
+        self._seen_steps = self._seen_accepted = 0  # totals at the latest observation (`_apply_budget`)
         self._greedy: dict[tuple[int, int], SamplingBatch] = {}  # all-greedy verification inputs per (B, W)
         self._budgeted = implements(drafter, Budgeted)
         self._configurable = implements(drafter, Configurable)
         # the engine's fast paths where it has them (a wrapper that does not define them — fault injection, a tap —
         # keeps every step on `step` / `update`: `implements`); fast_paths=False: the reference step alone
-        self.fast = FastPaths.of(engine, drafter, self.timing, self.totals, self._apply_budget) if fast_paths else None
+        self.fast = FastPaths.of(engine, drafter, self.timing, self.totals) if fast_paths else None
 
     @property
     def free_slots(self) -> int:
@@ -152,18 +157,18 @@ class Decoder:
             return []
         try:
             t0 = time.perf_counter()
+            if self.drafter is not None:  # 1. the budget: the cap for this batch size (1: a plain step)
+                self._apply_budget()
             fast = self.fast
             if fast is not None:  # a fast path, where one applies to this step (`FastPaths`: the same outcome)
-                took = fast.step(self.active, t0, on_tokens, burst)
+                took = fast.step(self.active, t0, on_tokens, burst, self.budget == 1)
                 if took is not None:
                     return self._retire() if took else []
-            # 1. the budget: a tree that no longer fits ends that sequence's drafting; the cap for this batch size
-            if self.drafter is not None:
+            if self.drafter is not None:  # a tree that no longer fits ends that sequence's drafting
                 room = self.engine.max_seq_len - self.drafter.max_nodes
                 for s in self.active:
                     if s.drafting and s.committed > room:
                         self._stop_drafting(s)
-            self._apply_budget()
             # 2. propose: the k drafting sequences' drafts, then a root-only tree for each of the rest
             active = self.active
             k = sum(s.drafting for s in active)
@@ -203,6 +208,7 @@ class Decoder:
             totals.drafted += drafted_total
             totals.accepted += sum(accepted) - len(order)
             totals.sequence_steps += len(order)
+            totals.drafting_steps += k
             # 6. retire: finished sequences leave, their slots and KV freed
             return self._retire()
         except BaseException:
@@ -261,7 +267,16 @@ class Decoder:
                 cast(Configurable, self.drafter).configure(seqs[i].id, *seqs[i].req.lookahead)
 
     def _apply_budget(self) -> None:
-        """Tell the drafter this step's node cap (from the schedule and the batch size)."""
+        """Tell the drafter this step's node cap (from the schedule or rule and the batch size); a rule first learns
+        the acceptance of the drafting steps since the last call, all of them taken at the previous cap."""
+        if self._observe is not None:
+            totals = self.totals
+            steps = totals.drafting_steps - self._seen_steps
+            if steps:
+                accepted = totals.accepted - self._seen_accepted
+                if self.budget is not None:
+                    self._observe(self.budget, accepted + steps, steps)
+                self._seen_steps, self._seen_accepted = totals.drafting_steps, totals.accepted
         budget = self.schedule.budget(len(self.active))
         if budget != self.budget and self.drafter is not None:
             if not self._budgeted and budget is not None:
@@ -338,9 +353,11 @@ def generate(
     sampling: Sampling = Sampling(),
     stop_ids: Sequence[int] = (),
     on_tokens: Callable[[list[int]], None] | None = None,
+    schedule: DraftSchedule | BudgetRule | None = None,
 ) -> Generation:
-    """Generate up to `max_new_tokens` after `prompt_ids` (one request); stops after a stop token."""
-    dec = Decoder(engine, drafter)
+    """Generate up to `max_new_tokens` after `prompt_ids` (one request); stops after a stop token. `schedule`: the
+    draft budget per step (the engine folder's rule, a pinned schedule; None: the whole draft)."""
+    dec = Decoder(engine, drafter, schedule)
     req = Request(tuple(int(t) for t in prompt_ids), max_new_tokens, sampling, tuple(stop_ids))
     callback = None if on_tokens is None else (lambda _i, toks: on_tokens(toks))
     return dec.run([req], callback)[0]

@@ -9,8 +9,10 @@ outcome — the tokens emitted, the counts, the KV committed, the drafter's stat
 * lone drafted chain — the only active sequence, greedy, drafting with a drafter whose drafts are all chains it
   gives as token lists (`ChainProposing`) and which learns from emitted tokens (`EmittedUpdates`): no `Draft` is
   made, the chain goes through `step_chain`;
-* plain batch — several sequences, all greedy, none drafting: one `step_plain` (roots in, next tokens out; the last
-  plain step's ids and emitted tokens are the roots while the batch is unchanged);
+* plain batch — several sequences, all greedy, none drafting — or, at a budget of 1 (the draft budget rule turned
+  speculation off for this batch size), drafting ones whose drafter learns from emitted tokens (`EmittedUpdates`:
+  it learns the plain step's token): one `step_plain` (roots in, next tokens out; the last plain step's ids and
+  emitted tokens are the roots while the batch is unchanged), the very loop of requests that do not speculate;
 * chain draft — after the reference step proposed: the only sequence's greedy draft is a chain (or root-only) and
   its drafter, if it drafts, learns from emitted tokens: `step_chain` instead of `step` (`Decoder.step` asks).
 
@@ -22,7 +24,7 @@ test_fast_paths.py hold each to the reference.
 from __future__ import annotations
 
 import time
-from typing import Callable, cast
+from typing import cast
 
 from builder.speculative.protocols import (
     ChainProposing,
@@ -51,7 +53,6 @@ class FastPaths:
         drafter: Drafter | None,
         timing: Timing,
         totals: Totals,
-        apply_budget: Callable[[], None],
     ) -> None:
         # the engine's fast steps, bound once (capabilities of its class: `implements`)
         chain, burst, plain = (implements(engine, c) for c in (ChainStepping, GreedyBursting, PlainStepping))
@@ -67,8 +68,9 @@ class FastPaths:
         )
         self.chain_drafter = cast(ChainProposing, drafter) if self.chains else None
         self.max_seq_len = engine.max_seq_len
-        self.timing, self.totals, self.apply_budget = timing, totals, apply_budget
-        self._plain_last: tuple[list[SequenceState], int, list[int], list[int]] | None = None  # the last plain batch
+        self.timing, self.totals = timing, totals
+        # the last plain batch: its sequences, their count, ids, emitted tokens, and whether any of them drafts
+        self._plain_last: tuple[list[SequenceState], int, list[int], list[int], bool] | None = None
 
     @classmethod
     def of(
@@ -77,17 +79,19 @@ class FastPaths:
         drafter: Drafter | None,
         timing: Timing,
         totals: Totals,
-        apply_budget: Callable[[], None],
     ) -> FastPaths | None:
         """The fast paths of this engine and drafter, or None where the engine has no fast steps."""
         if not (implements(engine, ChainStepping) or implements(engine, PlainStepping)):
             return None
-        return cls(engine, drafter, timing, totals, apply_budget)
+        return cls(engine, drafter, timing, totals)
 
-    def step(self, active: list[SequenceState], t0: float, on_tokens: OnTokens | None, burst: int) -> bool | None:
-        """This step through the fast path that applies to it (picked here, per step), or None: none does."""
+    def step(
+        self, active: list[SequenceState], t0: float, on_tokens: OnTokens | None, burst: int, off: bool = False
+    ) -> bool | None:
+        """This step through the fast path that applies to it (picked here, per step), or None: none does. `off`: the
+        step's node budget is 1 (no draft)."""
         if len(active) > 1:
-            return self._plain_batch(active, t0, on_tokens) if self.step_plain is not None else None
+            return self._plain_batch(active, t0, on_tokens, off) if self.step_plain is not None else None
         s = active[0]
         if s.drafting:
             return self._drafted_chain(s, t0, on_tokens) if self.chains else None
@@ -146,7 +150,6 @@ class FastPaths:
         assert self.drafter is not None and self.chain_drafter is not None and self.step_chain is not None
         if not s.req.sampling.greedy or s.committed > self.max_seq_len - self.drafter.max_nodes:
             return None  # (a tree that no longer fits: the reference step stops the drafting)
-        self.apply_budget()
         chain = self.chain_drafter.propose_chain(s.id, s.tokens[-1])
         t1 = time.perf_counter()
         toks = self.step_chain(s.id, chain)
@@ -178,24 +181,36 @@ class FastPaths:
         totals.drafted += drafted
         totals.accepted += n - 1
         totals.sequence_steps += 1
+        totals.drafting_steps += drafting
         return bool(s.gen.finish_reason)  # (the only active sequence: nothing else can finish)
 
-    def _plain_batch(self, active: list[SequenceState], t0: float, on_tokens: OnTokens | None) -> bool | None:
-        """A batch of greedy sequences none of which drafts, through `step_plain`: roots in, each sequence's next
-        token out, no `Draft` per row."""
-        last = self._plain_last
-        if last is not None and last[0] is active and last[1] == len(active):  # the same batch as the last plain
-            ids, roots = last[2], last[3]  # step: its sequences, and the tokens it emitted are the roots now
-        else:
+    def _plain_batch(
+        self, active: list[SequenceState], t0: float, on_tokens: OnTokens | None, off: bool
+    ) -> bool | None:
+        """A batch of greedy sequences none of which drafts (`off`: or whose drafter learns the step's tokens), through
+        `step_plain`: roots in, each sequence's next token out, no `Draft` per row."""
+        last, learner = self._plain_last, self.learner if off else None
+        if last is not None and last[0] is active and last[1] == len(active) and (learner is not None or not last[4]):
+            ids, roots, drafts = last[2], last[3], last[4]  # the same batch as the last plain step: its sequences,
+        else:  # and the tokens it emitted are the roots now
+            drafts = False
             for s in active:
-                if s.drafting or not s.req.sampling.greedy:
+                if not s.req.sampling.greedy or (s.drafting and learner is None):
                     return None
+                drafts = drafts or s.drafting
             ids, roots = [s.id for s in active], [s.tokens[-1] for s in active]
         assert self.step_plain is not None
         toks = self.step_plain(ids, roots)
         self._plain_last = None
         if toks is None:
             return None
+        if drafts:  # (off) the drafting rows' drafter learns the plain step: no draft, one token
+            t1 = time.perf_counter()
+            for s, tok in zip(active, toks):
+                if s.drafting:
+                    learner.update_emitted(s.id, [tok], 0)  # type: ignore[union-attr]
+                    self.totals.drafting_steps += 1
+            self.timing.draft += time.perf_counter() - t1
         self.timing.target += time.perf_counter() - t0
         self.timing.steps += 1
         totals = self.totals
@@ -215,5 +230,5 @@ class FastPaths:
                 s.account(1, 0, [tok], totals, on_tokens)
         totals.emitted += emitted
         totals.sequence_steps += len(active)
-        self._plain_last = (active, len(active), ids, toks)  # (a row that finished changes `active`: retired)
+        self._plain_last = (active, len(active), ids, toks, drafts)  # (a finished row changes `active`: retired)
         return emitted != len(active)  # (only `account` finishes a row)

@@ -78,6 +78,7 @@ class Totals:
     """Counters over a Decoder's life (metrics): every sequence step and token, whatever its request's fate."""
 
     sequence_steps: int = 0  # Σ over target steps of the sequences in them
+    drafting_steps: int = 0  # the same, of drafting sequences only (what a `BudgetRule` learns acceptance from)
     drafted: int = 0  # draft tokens proposed (root excluded)
     accepted: int = 0  # draft tokens the target accepted (bonus excluded)
     emitted: int = 0  # tokens handed to requests (prefill's first token included; cut at max_tokens / stop)

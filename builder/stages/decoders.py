@@ -38,6 +38,9 @@ class DecoderSetup:
     method: str
     label: str  # e.g. "eagle-2", "medusa", "lookahead(W=4,N=4,G=4)"
     stop_ids: list[int]
+    # () -> the draft budget per step: the recipe's pinned `triton.draft_schedule`, else the engine folder's measured
+    # rule for its own drafter (`builder.speculative.budget`; a fresh one per loop), else None (the whole draft)
+    make_schedule: Callable[[], Any] = lambda: None
 
 
 def build_decoder(
@@ -97,7 +100,19 @@ def _engine_folder(parts: Parts, engine: str, max_batch_size: int, threads: int,
         parts.method,
         opened.label,
         opened.stop_ids,
+        schedule_of(parts.loaded, opened.meta) if same else lambda: None,
     )
+
+
+def schedule_of(loaded: LoadedRecipe, meta: dict[str, Any]) -> Callable[[], Any]:
+    """The draft budget per step of an engine folder's own drafter (`DecoderSetup.make_schedule`)."""
+    from builder.engines.opened import budget_rule
+    from builder.speculative.requests import DraftSchedule
+
+    pinned = loaded.recipe.triton.draft_schedule
+    if pinned:
+        return lambda: DraftSchedule(pinned)
+    return lambda: budget_rule(meta)
 
 
 def _torch(parts: Parts, max_batch_size: int):

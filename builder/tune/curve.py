@@ -17,6 +17,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from builder.timing import isotonic
+
 Table = dict[int, dict[int, float]]  # batch -> {size: ms}
 
 
@@ -80,21 +82,6 @@ class StepCurve:
         if not curve.target or any(not row for row in curve.target.values()):
             raise ValueError("a step curve needs at least one target point per batch size")
         return curve
-
-
-def isotonic(row: Mapping[int, float]) -> dict[int, float]:
-    """The non-decreasing fit of a measured row closest in squared error (pool adjacent violators): a step over
-    more nodes never costs less, so a dip is timing noise and is averaged with its neighbours."""
-    xs = sorted(row)
-    blocks: list[list[float]] = []  # [sum, count] per pooled block
-    for x in xs:
-        blocks.append([row[x], 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, n = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += n
-    out = [v / n for v, n in blocks for _ in range(int(n))]
-    return dict(zip(xs, out))
 
 
 def _lookup(table: Table, batch: int, size: int, what: str) -> float:

@@ -6,8 +6,9 @@
     lookahead   speculative: {window, ngram, verification_set}
     ngram       speculative: {max_draft, max_match, min_match, candidates, adaptive, shared_pool}
                 (each method's `speculative` fields: its tuner's `overlay`, `builder.tune.tuners`)
-    all         triton.draft_schedule: [[max_batch, max_nodes], …]   ([] = the full draft at every batch size;
-                not on target.backend trtllm, whose C++ runtime decides the draft per step)
+    pinned      triton.draft_schedule: [[max_batch, max_nodes], …]   (`trtspec tune --pin-schedule` only: by default
+                the engine's measured draft budget rule picks each step's budget, `builder.speculative.budget`;
+                never on target.backend trtllm, whose C++ runtime decides the draft per step)
                 build.max_draft_len when the tuned recipe sets it (it must match the new draft)
 
 The file is validated as any recipe (`checked`: the schema and `trtspec validate`'s cross-field checks)
@@ -30,15 +31,17 @@ from builder.tune.tuners import tuner_of
 
 
 def overlay_fields(
-    loaded: LoadedRecipe, setting: dict[str, Any], schedule: list[list[int]], draft_len: int
+    loaded: LoadedRecipe, setting: dict[str, Any], schedule: list[list[int]] | None, draft_len: int
 ) -> dict[str, Any]:
-    """The fields the overlay sets (see the module docstring); `draft_len` = draft nodes (root excluded)."""
+    """The fields the overlay sets (see the module docstring); `schedule`: the draft schedule to pin (None: none);
+    `draft_len` = draft nodes (root excluded)."""
     spec = loaded.recipe.speculative
     tuner = tuner_of(spec)
     if tuner is None:
         raise ValueError(f"nothing to tune for method {spec.method!r}")
     fields: dict[str, Any] = {"speculative": tuner.overlay(setting)}
-    if backend_of(loaded.recipe).served_elsewhere is None:  # (TensorRT-LLM's runtime decides its drafts per step)
+    if schedule is not None and backend_of(loaded.recipe).served_elsewhere is None:  # (TensorRT-LLM's runtime
+        # decides its drafts per step)
         fields["triton"] = {"draft_schedule": schedule}
     if loaded.recipe.build.max_draft_len is not None:
         fields["build"] = {"max_draft_len": draft_len}

@@ -46,6 +46,7 @@ class Options:
     # hour to hour, moved the host share per EAGLE draft level between 0.5 and 2.4 ms); "engine": engine.json's
     # curve, as the engine stage timed it (measured again only where it comes from another host)
     curve: str = "now"
+    pin_schedule: bool = False  # the overlay pins the predicted draft schedule (default: the engine's rule decides)
 
 
 def method_key(loaded: LoadedRecipe) -> str:
@@ -157,7 +158,9 @@ def tune(loaded: LoadedRecipe, opts: Options) -> dict[str, Any]:
             },
         }
     )
-    report["overlay"] = overlay_fields(loaded, tuned.pick.setting, sched, tuned.pick.nodes - 1)
+    report["overlay"] = overlay_fields(
+        loaded, tuned.pick.setting, sched if opts.pin_schedule else None, tuned.pick.nodes - 1
+    )
     if backend_of(loaded.recipe).served_elsewhere:  # another runtime serves it: the draft per step is its own
         report["draft_schedule_note"] = "not written: TensorRT-LLM's runtime decides the draft per step"
     if folder is not None and opts.measure_prompts > 0:

@@ -56,7 +56,7 @@ def test_tune_lookahead_end_to_end_with_measured_speedup(tmp_path):
         pick["ngram"],
         pick["verification_set"],
     )
-    assert tuned.triton.draft_schedule == rep["draft_schedule"]
+    assert tuned.triton.draft_schedule == []  # nothing pinned: the engine's measured rule picks the budgets
     # the engine stage's curve: every tree size up to the engine's room, every batch size up to max_batch_size
     loaded = load_recipe(REPO / "recipes" / "tiny-llama3-lookahead.yaml")
     meta = read_ort_meta(build(loaded, CACHE, until="engine").folder("engine"))

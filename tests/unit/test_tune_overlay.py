@@ -26,7 +26,8 @@ def test_overlay_validates_and_carries_the_pick(name, tmp_path):
     loaded = load_recipe(REPO / "recipes" / name)
     setting = CASES[name]
     sched = [[1, 5], [4, 1]]
-    fields = overlay_fields(loaded, setting, sched, draft_len=4)
+    assert "triton" not in overlay_fields(loaded, setting, None, draft_len=4)  # (by default the engine's rule)
+    fields = overlay_fields(loaded, setting, sched, draft_len=4)  # --pin-schedule
     out = write_overlay(loaded, fields, tmp_path / "sub" / "tuned.yaml", "tuned\nby a test")
     text = (tmp_path / "sub" / "tuned.yaml").read_text()
     assert text.startswith("# tuned\n# by a test\nextends: ") and "../" in text.splitlines()[2]  # relative to the file

@@ -122,6 +122,7 @@ class Model:
         from tokenizers import Tokenizer
 
         from builder.engines.folder import open_engine, read_meta
+        from builder.engines.opened import budget_rule
         from builder.speculative import registry
         from builder.speculative.decoding import Decoder, DraftSchedule
         from triton_repo.metrics import SPEC_DECODER, Exporter, spec_decoder_observations, spec_decoder_values
@@ -148,7 +149,10 @@ class Model:
             lookahead=facts.per_request,  # the (W, N, G) a request may lower, where the drafter takes them
             request_timeout_s=float(params.get("request_timeout_s", 600)),
         )
-        schedule = DraftSchedule(json.loads(params.get("draft_schedule", "[]")))
+        # the draft budget per step: the recipe's pinned schedule, else the engine folder's measured rule
+        pinned = json.loads(params.get("draft_schedule", "[]"))
+        rule = None if pinned else budget_rule(meta)
+        schedule = rule if rule is not None else DraftSchedule(pinned)
         engine = opened.engine
         self.faults = None
         if params.get("fault_injection") == "true":
@@ -180,9 +184,14 @@ class Model:
         self.relay = RelayServer(socket_path(os.getppid(), os.getpid()), self._relayed).start()
         threading.Thread(target=self._watch_unload, name="trtspec-unload-watch", daemon=True).start()
         where = f"{meta['backend']} on GPU {device}" if device is not None else meta["backend"]
+        budgets = (
+            f"the measured rule, nodes per batch size {rule.picks(range(1, opened.engine.max_batch_size + 1))}"
+            if rule is not None
+            else (pinned or "none (the whole draft at every batch size)")
+        )
         pb_utils.Logger.log_info(
             f"spec_decoder: {opened.label} ({where}), max_batch_size {opened.engine.max_batch_size}, "
-            f"max_seq_len {opened.engine.max_seq_len}, draft schedule {schedule.entries or 'none'}, "
+            f"max_seq_len {opened.engine.max_seq_len}, draft budget {budgets}, "
             f"max queue {self.scheduler.max_queue}, request timeout {self.limits.request_timeout_s:g} s, "
             f"code from {RUNTIME_ROOT}"
         )
