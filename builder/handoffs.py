@@ -287,6 +287,8 @@ class TensorrtEngineJson(Handoff):
     versions: dict[str, str]
     tensorrt: dict[str, Any]  # the version lock (`builder.engines.tensorrt.lock.engine_lock`)
     engines: dict[str, dict[str, Any]]  # per graph: `build_engine`'s manifest
+    # `builder.speculative.budget.BudgetRule.to_json` form, measured on the GPU it was built on (None: no drafter)
+    draft_budget: dict[str, Any] | None = None
 
     _drafter = field_validator("drafter")(checked_drafter)
 
@@ -411,6 +413,7 @@ class OrtEngineInfo(StageInfo):
 class TensorrtEngineInfo(StageInfo):
     variant: str
     tensorrt: dict[str, Any]
+    draft_budget: dict[str, Any] | None = None  # the budget the rule picks per batch size, and τ per budget
     engine_bytes: dict[str, int]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from builder.files import link_or_copy
 from builder.handoffs import EngineGraph, ExportJson, ModelShape, OrtEngineInfo, OrtEngineJson, OrtTargets, SourceJson
+from builder.stages.draft_budget import measure_into
 from builder.stages.manifest import tool_versions
 from builder.stages.stage import Stage, StageContext
 
@@ -75,7 +76,7 @@ def run(ctx: StageContext, out: Path) -> None:
     opened = open_ort_engine(out)
     ctx.info = facts = OrtEngineInfo(variant=info.variant, label=opened.label, kv_bytes=opened.engine.kv.nbytes)
     facts.step_curve = _step_curve(ctx, out, meta)
-    facts.draft_budget = _draft_budget(ctx, out, meta)
+    facts.draft_budget = measure_into(ctx, out, open_ort_engine(out, max_batch_size=meta.max_batch_size, threads=1))
 
 
 def _step_curve(ctx: StageContext, out: Path, meta: OrtEngineJson) -> dict:
@@ -93,40 +94,6 @@ def _step_curve(ctx: StageContext, out: Path, meta: OrtEngineJson) -> dict:
         "batches": [int(b) for b in curve["target"]],
         "batch1_ms": curve["target"]["1"],
     }
-
-
-def _draft_budget(ctx: StageContext, out: Path, meta: OrtEngineJson) -> dict | None:
-    """Measure the draft budget table on this host (`builder.engines.draft_budget`) over the recipe's calibration
-    prompts and record it in engine.json ("draft_budget"): the rule the decoding loop applies per step unless the
-    recipe pins `triton.draft_schedule`. None for an engine without a drafter."""
-    from builder.engines.draft_budget import BUDGET_S, measure_table
-    from builder.engines.ort.load import open_ort_engine
-    from builder.quantize.calibration import FIELD, documents
-    from builder.speculative import registry
-    from builder.stages.parts import load_tokenizer
-
-    facts = registry.facts(registry.drafter_config(meta.drafter))
-    if facts.max_nodes <= 1:
-        return None
-    ctx.say("measuring the draft budget table on this host (tokens per ms per budget and batch size)")
-    src = ctx.loaded.recipe.quantization.calibration.source
-    tok = load_tokenizer(out / meta.tokenizer)
-    prompts: list[list[int]] = []
-    for text in documents(src, ctx.loaded.dir_of(tuple(FIELD.split("."))), BUDGET_PROMPTS):
-        ids = tok.encode(text[: BUDGET_PROMPT_LEN * 8]).ids[:BUDGET_PROMPT_LEN]
-        if len(ids) >= BUDGET_PROMPT_LEN // 2:
-            prompts.append(ids)
-        if len(prompts) == BUDGET_PROMPTS:
-            break
-    opened = open_ort_engine(out, max_batch_size=meta.max_batch_size, threads=1)
-    rule = measure_table(opened.engine, opened.make_drafter, prompts, facts.max_nodes, meta.max_batch_size, BUDGET_S)
-    meta.draft_budget = rule.to_json()
-    meta.write(out)
-    batches = sorted(rule.cost)
-    return {"picks": {str(b): n for b, n in rule.picks(batches).items()}, "tau": meta.draft_budget["tau"]}
-
-
-BUDGET_PROMPTS, BUDGET_PROMPT_LEN = 16, 128  # calibration prompts for the draft budget table (tokens each, at most)
 
 
 STAGE = Stage(

@@ -2,7 +2,8 @@
 
 engine.json of backend "tensorrt" (`builder.engines.tensorrt.folder`, `builder.handoffs.TensorrtEngineJson`), built
 only where TensorRT ≥ 10.15 imports — elsewhere the stage stops with `NeedsGpu` (exit code 3, saying why) after
-everything before it is cached.
+everything before it is cached. Last, the draft budget table is measured on that GPU with the engines just built
+(`builder.stages.draft_budget`, as the ONNX Runtime stage does on the CPU): the rule the served loop applies.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def run(ctx: StageContext, out: Path) -> None:
         tensorrt=meta["tensorrt"],
         engine_bytes={k: e["engine_bytes"] for k, e in meta["engines"].items()},
     )
+    # the draft budget rule, measured on this GPU with the engines just built (as serving opens them)
+    from builder.engines.folder import open_engine
+    from builder.stages.draft_budget import measure_into
+
+    ctx.info.draft_budget = measure_into(ctx, out, open_engine(out, max_batch_size=build.max_batch_size))
+    TensorrtEngineJson.read(out, str(ctx.loaded.path))
 
 
 def inputs(loaded: LoadedRecipe, _backend: Backend) -> dict[str, Any]:

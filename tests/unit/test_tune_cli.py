@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from builder.engines.draft_budget import budget_grid
 from builder.engines.ort.load import read_ort_meta
 from builder.engines.step_curve import batch_grid, size_grid
 from builder.recipe.loader import load_recipe
+from builder.speculative import registry
+from builder.speculative.budget import BudgetRule
 from builder.stages.runner import build
 from builder.tune.curve import StepCurve
 from tests.unit.recipe_helpers import run
@@ -65,6 +68,15 @@ def test_tune_lookahead_end_to_end_with_measured_speedup(tmp_path):
     assert [int(b) for b in curve["target"]] == batch_grid(loaded.recipe.build.max_batch_size)
     assert all([int(t) for t in row] == size_grid(room) and min(row.values()) > 0 for row in curve["target"].values())
     assert curve["expand"] == {} and rep["cost"]["max_nodes"] == room
+    # ... and its draft budget table: every budget of the grid up to the drafter's nodes, every batch size; τ(1) = 1,
+    # τ and each batch's costs non-decreasing in the budget; the rule answers every batch size the engine runs
+    table, nodes = meta["draft_budget"], registry.facts(registry.drafter_config(meta["drafter"])).max_nodes
+    rule = BudgetRule.from_json(table)
+    assert rule.budgets == budget_grid(nodes) and sorted(rule.cost) == batch_grid(loaded.recipe.build.max_batch_size)
+    taus = [rule.tau[n] for n in rule.budgets]
+    assert taus[0] == 1.0 and taus == sorted(taus) and taus[-1] <= nodes
+    assert all(list(row.values()) == sorted(row.values()) and min(row.values()) > 0 for row in rule.cost.values())
+    assert all(rule.budget(b) in rule.budgets for b in range(1, loaded.recipe.build.max_batch_size + 1))
 
 
 @pytest.mark.parametrize("name", ["tiny-llama3-eagle1.yaml", "tiny-llama3-eagle2.yaml", "tiny-llama3-medusa.yaml"])

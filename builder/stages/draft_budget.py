@@ -1,0 +1,60 @@
+"""The engine stages' last step, whichever backend built the folder: the draft budget table, measured on the host that
+built it (`builder.engines.draft_budget`) over the recipe's calibration prompts, written into engine.json as
+"draft_budget" — the rule the decoding loop applies per step (`builder.speculative.budget`) unless the recipe pins
+`triton.draft_schedule`. The ONNX Runtime stage (`builder.stages.engine`) measures it on this CPU; the TensorRT stage
+(`builder.stages.tensorrt_engine`) on the GPU it built the engines on, through the same `Engine` / drafter
+protocols (the engine folder opened as serving opens it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from builder.stages.stage import StageContext
+
+BUDGET_PROMPTS, BUDGET_PROMPT_LEN = 16, 128  # calibration prompts for the table (tokens each, at most)
+
+
+def calibration_prompts(ctx: StageContext, tokenizer: Path) -> list[list[int]]:
+    """Up to BUDGET_PROMPTS prompts of BUDGET_PROMPT_LEN tokens from the recipe's calibration source (shorter
+    documents than half that are skipped)."""
+    from builder.quantize.calibration import FIELD, documents
+    from builder.stages.parts import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    prompts: list[list[int]] = []
+    src = ctx.loaded.recipe.quantization.calibration.source
+    for text in documents(src, ctx.loaded.dir_of(tuple(FIELD.split("."))), BUDGET_PROMPTS):
+        ids = tok.encode(text[: BUDGET_PROMPT_LEN * 8]).ids[:BUDGET_PROMPT_LEN]
+        if len(ids) >= BUDGET_PROMPT_LEN // 2:
+            prompts.append(ids)
+        if len(prompts) == BUDGET_PROMPTS:
+            break
+    return prompts
+
+
+def measure_into(ctx: StageContext, out: Path, opened: Any, threads: int = 1) -> dict[str, Any] | None:
+    """Measure the table of the engine folder `out` (opened as `opened`, `builder.engines.opened.Opened`, with room for
+    its max_batch_size sequences), write it into out/engine.json (temp + rename) and return the stage manifest's
+    summary; None for an engine without a drafter."""
+    from builder.engines.draft_budget import BUDGET_S, measure_table
+    from builder.speculative import registry
+
+    meta = opened.meta
+    facts = registry.facts(opened.drafter)
+    if facts.max_nodes <= 1:
+        return None
+    ctx.say("measuring the draft budget table on this host (tokens per ms per draft budget and batch size)")
+    prompts = calibration_prompts(ctx, out / meta["tokenizer"])
+    batch = int(meta["max_batch_size"])
+    rule = measure_table(opened.engine, opened.make_drafter, prompts, facts.max_nodes, batch, BUDGET_S, threads=threads)
+    table = rule.to_json()
+    path = out / "engine.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["draft_budget"] = table
+    tmp = path.with_name(".engine.json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return {"picks": {str(b): n for b, n in rule.picks(sorted(rule.cost)).items()}, "tau": table["tau"]}
