@@ -24,8 +24,11 @@ so its first step costs no more than any other. Host work per level is a fixed n
 the batch; in the steady state (the same sequences as the previous step) the extend reads the previous
 `StepResult`'s arrays as they are, copied once in `update` (a `StepResult` lives only until the next step).
 
-A node budget (`set_budget`) truncates a static tree to its first n nodes (node order) and caps EAGLE-2's
-total_nodes at n - 1 (and its depth, which cannot exceed the nodes kept). At a budget of 1 speculation is off:
+An EAGLE-2 setting whose tree the draft's scores cannot change — top_k 1 (a chain), one level (a star) — runs as
+that static tree (`runnable`): a tuned EAGLE-2 that picks a chain does EAGLE-1's work for it, one expand per level
+over cached level masks, with no ranking. A node budget (`set_budget`) truncates a static tree to its first n nodes
+(node order, one tree object per budget) and caps EAGLE-2's total_nodes at n - 1 (and its depth, which cannot
+exceed the nodes kept; a capped top_k-1 setting is the shorter chain). At a budget of 1 speculation is off:
 `propose` returns root-only drafts without running the draft layer, and the pairs of those steps wait
 (`_pairs`) until drafting resumes (one `extend` then commits them all).
 """
@@ -39,6 +42,7 @@ from typing import Sequence
 import numpy as np
 
 from builder.speculative.eagle.grow import DynamicTrees, StaticTrees, row_index
+from builder.speculative.eagle.tree import dynamic_as_static
 from builder.speculative.medusa.drafter import truncate_tree
 from builder.speculative.protocols import Draft, DraftOutput, EagleNet, PrefillResult, StepResult, root_only
 from builder.speculative.tree import Tree
@@ -48,9 +52,24 @@ Level = tuple[np.ndarray, "np.ndarray | None"]  # a static tree level's [B, F, U
 
 @dataclass(frozen=True)
 class DynamicSpec:
+    """EAGLE-2's setting: `depth` levels, the best `top_k` of a level expanded into top_k children each (the net's
+    first top_k ranks: a net exported for more serves a smaller top_k), the best `total_nodes` candidates kept."""
+
     depth: int
     top_k: int
     total_nodes: int
+
+
+def runnable(shape: Tree | DynamicSpec) -> Tree | DynamicSpec:
+    """The shape `propose` grows: a DynamicSpec whose tree the scores cannot change (top_k 1: a chain; one level: a
+    star; `builder.speculative.eagle.tree.dynamic_as_static`) as that static tree — the same drafts, on EAGLE-1's
+    path (cached level masks, no ranking) — else with its depth capped at total_nodes (deeper levels keep nothing)."""
+    if not isinstance(shape, DynamicSpec):
+        return shape
+    static = dynamic_as_static(shape.depth, shape.top_k, shape.total_nodes)
+    if static is not None:
+        return static
+    return DynamicSpec(min(shape.depth, shape.total_nodes), shape.top_k, shape.total_nodes)
 
 
 @dataclass
@@ -81,7 +100,7 @@ class EagleDrafter:
                     f"the draft net gives {net.top_k}"
                 )
             self.max_nodes = tree.num_nodes
-        self._shape: Tree | DynamicSpec = tree  # the shape in use (the budget applied)
+        self._shape: Tree | DynamicSpec = runnable(tree)  # the shape in use (the budget applied)
         self._off = False
         self._steady: _Steady | None = None  # pairs of the latest drafted step, by row
         self._pairs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> (tokens [m], hidden [m, C]) waiting
@@ -89,18 +108,27 @@ class EagleDrafter:
         self._started: set[int] = set()
         self._levels: dict[tuple[int, int], tuple[Tree, list[Level]]] = {}  # (id(tree), B) -> `_static_levels`
         self._workspaces: dict = {}  # EAGLE-2's buffers by shape, reused every step (`DynamicTrees`)
+        self._cuts: dict[int, Tree] = {}  # a static tree's truncations by node budget (one object each: `_levels`)
 
     def set_budget(self, nodes: int | None) -> None:
         """Use at most `nodes` tree nodes per step, root included (1: off; None: the configured tree)."""
         t = self.tree
         self._off = nodes is not None and nodes <= 1
         if nodes is None or self._off:
-            self._shape = t
+            self._shape = runnable(t)
         elif isinstance(t, DynamicSpec):
             keep = min(t.total_nodes, int(nodes) - 1)
-            self._shape = DynamicSpec(min(t.depth, keep), t.top_k, keep)
+            self._shape = runnable(DynamicSpec(t.depth, t.top_k, keep))
         else:
-            self._shape = truncate_tree(t, int(nodes))
+            self._shape = self._cut(int(nodes))
+
+    def _cut(self, nodes: int) -> Tree:
+        """The static tree's first `nodes` nodes, the same object at every budget change to `nodes`."""
+        cut = self._cuts.get(nodes)
+        if cut is None:
+            assert isinstance(self.tree, Tree)
+            cut = self._cuts[nodes] = truncate_tree(self.tree, nodes)
+        return cut
 
     # -- sequences -------------------------------------------------------------------------------
 
@@ -179,7 +207,8 @@ class EagleDrafter:
             if isinstance(t, DynamicSpec)
             else StaticTrees(t, r)
         )
-        grow.answer(root_out[1][:, None], root_out[2][:, None])  # the root's level, from the extend
+        k = t.top_k if isinstance(t, DynamicSpec) and t.top_k < self.net.top_k else None  # ranks used (None: all)
+        grow.answer(root_out[1][:, None, :k], root_out[2][:, None, :k])  # the root's level, from the extend
         outs = root_out[0][:, None]  # [B, F=1, C] draft outputs of the previous frontier
         b = len(seqs)
         anc = _no_slots(b)  # [B, F, U] tentative slots each previous-frontier node attends
@@ -199,7 +228,7 @@ class EagleDrafter:
                 mask = _level_mask(anc, parents, used, bi)
             f = tokens.shape[1]
             out = self.net.expand(seqs, tokens, hidden, positions[:, level, :f], used, mask)
-            grow.answer(out.topk_tokens, out.topk_logprobs)
+            grow.answer(out.topk_tokens[..., :k], out.topk_logprobs[..., :k])
             outs, anc, used, level = out.hidden, mask, used + f, level + 1
         return grow.drafts()
 

@@ -33,7 +33,8 @@ children. Finally all candidates of all levels are reranked by cumulative log-pr
 `total_nodes` are kept; since a child's cumulative log-prob never exceeds its parent's, the kept set
 contains every kept node's ancestors (ties go to the earlier candidate, i.e. the parent, and the
 selection checks it). Here `depth` counts draft levels: EAGLE's own `depth=d` argument gives
-`d + 1` levels.
+`d + 1` levels. Some settings grow one tree whatever the scores (`dynamic_as_static`: top_k 1 is a chain, one
+level a star); the drafter grows those as EAGLE-1 grows that static tree.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import numpy as np
 from builder.speculative.protocols import Draft
 from builder.speculative.tree import Tree, tree_draft, tree_from_choices, tree_from_parents
 
+Choice = tuple[int, ...]
 Frontier = tuple[np.ndarray, np.ndarray]  # tokens [F] int64, parent rows [F] int64
 TopK = tuple[np.ndarray, np.ndarray]  # [F, K] int64, [F, K] fp32
 Expand = Callable[[np.ndarray, np.ndarray], TopK]
@@ -209,6 +211,40 @@ def dynamic_tree_steps(root_token: int, *, depth: int, top_k: int, total_nodes: 
 
 def dynamic_tree(root_token: int, expand: Expand, *, depth: int, top_k: int, total_nodes: int) -> GrownTree:
     return drive(dynamic_tree_steps(root_token, depth=depth, top_k=top_k, total_nodes=total_nodes), expand)
+
+
+def dynamic_as_static(depth: int, top_k: int, total_nodes: int) -> Tree | None:
+    """The static tree an EAGLE-2 setting grows whatever the draft's scores, or None where the scores shape it.
+
+    With top_k children per expanded node (K = top_k: what `EagleDrafter` asks of its net, and the candidate count
+    the recipe's check assumes), no level past `total_nodes` can hold a kept node (a node at level L keeps its L - 1
+    ancestors), so `levels` = min(depth, total_nodes) and:
+
+        top_k 1        each level is the best child of the previous one: the chain of `levels` nodes, rank 0 each
+                       (kept: the best `levels` of a chain whose scores fall along it, ties to the parent)
+        levels 1       the root's best min(top_k, total_nodes) children: the star of ranks 0, 1, …
+        levels 2, all  every candidate kept (total_nodes >= top_k + top_k²): the full two-level top_k-ary tree
+
+    Ties go to the lower candidate index in `dynamic_tree_steps`, i.e. to the lower rank of the same parent and to
+    the parent before its child, so these trees are the dynamic ones node for node (nodes, order, paths). One
+    `Tree` object per tree (cached): `EagleDrafter` caches its level masks per tree object."""
+    if depth < 1 or top_k < 1 or total_nodes < 1:
+        raise ValueError(f"need depth, top_k, total_nodes >= 1; got {depth}, {top_k}, {total_nodes}")
+    levels = min(depth, total_nodes)
+    if top_k == 1:
+        return _fixed_tree(tuple((0,) * d for d in range(1, levels + 1)))
+    if levels == 1:
+        return _fixed_tree(tuple((r,) for r in range(min(top_k, total_nodes))))
+    if levels == 2 and total_nodes >= top_k + top_k * top_k:
+        return _fixed_tree(
+            tuple((r,) for r in range(top_k)) + tuple((r, s) for r in range(top_k) for s in range(top_k))
+        )
+    return None
+
+
+@lru_cache(maxsize=64)
+def _fixed_tree(choices: tuple[Choice, ...]) -> Tree:
+    return static_tree(choices)
 
 
 def _select(scores: np.ndarray, parent: np.ndarray, budget: int) -> np.ndarray:
