@@ -38,14 +38,15 @@ def calibration_prompts(ctx: StageContext, tokenizer: Path) -> list[list[int]]:
 def measure_into(ctx: StageContext, out: Path, opened: Any, threads: int = 1) -> dict[str, Any] | None:
     """Measure the table of the engine folder `out` (opened as `opened`, `builder.engines.opened.Opened`, with room for
     its max_batch_size sequences), write it into out/engine.json (temp + rename) and return the stage manifest's
-    summary; None for an engine without a drafter."""
+    summary; None for an engine without a drafter or whose drafter takes no budget (`Budgeted`)."""
     from builder.engines.draft_budget import BUDGET_S, measure_table
     from builder.speculative import registry
+    from builder.speculative.protocols import Budgeted, implements
 
     meta = opened.meta
     facts = registry.facts(opened.drafter)
-    if facts.max_nodes <= 1:
-        return None
+    if facts.max_nodes <= 1 or not implements(opened.make_drafter(), Budgeted):
+        return None  # (no draft, or a drafter that takes no budget — a method of another distribution may not)
     ctx.say("measuring the draft budget table on this host (tokens per ms per draft budget and batch size)")
     prompts = calibration_prompts(ctx, out / meta["tokenizer"])
     batch = int(meta["max_batch_size"])

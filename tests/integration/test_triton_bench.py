@@ -1,4 +1,4 @@
-"""`trtspec bench` end to end on the tiny EAGLE-2 recipe: a real tritonserver and perf_analyzer 2.51.
+"""`trtspec bench` end to end on the tiny recipe (Lookahead): a real tritonserver and perf_analyzer 2.51.
 
 A short run (concurrency 1,2, tiny lengths, sub-second windows) finishes with 0 errors, writes every
 file, holds both modes for every level, every request generated exactly output_len tokens (probes and
@@ -36,6 +36,11 @@ SHORT = [
     "8",
     "--probes",
     "2",
+    # the whole draft (Lookahead W=1 N=4 G=1: 6 nodes) at every batch size: on the tiny fixture the engine's measured
+    # draft budget rule may turn speculation off (drafting pays little on an L3-resident model), and this test checks
+    # the counters of a drafting server
+    "--set",
+    "triton.draft_schedule=[[4, 6]]",
 ]
 
 if find_perf_analyzer() is None:
@@ -122,7 +127,8 @@ def test_short_bench_run_writes_a_consistent_report(built, tmp_path):
         if r["mode"] == "baseline":
             assert r["tau"] == 1.0
         else:
-            assert r["tau"] > 1.0  # the EAGLE-2 drafter is accepted on these prompts
+            assert r["tau"] > 1.0  # the Lookahead drafter is accepted on these prompts
+            assert r["draft_budget"] == 6  # (spec_decoder's metric trtspec_draft_budget: the pinned schedule)
     for mode, p in res["probes"].items():
         assert [q["output_tokens"] for q in p["requests"]] == [OUTPUT_LEN] * 2, mode
         assert {q["finish_reason"] for q in p["requests"]} == {"length"}
@@ -137,7 +143,7 @@ def test_short_bench_run_writes_a_consistent_report(built, tmp_path):
         assert float(row.group(2)) == round(base["output_tokens_per_s"], 1)
         assert row.group(3) == f"{spec['output_tokens_per_s'] / base['output_tokens_per_s']:.2f}"
     csv_lines = (out / "bench.csv").read_text().splitlines()
-    assert "## the server's view" in report
+    assert "## the server's view" in report and "the pinned schedule [[4, 6]]" in report
     assert len(csv_lines) == 5 and csv_lines[0].startswith("concurrency,mode,output_tokens_per_s")
     assert not _alive_with(f"--grpc-port={res['endpoints']['grpc'].rsplit(':', 1)[1]}")
     assert not _alive_with(res["endpoints"]["grpc"])  # no perf_analyzer left

@@ -253,13 +253,28 @@ def test_hf_greedy_equals_the_source(hf, prompts, hf_greedy):
 # -- our engines: every method lossless, acceptance of the tiny fixture ---------------------------------
 
 
-def _runs(recipe: str, prompts: list[list[int]], cache: Path, new: int = NEW):
+def _runs(recipe: str, prompts: list[list[int]], cache: Path, new: int = NEW, overrides: tuple[str, ...] = ()):
     from builder.recipe.loader import load_recipe
     from builder.speculative.decoding import generate
     from builder.stages.decoders import build_decoder
 
-    dec = build_decoder(load_recipe(REPO / "recipes" / recipe), engine="onnxruntime", cache=cache)
+    dec = build_decoder(load_recipe(REPO / "recipes" / recipe, overrides), engine="onnxruntime", cache=cache)
     return [generate(dec.engine, p, new, dec.make_drafter()) for p in prompts]
+
+
+def _same_tree(recipe: str) -> tuple[str, ...]:
+    """The overrides that give a tiny recipe the regime recipe's draft (the regime recipes carry tuned trees and
+    calibrate on HumanEval)."""
+    import json
+
+    from builder.recipe.loader import load_recipe
+
+    regime = load_recipe(REPO / "recipes" / recipe).recipe
+    spec = regime.speculative.model_dump(mode="json")
+    keys = ("tree", "window", "ngram", "verification_set")  # (a tree; Lookahead's W, N, G)
+    # and the calibration text, which a draft vocabulary (`speculative.draft_vocab`) is counted on
+    source = f"quantization.calibration.source={regime.quantization.calibration.source}"
+    return (source, *(f"speculative.{k}={json.dumps(spec[k])}" for k in keys if k in spec))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -268,7 +283,7 @@ def test_method_is_lossless_and_accepts_as_on_the_tiny_fixture(method, hf, promp
     equal the tiny fixture's (a difference would need a draft near-tie at fp32 rounding level)."""
     tiny, tiny64, _ = hf
     regime = _runs(f"regime-llama3-{method}.yaml", prompts, cache)
-    small = _runs(TINY_RECIPES[method], prompts, cache)
+    small = _runs(TINY_RECIPES[method], prompts, cache, overrides=_same_tree(f"regime-llama3-{method}.yaml"))
     for p, ref, g in zip(prompts, hf_greedy, regime):
         assert_lossless((tiny, tiny64), p, ref, g.token_ids, f"regime {method}")
     assert [g.accepted_per_step for g in regime] == [g.accepted_per_step for g in small]
