@@ -10,9 +10,10 @@ outcome — the tokens emitted, the counts, the KV committed, the drafter's stat
   gives as token lists (`ChainProposing`) and which learns from emitted tokens (`EmittedUpdates`): no `Draft` is
   made, the chain goes through `step_chain`;
 * plain batch — several sequences, all greedy, none drafting — or, at a budget of 1 (the draft budget rule turned
-  speculation off for this batch size), drafting ones whose drafter learns from emitted tokens (`EmittedUpdates`:
-  it learns the plain step's token): one `step_plain` (roots in, next tokens out; the last plain step's ids and
-  emitted tokens are the roots while the batch is unchanged), the very loop of requests that do not speculate;
+  speculation off for this batch size), drafting ones whose drafter learns a plain step (`PlainUpdates`: n-gram,
+  Lookahead): one `step_plain` (roots in, next tokens out; the last plain step's ids and emitted tokens are the roots
+  while the batch is unchanged), the very loop of requests that do not speculate; at batch 1 such a sequence's plain
+  step goes through `step_chain` alike;
 * chain draft — after the reference step proposed: the only sequence's greedy draft is a chain (or root-only) and
   its drafter, if it drafts, learns from emitted tokens: `step_chain` instead of `step` (`Decoder.step` asks).
 
@@ -35,6 +36,7 @@ from builder.speculative.protocols import (
     Engine,
     GreedyBursting,
     PlainStepping,
+    PlainUpdates,
     implements,
 )
 from builder.speculative.requests import Timing, Totals
@@ -63,6 +65,8 @@ class FastPaths:
         self.drafter = drafter
         learns = implements(drafter, EmittedUpdates)
         self.learner = cast(EmittedUpdates, drafter) if learns else None  # it learns from the emitted tokens alone
+        plain = implements(drafter, PlainUpdates)
+        self.plain_learner = cast(PlainUpdates, drafter) if plain else None  # it learns a plain step (budget 1)
         self.chains = (  # its drafts are chains it gives as token lists
             chain and learns and implements(drafter, ChainProposing) and cast(ChainProposing, drafter).chains_only()
         )
@@ -94,6 +98,15 @@ class FastPaths:
             return self._plain_batch(active, t0, on_tokens, off) if self.step_plain is not None else None
         s = active[0]
         if s.drafting:
+            if off and self.plain_learner is not None and self.step_chain is not None and s.req.sampling.greedy:
+                root = s.tokens[-1]
+                toks = self.step_chain(s.id, [root])
+                if toks is None:
+                    return None
+                t1 = time.perf_counter()
+                self.plain_learner.update_plain(s.id, root, toks[0])
+                self.timing.draft += time.perf_counter() - t1
+                return self._chain_done(s, toks, 0, False, t0, t0, on_tokens, drafting_step=True)
             return self._drafted_chain(s, t0, on_tokens) if self.chains else None
         step_chain = self.step_chain  # lone plain (inline: the commonest step of all)
         if step_chain is None or not s.req.sampling.greedy:
@@ -164,9 +177,10 @@ class FastPaths:
         t0: float,
         t1: float,
         on_tokens: OnTokens | None,
+        drafting_step: bool = False,
     ) -> bool:
         """The rest of a `step_chain` step of `drafted` draft tokens that emitted `toks` (drafting: the drafter learns
-        them)."""
+        them; drafting_step: a drafting sequence's step the drafter has learnt already, a budget-1 plain step)."""
         t2 = time.perf_counter()
         if drafting:
             self.learner.update_emitted(s.id, toks, drafted)  # type: ignore[union-attr]  # (drafting: `chain_draft`)
@@ -181,7 +195,7 @@ class FastPaths:
         totals.drafted += drafted
         totals.accepted += n - 1
         totals.sequence_steps += 1
-        totals.drafting_steps += drafting
+        totals.drafting_steps += drafting or drafting_step
         return bool(s.gen.finish_reason)  # (the only active sequence: nothing else can finish)
 
     def _plain_batch(
@@ -189,7 +203,7 @@ class FastPaths:
     ) -> bool | None:
         """A batch of greedy sequences none of which drafts (`off`: or whose drafter learns the step's tokens), through
         `step_plain`: roots in, each sequence's next token out, no `Draft` per row."""
-        last, learner = self._plain_last, self.learner if off else None
+        last, learner = self._plain_last, self.plain_learner if off else None
         if last is not None and last[0] is active and last[1] == len(active) and (learner is not None or not last[4]):
             ids, roots, drafts = last[2], last[3], last[4]  # the same batch as the last plain step: its sequences,
         else:  # and the tokens it emitted are the roots now
@@ -206,9 +220,9 @@ class FastPaths:
             return None
         if drafts:  # (off) the drafting rows' drafter learns the plain step: no draft, one token
             t1 = time.perf_counter()
-            for s, tok in zip(active, toks):
+            for s, root, tok in zip(active, roots, toks):
                 if s.drafting:
-                    learner.update_emitted(s.id, [tok], 0)  # type: ignore[union-attr]
+                    learner.update_plain(s.id, root, tok)  # type: ignore[union-attr]
                     self.totals.drafting_steps += 1
             self.timing.draft += time.perf_counter() - t1
         self.timing.target += time.perf_counter() - t0

@@ -21,7 +21,8 @@ Capabilities (runtime-checkable protocols of methods; `implements` tells, once, 
     engines   ChainStepping (step_chain), GreedyBursting (decode_greedy), PlainStepping (step_plain): greedy steps
               with less host work, each what `step` would do with that call (`builder.engines.batched`)
     drafters  EmittedUpdates (update_emitted), ChainProposing (propose_chain, chains_only), Budgeted (set_budget),
-              Configurable (check, configure: per-request Lookahead settings)
+              PlainUpdates (update_plain: a plain step at a budget of 1), Configurable (check, configure:
+              per-request Lookahead settings)
 
 The first five serve the loop's fast paths (`builder.speculative.fast_paths`); Budgeted and Configurable serve the
 reference step and `Decoder.add`.
@@ -365,6 +366,17 @@ class EmittedUpdates(Protocol):
 
     def update_emitted(self, seq: int, emitted: list[int], depth: int) -> None:
         """`update` for one sequence: the step's emitted tokens and its draft's depth (drafted tokens)."""
+        ...
+
+
+@runtime_checkable
+class PlainUpdates(Protocol):
+    """A drafter that learns a plain step of a drafting sequence from its tokens alone: the loop then runs the steps a
+    budget of 1 turns off as plain steps (`PlainStepping`, no `Draft` per row), the very loop of a request that does
+    not speculate."""
+
+    def update_plain(self, seq: int, root: int, token: int) -> None:
+        """What `propose` at a 1-node budget and `update` would learn of a step that fed `root` and emitted `token`."""
         ...
 
 

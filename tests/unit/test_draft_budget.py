@@ -4,8 +4,8 @@ Oracles: a brute-force search over per-sequence budgets (every assignment of a b
 the step costing the widest row's budget: one padded T per step) on synthetic acceptance / cost tables — the rule's
 one budget per step must reach the exact optimum; and plain greedy decoding — a drafting request under a budget of 1
 decodes exactly as a request that does not speculate (same tokens, same steps, nothing accepted), through the plain
-fast path where its drafter learns from emitted tokens (no `engine.step` call at all, as for plain requests), on the
-tiny fixture's ONNX Runtime engines.
+fast path where its drafter learns a plain step (n-gram, Lookahead: no `engine.step` call at all, as for plain
+requests), on the tiny fixture's ONNX Runtime engines.
 """
 
 from __future__ import annotations
@@ -99,7 +99,12 @@ def test_bad_tables_are_refused():
         BudgetRule({1: 1.0}, {1: {1: 2.0, 3: 4.0}})  # a cost without its τ
 
 
-RECIPES = {"ngram": "tiny-llama3-ngram.yaml", "eagle-1": "tiny-llama3-eagle1.yaml", "medusa": "tiny-llama3-medusa.yaml"}
+RECIPES = {
+    "ngram": "tiny-llama3-ngram.yaml",
+    "lookahead": "tiny-llama3-lookahead.yaml",
+    "eagle-1": "tiny-llama3-eagle1.yaml",
+    "medusa": "tiny-llama3-medusa.yaml",
+}
 
 
 @pytest.fixture(scope="module", params=list(RECIPES))
@@ -128,8 +133,12 @@ def test_budget_one_decodes_exactly_like_plain(method):
         assert b.token_ids == a.token_ids and b.steps == a.steps
         assert b.accepted_per_step == [0] * b.steps and b.drafted == 0
     assert loop.budget == 1
-    if name == "ngram":  # a drafter that learns from emitted tokens: the plain loop itself
+    if name in ("ngram", "lookahead"):  # a drafter that learns a plain step (`PlainUpdates`): the plain loop itself
         assert calls[0] == 0
+    # ... and at batch 1 too, and drafting resumes where the budget allows it, lossless
+    for p, a in zip(prompts, plain):
+        loop = Decoder(dec.engine, dec.make_drafter(), DraftSchedule([(3, 1)]))
+        assert loop.run([Request(p, 24)], burst=False)[0].token_ids == a.token_ids
 
 
 def test_rule_driven_decoding_is_lossless_and_switches(method):

@@ -169,6 +169,10 @@ class LookaheadDrafter:
             else:
                 self._seqs[s].update(d, result.node_argmax[row, : d.num_nodes].tolist(), result.emitted(row))
 
+    def update_plain(self, seq: int, root: int, token: int) -> None:
+        """A plain step's root and token (`PlainUpdates`): what `update` learns after a root-only draft."""
+        self._seqs[seq].note_text(root, (token,))
+
     def release(self, seq: int) -> None:
         self._seqs.pop(seq, None)
         self._prompts.pop(seq, None)

@@ -253,6 +253,10 @@ class NgramDrafter:
         (`EmittedUpdates`: the decoding loop's batch-1 chain steps, `builder.speculative.fast_paths`)."""
         self._seqs[seq].update(emitted, depth)
 
+    def update_plain(self, seq: int, root: int, token: int) -> None:
+        """A plain step's token (`PlainUpdates`: a step a budget of 1 turned off, run as a plain step)."""
+        self._seqs[seq].update([token], 0)
+
     def release(self, seq: int) -> None:
         state = self._seqs.pop(seq, None)
         if state is not None and self.pool is not None:
