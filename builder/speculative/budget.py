@@ -27,6 +27,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+MARGIN = 0.05  # a draft must beat no draft by more than this share of its rate: the table's own noise (±3-5 %)
 PRIOR_STEPS = 32  # sequence steps the measured τ counts as, at least, against served steps (`BudgetRule.observe`)
 REFRESH_STEPS = 256  # served sequence steps of one budget between two refinements of its τ
 
@@ -114,10 +115,15 @@ class BudgetRule:
         return {n: self.cost[lo][n] + (self.cost[hi][n] - self.cost[lo][n]) * w for n in both}
 
     def budget(self, batch: int) -> int:
-        """The node budget for a step of `batch` sequences (1: no draft)."""
+        """The node budget for a step of `batch` sequences (1: no draft, also where the best draft's predicted gain is
+        within MARGIN: measurement noise, and a plain step is the very loop of a request that does not speculate)."""
         n = self._picks.get(batch)
         if n is None:
-            n = self._picks[batch] = best_padded([self.live_tau] * batch, self.cost_at(batch))[0]
+            cost = self.cost_at(batch)
+            n, rate = best_padded([self.live_tau] * batch, cost)
+            if n > 1 and 1 in cost and rate < (1 + MARGIN) * batch / cost[1]:
+                n = 1
+            self._picks[batch] = n
         return n
 
     def picks(self, batches: Sequence[int]) -> dict[int, int]:
