@@ -48,7 +48,11 @@ def measure_into(ctx: StageContext, out: Path, opened: Any, threads: int = 1) ->
     if facts.max_nodes <= 1 or not implements(opened.make_drafter(), Budgeted):
         return None  # (no draft, or a drafter that takes no budget — a method of another distribution may not)
     ctx.say("measuring the draft budget table on this host (tokens per ms per draft budget and batch size)")
-    prompts = calibration_prompts(ctx, out / meta["tokenizer"])
+    vocab = opened.engine.vocab_size  # (a tokenizer larger than the model's vocabulary: its ids would index past it)
+    prompts = [p for p in calibration_prompts(ctx, out / meta["tokenizer"]) if p and max(p) < vocab]
+    if not prompts:
+        ctx.say("no calibration prompt fits this engine (length, vocabulary): no draft budget table, the whole draft")
+        return None
     batch = int(meta["max_batch_size"])
     rule = measure_table(opened.engine, opened.make_drafter, prompts, facts.max_nodes, batch, BUDGET_S, threads=threads)
     table = rule.to_json()
