@@ -40,6 +40,7 @@ class TorchEngine:
         max_batch_size: int = 1,
         medusa: MedusaHeads | None = None,
         medusa_topk: int = 0,
+        features: tuple[int, ...] = (),  # EAGLE-3's aux layers: `hidden` is their outputs, concatenated
     ) -> None:
         cfg = model.cfg
         if not 0 < max_seq_len <= cfg.max_position_embeddings:
@@ -50,7 +51,9 @@ class TorchEngine:
         if medusa is not None and medusa_topk < 1:
             raise ValueError("Medusa heads need medusa_topk >= 1")
         self.model = model.eval()
-        self.vocab_size, self.hidden_size = cfg.vocab_size, cfg.hidden_size
+        self.features = tuple(features)
+        self.vocab_size = cfg.vocab_size
+        self.hidden_size = cfg.hidden_size * (len(self.features) or 1)
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.medusa, self.medusa_topk = (None if medusa is None else medusa.eval()), medusa_topk
         self.rows = RowTable(max_batch_size)
@@ -121,7 +124,7 @@ class TorchEngine:
             n = len(tokens)
             cache.reserve(n)
             logits, h = self.model(
-                tokens[None], torch.arange(n)[None], causal_mask(n), cache, 0
+                tokens[None], torch.arange(n)[None], causal_mask(n), cache, 0, self.features
             )  # (1, n, V), (1, n, C)
             cache.commit_all()
             res = self._verify(logits[:, -1:], tokens[None, -1:], np.zeros((1, 1), np.int32), sampling, row)
@@ -151,7 +154,9 @@ class TorchEngine:
             start = cache.reserve(n)
             full = torch.cat((torch.ones(n, start, dtype=torch.bool), torch.from_numpy(np.array(draft.mask))), dim=1)
             positions = torch.from_numpy(start + draft.depth)[None]  # (1, T)
-            logits, h = self.model(torch.from_numpy(np.array(draft.tokens))[None], positions, full[None], cache, start)
+            logits, h = self.model(
+                torch.from_numpy(np.array(draft.tokens))[None], positions, full[None], cache, start, self.features
+            )
             res = self._verify(logits, torch.from_numpy(np.array(draft.tokens))[None], draft.paths, sampling, row)
             k = int(res.accepted_len[0])
             chain = draft.paths[int(res.best_path[0]), :k].astype(np.int64)

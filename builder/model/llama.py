@@ -186,10 +186,13 @@ class Llama(nn.Module):
         mask: torch.Tensor,  # [B, T, S] bool over (cache[:start] + new); S = start + T
         cache: KVCache | None = None,  # None: no cache, S = T and start must be 0
         start: int = 0,  # cache slot where the T new tokens' KV is written
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # -> logits [B, T, V] (model dtype), hidden [B, T, C]
+        features: tuple[int, ...] = (),  # EAGLE-3: return these layers' outputs as `hidden` instead
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # -> logits [B, T, V] (model dtype), hidden [B, T, C] ([B, T, n·C])
         """One pass over T new tokens; writes their KV to cache slots [start, start + T).
 
-        Returns the logits and the hidden state after the final norm (the Medusa/EAGLE input).
+        Returns the logits and the hidden state after the final norm (the Medusa/EAGLE input) or, with `features`
+        (0-based output-of-layer ids), the residual stream after each of those layers, concatenated in that order
+        (EAGLE-3's input, `builder.speculative.eagle3.draft_model`).
         """
         B, T = tokens.shape
         S = start + T
@@ -202,10 +205,16 @@ class Llama(nn.Module):
         )  # fp32 values, float64 math for float64
         cos_sin = rope_cos_sin(inv_freq.to(tokens.device), position_ids, self.dtype)
         x = self.embed_tokens(tokens)  # (B, T, C)
+        captured: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos_sin, mask, None if cache is None else cache.layer(i), start)
+            if i in features:
+                captured[i] = x
         hidden = self.norm(x)  # (B, T, C)
-        return self.lm_head(hidden), hidden
+        logits = self.lm_head(hidden)
+        if features:
+            hidden = torch.cat([captured[i] for i in features], dim=-1)  # (B, T, n·C)
+        return logits, hidden
 
 
 def causal_mask(T: int, past: int = 0, batch: int = 1) -> torch.Tensor:  # -> [B, T, past + T] bool

@@ -180,6 +180,10 @@ class Method:
     draft: DraftCheckpoint | None = None
     exports: Exports = NOTHING
     export_draft: str | None = None  # DRAFT_GRAPH: dotted path of the draft graph's exporter (builder.export)
+    # DRAFT_GRAPH: the draft reads target features other than the last hidden state (EAGLE-3: the outputs of the
+    # draft's `aux_layers`, through its `fc`): the target step returns those (`Llama.forward(features=…)`; the
+    # exported target graph returns fc of them, `builder.export.target`)
+    target_features: bool = False
     torch_net: str | None = None  # DRAFT_GRAPH: dotted path of the torch reference's draft net (builder.engines)
     tune: str | None = None  # dotted path of its tuner (`builder.tune.tuners.Tuner`); None: nothing to tune
     memory: str | None = None  # dotted path of its memory-plan share (`builder.plan.drafts.DraftMemory`)

@@ -1,6 +1,6 @@
 """The speculative methods trtspec knows: the built-in ones and those installed packages register.
 
-    methods()            {name: Method}, built in first (none, medusa, eagle, lookahead, ngram), then the
+    methods()            {name: Method}, built in first (none, medusa, eagle, eagle3, lookahead, ngram), then the
                          third-party ones by name
     get(name)            one method (UserError naming the known ones otherwise)
     of(config)           the method of a config (a recipe's `speculative` section)
@@ -31,6 +31,7 @@ from typing import Any
 
 from builder.errors import UserError
 from builder.speculative.eagle.method import METHOD as EAGLE
+from builder.speculative.eagle3.method import METHOD as EAGLE3
 from builder.speculative.lookahead.method import METHOD as LOOKAHEAD
 from builder.speculative.medusa.method import METHOD as MEDUSA
 from builder.speculative.method import Config, Facts, Method
@@ -38,7 +39,7 @@ from builder.speculative.ngram.method import METHOD as NGRAM
 from builder.speculative.none.method import METHOD as NONE
 
 GROUP = "trtspec.methods"
-BUILTIN = (NONE, MEDUSA, EAGLE, LOOKAHEAD, NGRAM)  # the recipe schema's union keeps this order
+BUILTIN = (NONE, MEDUSA, EAGLE, EAGLE3, LOOKAHEAD, NGRAM)  # the recipe schema's union keeps this order
 
 
 class MethodError(UserError):
