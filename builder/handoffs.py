@@ -186,6 +186,8 @@ class EagleGraph(Strict):
     top_k: int
     capacity: int  # KV capacity of the draft graph
     draft_vocab: int | None = None
+    # EAGLE-3: the target layers (output-of-layer ids) whose outputs the target graphs' `hidden` is the draft's fc of
+    aux_layers: list[int] | None = None
 
 
 class ExportJson(Handoff):

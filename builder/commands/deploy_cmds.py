@@ -69,15 +69,24 @@ def deploy(
     loaded, findings = load_checked(recipe, overrides)
     echo_warnings(findings, loaded)
     r = loaded.recipe
-    if r.target.engine_backend != "trtllm":
+    if r.target.engine_backend not in ("trtllm", "trtllm-llmapi"):
         raise UserError(
             f"deploy writes TensorRT-LLM bundles; this recipe's backend is {r.target.engine_backend} "
             "(serve it with `trtspec serve`)",
             field="target.backend",
-            allowed="trtllm",
+            allowed="trtllm, trtllm-llmapi",
         )
     result = run_build(loaded, cache_dir, until="checkpoint", report=BuildDisplay(quiet))
     dest = Path(out) if out else Path("out/deploy") / Path(recipe).stem
+    if r.target.engine_backend == "trtllm-llmapi":  # the PyTorch flow: no engine (builder.trtllm.llmapi.deploy)
+        from builder.trtllm.llmapi.deploy import write_deploy
+
+        runs = {run.name: run.key for run in result.runs}
+        info = write_deploy(loaded, result.folder("checkpoint"), runs, dest, _prompts(loaded))
+        click.echo(f"deploy bundle: {dest}  (TensorRT-LLM {info['tensorrt_llm']} PyTorch flow)")
+        for step in info["next_steps"]:
+            click.echo(f"  {step}")
+        return
     info = _write(loaded, result, Path(cache_dir), dest, engine_path)
     todo = "to build: bash " + str(dest / "bundle/docker-run.sh") + " build"
     click.echo(f"deploy bundle: {dest}  (engine {'included' if info['engine_included'] else todo})")

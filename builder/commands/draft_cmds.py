@@ -84,8 +84,18 @@ def _check(kinds: tuple[str, ...]):
                 which = MODEL if TARGET_EMBEDDING in set(f.keys()) else kinds[0]
         if which == MODEL:
             checked_sources(folder, LlamaConfig.from_json(folder))
-        else:
-            draft_checkpoints()[which].check_folder(folder)
+            return
+        # drafts sharing the file name (EAGLE's and EAGLE-3's pytorch_model.bin): the first whose check passes
+        drafts = [k for k in kinds if k != MODEL] if len(kinds) > 1 else [which]
+        first: UserError | None = None
+        for name in drafts:
+            try:
+                draft_checkpoints()[name].check_folder(folder)
+                return
+            except UserError as exc:
+                first = first or exc
+        assert first is not None
+        raise first
 
     return check
 

@@ -7,7 +7,7 @@ opens a folder of either backend (ONNX Runtime: `builder.engines.ort.load`, Tens
 or the folder's own method), re-validates it by its method's config class and checks it against what the engines
 hold — room for its draft nodes, fused heads (a FUSED_HEADS method). engine.json keys read: drafter, capacity,
 max_seq_len, medusa. A DRAFT_GRAPH method also needs the folder's draft graph ("eagle"), which the backend's
-`open_engine` opens.
+`open_engine` opens; `target_hidden` says how wide the target graphs' `hidden` is (EAGLE-3's fc folded in).
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from builder.speculative import registry
 from builder.speculative.budget import BudgetRule
 from builder.speculative.method import DRAFT_GRAPH, FUSED_HEADS, DrafterFactory
 from builder.speculative.protocols import EagleNet, Engine
+
+
+def target_hidden(meta: dict[str, Any]) -> int:
+    """Width of the target graphs' `hidden` output: the model's, or — EAGLE-3, engine.json's eagle.aux_layers — the
+    draft's, whose fc the target graphs apply to those layers' outputs (`builder.export.target.Features`)."""
+    e = meta.get("eagle")
+    return int(e["hidden"]) if e is not None and e.get("aux_layers") else int(meta["model"]["hidden"])
 
 
 def budget_rule(meta: dict[str, Any]) -> BudgetRule | None:

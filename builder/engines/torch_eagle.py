@@ -1,7 +1,10 @@
-"""`TorchEagleNet`: the torch face of the `EagleNet` protocol over `EagleDraft`, one KV cache per sequence.
+"""`TorchEagleNet`: the torch face of the `EagleNet` protocol over `EagleDraft` or `Eagle3Draft`, one KV cache per
+sequence.
 
 The reference for the ONNX Runtime face (`builder.engines.ort`); see `builder.speculative.protocols.EagleNet`
-for the pair/position conventions.
+for the pair/position conventions. An `Eagle3Draft` takes the target's features as the torch engine returns them
+(`TorchEngine(features=aux_layers)`: 3·C wide, its fc applied inside `Eagle3Draft.forward`) and its own outputs
+(C wide) at deeper levels; the ONNX graphs fold fc into the target step instead (`builder.export.target.Features`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import torch
 
 from builder.model.kv_cache import KVCache
 from builder.speculative.eagle.draft_model import EagleDraft
+from builder.speculative.eagle3.draft_model import Eagle3Draft
 from builder.speculative.protocols import DraftOutput
 
 
 class TorchEagleNet:
-    def __init__(self, draft: EagleDraft, top_k: int, capacity: int, max_batch_size: int = 1) -> None:
+    def __init__(self, draft: EagleDraft | Eagle3Draft, top_k: int, capacity: int, max_batch_size: int = 1) -> None:
         self.draft, self.top_k, self.capacity = draft.eval(), top_k, capacity
         self.hidden_size = draft.cfg.hidden_size
         self._free = [draft.new_cache(capacity) for _ in range(max_batch_size)]
@@ -79,7 +83,8 @@ class TorchEagleNet:
         cache: KVCache,
         start: int,
     ) -> torch.Tensor:
-        # tokens [F], hidden [F, C], positions [F], mask [F, start + F] -> draft output [F, C]
+        # tokens [F], hidden [F, C] (EAGLE-3's target features: [F, 3·C]), positions [F], mask [F, start + F]
+        # -> draft output [F, C]
         d = self.draft
         x = torch.from_numpy(np.ascontiguousarray(hidden)).to(d.dtype)[None]
         pos = torch.from_numpy(np.array(positions, dtype=np.int64))[None]

@@ -5,7 +5,8 @@ streamed to the external-data file, save, node counts, staged writes), `attn_bas
 `ort_variant` (the two attention variants and the tree mask), `verify` (the `ort` twin's greedy
 verification), `llama` (decoder layers from `builder.model.llama`), `qdq` (FP8:
 QuantizeLinear / DequantizeLinear to FLOAT8E4M3FN from modelopt's scales), `medusa` (heads fused into the
-target), `target` (`export_target`), `eagle` (`export_eagle`), `lower` (the float32 lowering of a GPU-form
+target), `target` (`export_target`), `eagle` (`export_eagle`), `eagle3` (`export_eagle3`: EAGLE-3's draft graph,
+same contract), `lower` (the float32 lowering of a GPU-form
 graph for ONNX Runtime), `tensorrt` (the TensorRT form), `artifacts` (files + `ExportResult`).
 
 Forms (`contract.Precision`): the CPU form is float32 throughout; the GPU form computes in the recipe's
@@ -49,7 +50,8 @@ Target step graph (`export_target`; one graph for prefill and decoding steps)
     best_path       [B]        int32  TreeVerify: lowest path index holding the accepted chain
     output_tokens   [B, W]     int32  TreeVerify: accepted tokens, bonus token, -1
     node_argmax     [B, Tv]    int64  the target's greedy token at every verify node (ties: lowest id)
-    hidden          [B, T, C]  act    hidden state after the final norm at every node
+    hidden          [B, T, C]  act    hidden state after the final norm at every node; EAGLE-3 (`target.Features`):
+                                      the draft's fc of the residual stream after its aux layers, concatenated
     medusa_topk     [B, H, K]  int64  only with Medusa heads fused in: each head's top-K token ids (ties:
                                       lower id first) at the hidden state of the LAST ACCEPTED node,
                                       verify_index[b, paths[b, best_path[b], accepted_len[b] - 1]]

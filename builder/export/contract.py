@@ -10,7 +10,9 @@ It generates
     dynamic dims; `builder.engines.tensorrt.profiles`).
 
 Dims: dynamic B, T, Tv, P, W (target), F, U, R (EAGLE); fixed at export CAP, KV, D (caches), C (hidden), Hm
-(Medusa heads), K (top-K).
+(Medusa heads), K (top-K). C is the width of the target's `hidden` and the draft's `hidden_in` / `hidden_out`: the
+model's, or with EAGLE-3 the draft's (its fc folded into the target graph: `builder.export.target.Features`), so the
+EAGLE contract serves EAGLE-1/2 and EAGLE-3 alike (`builder.export.eagle`, `builder.export.eagle3`).
 
 Dtypes are kinds, resolved by a `Precision`:
   "act"  the activation dtype: float32 in the CPU form; the recipe's model.dtype (bfloat16 / float16) in the

@@ -133,24 +133,40 @@ def decoder(
     final_norm: np.ndarray | None,  # [C]; None: no final norm (EAGLE), the output is the residual stream
     out: str,  # name of the output value [B, T, C] ([B, R, C] with `rows`)
     rows: str | None = None,  # [B, R] int64: the only rows the last layer carries past its attention
+    attn_in: str | None = None,  # [B, T, Ca] layer 0's attention input when it is not x (EAGLE-3: 2C wide)
+    residuals: list[str] | None = None,  # filled: the residual stream [B, T, C] after each layer, in order
 ) -> str:
     """All decoder layers, then the final norm (or the last residual add); returns `out`.
 
     With `rows`, the last layer's attention still runs (and writes the KV cache) over all T rows, then its
     attention output and residual stream are gathered to the R rows given per batch row (GatherND, batch_dims
-    1), so o_proj, the MLP and whatever the caller puts after the decoder run over R rows only."""
+    1), so o_proj, the MLP and whatever the caller puts after the decoder run over R rows only.
+
+    `attn_in`: layer 0 (no input norm of its own) attends over this value while x stays its residual stream — the
+    EAGLE-3 draft layer's [input_norm(embed); hidden_norm(h)] with residual h (`builder.export.eagle3`); its
+    packed QKV weight is then Ca rows tall. `residuals` (an empty list, all rows, no `rows`): appended with the
+    value holding the residual stream after layer i, for each i — the sums the fused add + norm computes anyway,
+    so reading them costs no node (EAGLE-3's target features, `builder.export.target`)."""
     eps, shape, dtype = cfg.rms_norm_eps, attn_shape(cfg), variant.precision.act
+    if residuals is not None and (rows is not None or residuals):
+        raise ValueError("residuals: an empty list, and all rows (no `rows`)")
     pending: str | None = None  # the last MLP output, not yet added to the residual stream x
     last = cfg.num_hidden_layers - 1
     for i, w in enumerate(layers):
         with g.scope(f"layer{i}"):
-            if w.input_norm is None:  # identity norm: the residual add (if any) is the layer input
+            if attn_in is not None and i == 0:
+                if w.input_norm is not None:
+                    raise ValueError("attn_in replaces layer 0's input norm: its weights must have none")
+                h = attn_in
+            elif w.input_norm is None:  # identity norm: the residual add (if any) is the layer input
                 x = x if pending is None else g.op("Add", x, pending)
                 h = x
             elif pending is None:
                 h = variant.norm(g, x, g.weight("input_norm", w.input_norm), eps)
             else:
                 h, x = variant.add_norm(g, x, pending, g.weight("input_norm", w.input_norm), eps)
+            if residuals is not None and pending is not None:
+                residuals.append(x)  # after layer i - 1
             h, qkv = operands(g, h, w.qkv, "qkv", dtype)
             attn = variant.attention(g, h, qkv, shape, caches[i], w.kv_scales)  # [B, T, H·D]
             if rows is not None and i == last:
@@ -164,8 +180,13 @@ def decoder(
         if pending is None:
             raise ValueError("no layers")
         if final_norm is None:
-            return g.op("Add", x, pending, out=out)
-        return variant.add_norm(g, x, pending, g.weight("norm", final_norm), eps, out=out)[0]
+            x = g.op("Add", x, pending, out=out)
+            y = x
+        else:
+            y, x = variant.add_norm(g, x, pending, g.weight("norm", final_norm), eps, out=out)
+        if residuals is not None:
+            residuals.append(x)  # after the last layer
+        return y
 
 
 def _mlp(g: Graph, variant: Variant, h: str, w: LayerWeights, dtype: str) -> str:  # [B, T, C] -> [B, T, C]

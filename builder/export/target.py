@@ -8,15 +8,26 @@ linears become Q/DQ + FP8 weights (`builder.export.qdq`), the LM head too if it 
 `precision` (`builder.export.contract.Precision`): the CPU form is float32 (the default); the GPU form
 computes in bfloat16 / float16 (the logits are cast to float32 for `node_argmax`, and by TreeVerify
 itself) and may store an FP8 KV cache. Inputs and outputs are declared from `builder.export.contract`.
+
+EAGLE-3 (`Features`, a method with `Method.target_features`): `hidden` is the draft's fc folded in,
+fc(concat(residual stream after layers a, b, c)) [B, T, C], instead of the final norm's output (which the LM head
+still reads). Why fold it here rather than export the 3·C-wide features: fc is linear and per position, so the
+rows the engine keeps (the accepted chain's, the prefill's) of fc(features) are fc of those rows — the same
+numbers; and then `hidden` has the width C that the EAGLE draft-graph contract's `hidden_in` has (the draft's:
+the target's, or its own where a draft is narrower or wider), so the draft graph (`builder.export.eagle3`), the
+engines' bindings, `EagleHost` and the drafter run unchanged, and the host copies a third of the bytes per accepted
+row. fc stays in the activation dtype (never FP8: the draft's modules are excluded from quantization).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import onnx
+import torch
 
 from builder.errors import UserError
 from builder.export.artifacts import ExportResult, data_name, write_models
@@ -39,6 +50,36 @@ SAMPLING_INPUTS = ("temperature", "top_p", "uniforms")
 VERIFY_OUTPUTS = ("accepted_len", "best_path", "output_tokens")
 
 
+@dataclass(frozen=True)
+class Features:
+    """EAGLE-3's target features with the draft's fc folded in (module docstring)."""
+
+    layers: tuple[int, ...]  # output-of-layer ids (0-based), low to high: the concatenation's order
+    fc: torch.Tensor  # [Cd, n·C] the draft's fc weight (nn.Linear layout, no bias); Cd the draft's width
+
+    @property
+    def width(self) -> int:
+        return int(self.fc.shape[0])
+
+    def check(self, num_layers: int, hidden: int) -> None:
+        n = len(self.layers)
+        if not n or len(set(self.layers)) != n or min(self.layers) < 0 or max(self.layers) >= num_layers:
+            raise UserError(
+                f"feature layers {list(self.layers)} must be distinct layers of the {num_layers}-layer target",
+                field="speculative.aux_layers",
+                allowed=f"distinct ids in 0..{num_layers - 1}",
+            )
+        if self.fc.dim() != 2 or self.fc.shape[1] != n * hidden:
+            raise UserError(
+                f"the draft's fc is {tuple(self.fc.shape)}; over {n} features of the {hidden}-wide target it must "
+                f"be (draft width, {n * hidden})",
+                field="fc.weight",
+            )
+
+    def as_dict(self) -> dict[str, object]:
+        return {"layers": list(self.layers), "width": self.width}
+
+
 def build_target(
     model: Llama,
     *,
@@ -50,9 +91,11 @@ def build_target(
     fp8: Fp8Spec | None = None,
     sink: DataSink | None = None,
     precision: Precision = CPU,
+    features: Features | None = None,
 ) -> onnx.ModelProto:
-    """The canonical target step graph in `precision`; FP8 Q/DQ where `fp8` quantizes. Weights in memory, or
-    streamed to `sink` (the proto then refers to its file)."""
+    """The canonical target step graph in `precision`; FP8 Q/DQ where `fp8` quantizes; `hidden` = fc of the
+    `features` where given (module docstring). Weights in memory, or streamed to `sink` (the proto then refers to
+    its file)."""
     cfg, act = model.cfg, precision.act
     check_dtype(model.dtype, "the target model")
     fp8 = None if fp8 is None else scales_in(fp8, act)
@@ -60,6 +103,10 @@ def build_target(
         raise UserError(f"unknown verification mode {mode!r}", field="mode", allowed=", ".join(MODES))
     if (medusa is None) != (medusa_topk is None):
         raise ValueError("pass medusa and medusa_topk together")
+    if features is not None:
+        features.check(cfg.num_hidden_layers, cfg.hidden_size)
+        if medusa is not None:
+            raise ValueError("Medusa heads read the final hidden state: no features with them")
     if medusa is not None and (medusa.hidden_size, medusa.vocab_size) != (cfg.hidden_size, cfg.vocab_size):
         raise UserError("the Medusa heads do not fit the target (hidden_size / vocab_size)", field="medusa")
     var = make_variant(variant, cfg.head_dim, precision)
@@ -68,7 +115,7 @@ def build_target(
         "KV": cfg.num_key_value_heads,
         "CAP": max_seq_len,
         "D": cfg.head_dim,
-        "C": cfg.hidden_size,
+        "C": cfg.hidden_size if features is None else features.width,  # `hidden`'s width
         "Hm": 0 if medusa is None else medusa.num_heads,
         "K": medusa_topk or 0,
     }
@@ -82,9 +129,22 @@ def build_target(
         embed = g.weight("embed_tokens", to_numpy(model.embed_tokens.weight, act))  # [V, C]
         x = g.op("Gather", embed, "tokens", axis=0)  # [B, T, C]
     layers = (layer_weights(block, fp8, i, act) for i, block in enumerate(model.layers))  # type: ignore[arg-type]
+    residuals: list[str] | None = None if features is None else []
     hidden = decoder(
-        g, var, x, layers, cfg, layer_caches(cfg.num_hidden_layers), to_numpy(model.norm.weight, act), out="hidden"
-    )  # [B, T, C]
+        g,
+        var,
+        x,
+        layers,
+        cfg,
+        layer_caches(cfg.num_hidden_layers),
+        to_numpy(model.norm.weight, act),
+        out="hidden" if features is None else "final_hidden",
+        residuals=residuals,
+    )  # [B, T, C] after the final norm
+    if features is not None and residuals is not None:
+        with g.scope("features"):
+            cat = g.op("Concat", *(residuals[i] for i in features.layers), axis=2)  # [B, T, n·C]
+            g.op("MatMul", cat, g.weight("fc", to_numpy(features.fc.T, act)), out="hidden")  # [B, T, C]
     with g.scope("verify"):
         head_fp8 = None if fp8 is None else fp8.linears.get("lm_head")
         if head_fp8 is not None:
@@ -130,12 +190,13 @@ def export_target(
     fp8: Fp8Spec | None = None,
     precision: Precision = CPU,
     medusa_nbits: int | None = None,
+    features: Features | None = None,
 ) -> ExportResult:
     """Export the target step graph to `out_dir` (replaced as a whole): `target.onnx` (canonical, with
     trtspec::TreeVerify, in `precision`), `target.ort.onnx` (TreeVerify decomposed for ONNX Runtime; the
     float32 lowering of a bfloat16 / float16 / FP8-cache graph, `builder.export.lower`; `medusa_nbits` 8 or 4:
     the Medusa heads' weight MatMuls block-quantized there, `builder.export.nbits`), `target.data`,
-    `export.json`."""
+    `export.json` (with `features`: `hidden` is the EAGLE-3 draft's fc of them, module docstring)."""
     settings = {
         "graph": "target_step",
         "variant": variant,
@@ -145,6 +206,7 @@ def export_target(
         "medusa_topk": medusa_topk,
         "fp8": fp8_summary(fp8),
         "precision": precision.as_dict(),
+        "features": None if features is None else features.as_dict(),
     }
     with data_sink(Path(out_dir), data_name("target")) as sink:
         proto = build_target(
@@ -157,6 +219,7 @@ def export_target(
             fp8=fp8,
             sink=sink,
             precision=precision,
+            features=features,
         )
         heads = None if medusa is None or medusa_nbits is None else (medusa_nbits, _in_medusa_heads)
         return write_models(proto, Path(out_dir), "target", settings, sink, heads)

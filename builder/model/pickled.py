@@ -23,6 +23,11 @@ Upstream layouts (the key names inside each file are the ones our safetensors lo
   is true; the Llama 3 drafts' configs say false, `eagle/train/EAGLE-LLaMA3-Instruct-8B`@8937b4e6),
   `layers.{i}.self_attn.{q,k,v,o}_proj.weight`, `layers.{i}.mlp.{gate,up,down}_proj.weight`,
   `layers.{i}.post_attention_layernorm.weight` and `input_layernorm` for i > 0), as in model.safetensors.
+- eagle3: `pytorch_model.bin` = `torch.save` of SafeAILab's EAGLE-3 draft state dict (`eagle/traineagle3/cnets.py`
+  Model: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t` int64, `t2d` bool; `embed_tokens.weight` only in drafts of
+  another width than their target), as yuhuili/EAGLE3-LLaMA3.1-Instruct-8B ships it; the same file name as
+  EAGLE-1's and a single-file target's, told apart after conversion by the strict checks
+  (`builder.speculative.eagle3.checkpoint`, `docs/eagle3-checkpoints.md`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ TARGET = Layout(
 )
 MEDUSA = Layout("Medusa", ("medusa_lm_head.safetensors",), ("medusa_lm_head.pt",))
 EAGLE = Layout("EAGLE", ("model.safetensors",), ("pytorch_model.bin",))
+EAGLE3 = Layout("EAGLE-3", ("model.safetensors",), ("pytorch_model.bin",))
 
 
 def pickle_to_read(directory: Path, layout: Layout) -> Path | None:

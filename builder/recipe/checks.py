@@ -41,7 +41,7 @@ class Checker(Findings):
             self.lengths,
             self.speculative,
         ]
-        if self.recipe.target.engine_backend == "trtllm":
+        if self.recipe.target.engine_backend in ("trtllm", "trtllm-llmapi"):
             rules.append(self.trtllm)
         for rule in rules:
             try:
@@ -72,7 +72,7 @@ class Checker(Findings):
             if draft is not None and draft.local is not None and not draft.local.is_dir():
                 self.add(("speculative", "checkpoint"), f"{spec.method} checkpoint missing: {draft.local}", warn=True)
             elif draft is not None and draft.local is not None and own.check_config is not None:
-                own.check_config(spec, _config(draft.local), Checks(self.recipe, self.add))
+                own.check_config(spec, _config(draft.local), Checks(self.recipe, self.add, draft.local, self.arch))
 
     def pickles(self) -> None:
         check_pickles(self)

@@ -110,7 +110,7 @@ class Quantization(Section):
         description="Calibration data for FP8 scales (ignored, with a warning, for a pre-quantized checkpoint).",
     )
     exclude_modules: list[Annotated[str, Field(max_length=256)]] = Field(
-        default_factory=lambda: ["lm_head", "embed_tokens", "medusa_heads", "eagle_draft"],
+        default_factory=lambda: ["lm_head", "embed_tokens", "medusa_heads", "eagle_draft", "eagle3_draft"],
         max_length=256,
         description="Module name patterns kept in the model dtype.",
     )
@@ -156,10 +156,12 @@ class Target(Section):
         "cpu", description="Where the engine runs (cpu: ONNX Runtime; GPUs: TensorRT)."
     )
     gpus: int = Field(1, gt=0, le=64, description="GPUs used; must equal tp × pp on GPU targets.")
-    backend: Literal["onnxruntime", "tensorrt", "trtllm"] | None = Field(
+    backend: Literal["onnxruntime", "tensorrt", "trtllm", "trtllm-llmapi"] | None = Field(
         None,
         description="Engine backend; default onnxruntime on cpu, tensorrt on GPUs. trtllm: a TensorRT-LLM 1.2.x "
-        "checkpoint, trtllm-build command and inflight_batcher_llm repository (settings in the trtllm section).",
+        "checkpoint, trtllm-build command and inflight_batcher_llm repository (settings in the trtllm section). "
+        "trtllm-llmapi: TensorRT-LLM's PyTorch / LLM-API flow — a modelopt FP8 HF checkpoint, the LLM-API options "
+        "file, a Triton llmapi repository and a trtllm-serve launch (docs/trtllm-llmapi.md).",
     )
     runtime_reserve_gib: float = Field(
         2.0,

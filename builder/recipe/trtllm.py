@@ -5,7 +5,11 @@ command and an `inflight_batcher_llm` repository for NVIDIA's Triton TRT-LLM con
 1.2.x is the last release line with that engine path (`trtllm-build`, `tensorrt_llm/runtime`, the C++
 `inflight_batcher_llm` backend): NVIDIA/TensorRT-LLM removed it on main in mid-2026 (PRs #15763,
 #15767, #15907, #15918, #16369; `docs/source/legacy/tensorrt-backend-removal.md`), so versions ≥ 1.3
-are refused here. Sources for each fact are cited beside it.
+are refused for it. Sources for each fact are cited beside it.
+
+`target.backend: trtllm-llmapi` is TensorRT-LLM's PyTorch / LLM-API flow (trtllm-serve, Triton `llmapi`), the line
+that goes on after 1.2: `LLMAPI_RELEASES` are the releases trtspec writes its options file and repository for. The
+backend, not the version, picks the flow: 1.2.1 has both (its PyTorch flow drafts EAGLE-3 as a chain only).
 """
 
 from __future__ import annotations
@@ -59,6 +63,86 @@ RELEASES: dict[str, Release] = {
 OLDEST_LINE = (1, 2)
 
 
+@dataclass(frozen=True)
+class LlmapiRelease:
+    """One TensorRT-LLM release as the PyTorch / LLM-API flow serves it (`target.backend: trtllm-llmapi`)."""
+
+    version: str
+    status: Literal["release", "pre-release"]
+    image: str  # the container holding this release's trtllm-serve (and tritonserver + /app/all_models when `triton`)
+    triton: bool  # NVIDIA's Triton TRT-LLM image of this release: tritonserver and the llmapi model inside
+    eagle3_tree: Literal["chain", "dynamic"]  # what its one-model EAGLE-3 drafts
+    eagle3_decoding_type: str  # speculative_config.decoding_type that selects EAGLE-3 on its PyTorch backend
+    draft_key: str  # the speculative_config key naming the draft folder
+    rejection: bool  # its one-model EAGLE-3 verifies sampled requests by rejection sampling (else greedily only)
+    source: str  # where these facts come from
+
+
+LLMAPI_SOURCE = (
+    "PyPI tensorrt-llm release list (1.2.1 is the newest release, 2026-04; 1.3.0rc0-rc29, 1.4.0rc0-rc1 are "
+    "pre-releases); NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 470bb72055d5 (main, 2026-04, the newest "
+    "version the code index serves whole; `builder.trtllm.llmapi.llm_args_table`), docs "
+    "nvidia.github.io/TensorRT-LLM/1.4.0rc1/llm-api/reference/Eagle3DecodingConfig.html (the 1.4.0rc1 signature), "
+    "tensorrt_llm/_torch/speculative/eagle3.py @ 001e67005b4f ('currently Eagle3 only supports linear tree', 1.2)"
+)
+
+# The 1.2.1 tag's own llm_args.py is on release/1.2.1, which the code index does not hold: its entry keeps to what
+# every PyTorch-flow version takes — decoding_type Eagle (read as EAGLE-3 on the PyTorch backend), the draft as
+# speculative_model_dir (modelopt's examples/speculative_decoding/README.md @ a2fbac7b L157-182; an alias of
+# speculative_model in llm_args.py @ 470bb720) — and a chain (EAGLE-3 one-model drafts a linear tree in 1.2,
+# eagle3.py @ 001e67005b4f; dynamic trees landed on main in 2026-04, PR #12062). 1.4.0rc1: the dynamic tree
+# (use_dynamic_tree, dynamic_tree_max_topK, max_total_draft_tokens), decoding_type Eagle3, speculative_model and
+# rejection sampling of sampled requests (allow_advanced_sampling), per its API reference signature.
+LLMAPI_RELEASES: dict[str, LlmapiRelease] = {
+    r.version: r
+    for r in (
+        LlmapiRelease(
+            "1.2.1",
+            "release",
+            _NGC.format("26.07"),
+            True,
+            "chain",
+            "Eagle",
+            "speculative_model_dir",
+            False,
+            LLMAPI_SOURCE,
+        ),
+        LlmapiRelease(
+            "1.4.0rc1",
+            "pre-release",
+            "nvcr.io/nvidia/tensorrt-llm/release:1.4.0rc1",
+            False,
+            "dynamic",
+            "Eagle3",
+            "speculative_model",
+            True,
+            LLMAPI_SOURCE,
+        ),
+    )
+}
+LLMAPI_DEFAULT = "1.2.1"  # the newest release (not pre-release): also `version`'s default, one for both backends
+
+
+def engine_line_problem(v: str) -> str | None:
+    """None when `v` is a release of TensorRT-LLM's engine flow (`target.backend: trtllm`), else why not."""
+    parsed = parse_version(v)
+    if parsed[:2] >= FIRST_WITHOUT_ENGINE_PATH:
+        return (
+            f"TensorRT-LLM {v} has no TensorRT engine path: trtllm-build and the Triton inflight_batcher_llm "
+            f"backend were removed after 1.2.x (docs/source/legacy/tensorrt-backend-removal.md); Medusa, EAGLE "
+            f"and Lookahead engines need 1.2.x, its PyTorch flow is target.backend: trtllm-llmapi "
+            f"(allowed: {', '.join(RELEASES)})"
+        )
+    if parsed[:2] < OLDEST_LINE:
+        return (
+            f"TensorRT-LLM {v} predates the 1.2 line trtspec writes checkpoints, build commands and "
+            f"repositories for (allowed: {', '.join(RELEASES)})"
+        )
+    if v not in RELEASES:
+        return f"TensorRT-LLM {v} is not in trtspec's release table (allowed: {', '.join(RELEASES)})"
+    return None
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """ "1.2.1" -> (1, 2, 1); pre-release suffixes ("1.2.0rc8") keep their numeric prefix."""
     m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text)
@@ -74,12 +158,14 @@ class TrtllmSection(Section):
         DEFAULT_VERSION,
         max_length=32,
         description="TensorRT-LLM release the checkpoint, build command and repository target (a release in "
-        "trtspec's table; 1.3 and later have no TensorRT engine path).",
+        "trtspec's table; 1.3 and later have no TensorRT engine path). target.backend trtllm-llmapi: a release of "
+        "the PyTorch / LLM-API flow's table (1.2.1: EAGLE-3 chains; 1.4.0rc1: dynamic trees).",
     )
     container: str | None = Field(
         None,
         max_length=512,
-        description="Container image to build and serve in; default: NVIDIA's Triton TRT-LLM container of `version`.",
+        description="Container image to build and serve in; default: NVIDIA's Triton TRT-LLM container of `version` "
+        "(trtllm-llmapi: the release's container).",
     )
     workers: int | None = Field(
         None, gt=0, le=64, description="trtllm-build --workers (ranks built in parallel); default tp × pp."
@@ -110,29 +196,33 @@ class TrtllmSection(Section):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
+        """A release of either flow's table; which flow may use it is a cross-field rule (`trtllm_checks`)."""
         try:
-            parsed = parse_version(v)
+            parse_version(v)
         except ValueError:
-            raise ValueError(f"{v!r} is not a TensorRT-LLM version (allowed: {', '.join(RELEASES)})") from None
-        if parsed[:2] >= FIRST_WITHOUT_ENGINE_PATH:
-            raise ValueError(
-                f"TensorRT-LLM {v} has no TensorRT engine path: trtllm-build and the Triton inflight_batcher_llm "
-                f"backend were removed after 1.2.x (docs/source/legacy/tensorrt-backend-removal.md); Medusa, EAGLE "
-                f"and Lookahead engines need 1.2.x (allowed: {', '.join(RELEASES)})"
-            )
-        if parsed[:2] < OLDEST_LINE:
-            raise ValueError(
-                f"TensorRT-LLM {v} predates the 1.2 line trtspec writes checkpoints, build commands and "
-                f"repositories for (allowed: {', '.join(RELEASES)})"
-            )
-        if v not in RELEASES:
-            raise ValueError(f"TensorRT-LLM {v} is not in trtspec's release table (allowed: {', '.join(RELEASES)})")
+            known = ", ".join(sorted({*RELEASES, *LLMAPI_RELEASES}))
+            raise ValueError(f"{v!r} is not a TensorRT-LLM version (allowed: {known})") from None
+        if v in LLMAPI_RELEASES:
+            return v
+        problem = engine_line_problem(v)
+        if problem is not None:
+            raise ValueError(f"{problem}; target.backend trtllm-llmapi takes {', '.join(LLMAPI_RELEASES)}")
         return v
 
     @property
     def release(self) -> Release:
+        """The engine flow's release (`target.backend: trtllm`; validate refused any other version there)."""
         return RELEASES[self.version]
 
     @property
     def image(self) -> str:
         return self.container or self.release.container
+
+    @property
+    def llmapi(self) -> LlmapiRelease:
+        """The PyTorch flow's release (`target.backend: trtllm-llmapi`; validate refused any other version)."""
+        return LLMAPI_RELEASES[self.version]
+
+    @property
+    def llmapi_image(self) -> str:
+        return self.container or self.llmapi.image

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from builder.errors import UserError
 from builder.recipe.findings import Findings
+from builder.recipe.llmapi_checks import check_llmapi
 from builder.recipe.resolve import tree_choices_spec, tree_field
+from builder.recipe.trtllm import RELEASES, engine_line_problem
 from builder.speculative import registry
 from builder.speculative.choices import load_choices
 from builder.speculative.method import TRTLLM_ENGINE_LINE as UPSTREAM
@@ -55,10 +57,17 @@ def kv_heads_rule(kv_heads: int, tp: int) -> str | None:
 
 
 def check_trtllm(c: Findings) -> None:
-    """The trtllm backend's own rules (called only when target.backend is trtllm)."""
+    """The trtllm backends' own rules (called only when target.backend is trtllm or trtllm-llmapi)."""
     r = c.recipe
+    if r.target.engine_backend == "trtllm-llmapi":
+        check_llmapi(c)
+        return
     if r.target.device == "cpu":
         return  # `checks.target` already says trtllm needs a GPU target
+    problem = engine_line_problem(r.trtllm.version)
+    if problem is not None:  # a release of the PyTorch flow's table only
+        c.add(("trtllm", "version"), problem, allowed=", ".join(RELEASES))
+        return
     if r.triton.draft_schedule:
         c.add(
             ("triton", "draft_schedule"),

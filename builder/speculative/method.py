@@ -72,6 +72,8 @@ class Checks:
 
     recipe: Any
     add: Callable[..., None]
+    folder: Path | None = None  # the local checkpoint folder `check_config` reads (its weights' header, no torch)
+    arch: Any = None  # the target's Architecture when known (the recipe's, else its local config.json's)
 
 
 @dataclass(frozen=True)

@@ -124,12 +124,15 @@ def _torch(parts: Parts, max_batch_size: int):
     facts = method.facts(config)
     kw = dict(max_seq_len=parts.max_seq_len, max_batch_size=max_batch_size)
     net = None
+    draft = parts.draft(model) if method.exports in (FUSED_HEADS, DRAFT_GRAPH) else None
     if method.exports == FUSED_HEADS:
-        engine = TorchEngine(model, medusa=parts.draft(model), medusa_topk=facts.top_k, **kw)
+        engine = TorchEngine(model, medusa=draft, medusa_topk=facts.top_k, **kw)
+    elif method.target_features and draft is not None:  # EAGLE-3: `hidden` is its aux layers' outputs (3·C wide)
+        engine = TorchEngine(model, features=tuple(draft.aux_layers), **kw)
     else:
         engine = TorchEngine(model, **kw)
     if method.exports == DRAFT_GRAPH:  # the torch reference of its draft graph (`Method.torch_net`)
         net = resolve(method.torch_net or "")(
-            parts.draft(model), facts.top_k, parts.max_seq_len + facts.tentative + 1, max_batch_size
+            draft, facts.top_k, parts.max_seq_len + facts.tentative + 1, max_batch_size
         )
     return engine, method.make_drafter(config, net), facts.label

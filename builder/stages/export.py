@@ -3,6 +3,9 @@
 Folders: `target-greedy/`, `target-rejection/` (Medusa heads fused in when the recipe uses Medusa),
 `eagle/` for EAGLE recipes, and `export.json` with what the engine stage needs. The KV capacity
 leaves room for the recipe's draft and for Lookahead's default window (`--method lookahead`).
+A method whose draft reads other target features (`Method.target_features`: EAGLE-3) gets target graphs whose
+`hidden` is its draft's fc over the outputs of its `aux_layers` (`builder.export.target.Features`); export.json's
+"eagle" entry records those layers ("aux_layers", output-of-layer ids), and the engine stage's engine.json with it.
 
 Precision (`builder.export.contract.Precision`): cpu targets export the CPU form, float32 throughout (an
 FP8 KV cache as Q/DQ in front of float32 caches). GPU targets export the GPU form: the recipe's
@@ -94,7 +97,7 @@ def export_graphs(
     `precision`; the export.json data."""
     from builder.engines.ort.build import pick_variant
     from builder.export.nbits import BITS
-    from builder.export.target import export_target
+    from builder.export.target import Features, export_target
 
     config = parts.drafter_config()
     method = registry.of(config)
@@ -103,9 +106,15 @@ def export_graphs(
     variant = pick_variant(variant, model.cfg.head_dim, precision[0])
     heads = parts.draft(model) if method.exports == FUSED_HEADS else None  # fused into the target graphs
     k = facts.top_k if heads is not None else None
+    draft = parts.draft(model) if method.exports == DRAFT_GRAPH else None
+    features = None  # EAGLE-3: the target graphs' `hidden` is the draft's fc over its aux layers' outputs
+    if method.target_features and draft is not None:
+        features = Features(tuple(draft.aux_layers), draft.fc.weight.detach())
     tag = ("" if fp8 is None else ", FP8") + (
         "" if precision[0] == CPU else f", {precision[0].act}, KV {precision[0].kv}"
     )
+    if features is not None:
+        tag += f", features of layers {list(features.layers)} through the draft's fc"
     modes = ("greedy", "rejection") if parts.verification == "rejection" else ("greedy",)
     nbits = BITS[parts.draft_weights] if parts.draft_weights is not None and precision[0] == CPU else None
     about = "" if heads is None or nbits is None else f", Medusa heads {parts.draft_weights}"
@@ -122,6 +131,7 @@ def export_graphs(
             fp8=fp8,
             precision=precision[0],
             medusa_nbits=nbits,
+            features=features,
         )
     info: dict[str, Any] = {
         "variant": variant,
@@ -135,14 +145,17 @@ def export_graphs(
         "draft_precision": precision[1].as_dict(),
         "draft_weights": None if nbits is None else parts.draft_weights,
     }
-    if method.exports == DRAFT_GRAPH:
-        info["eagle"] = _draft_graph(say, parts, model, out, variant, facts, fp8, precision[1], nbits)
+    if draft is not None:
+        info["eagle"] = _draft_graph(say, parts, draft, model, out, variant, facts, fp8, precision[1], nbits)
+        if features is not None:
+            info["eagle"]["aux_layers"] = list(features.layers)
     return info
 
 
 def _draft_graph(
     say: Callable[[str], None],
     parts: Parts,
+    draft,
     model,
     out: Path,
     variant: str,
@@ -151,14 +164,15 @@ def _draft_graph(
     precision: Precision = CPU,
     nbits: int | None = None,
 ) -> dict[str, Any]:
-    """The draft graph (`eagle/`, the EAGLE graph contract) by the method's exporter (`Method.export_draft`)."""
+    """The draft graph (`eagle/`, the EAGLE graph contract) of `draft` by the method's exporter
+    (`Method.export_draft`)."""
     export_draft = resolve(parts.method_of.export_draft or "")
-    draft = parts.draft(model)
     cap = parts.max_seq_len + facts.tentative + 1
     head = None if fp8 is None else fp8.linears.get("lm_head")
     vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
     weights = "" if nbits is None else f", weights {parts.draft_weights}"
-    say(f"exporting the EAGLE draft graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
+    what = parts.method_of.draft.what if parts.method_of.draft is not None else "draft"  # "EAGLE draft", …
+    say(f"exporting the {what} graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
     export_draft(
         draft,
         model.lm_head.weight,
@@ -172,7 +186,7 @@ def _draft_graph(
     )
     c = draft.cfg
     return {
-        "layers": c.num_hidden_layers,
+        "layers": getattr(draft, "num_layers", c.num_hidden_layers),  # EAGLE-3: its one midlayer
         "kv_heads": c.num_key_value_heads,
         "head_dim": c.head_dim,
         "hidden": c.hidden_size,
@@ -196,7 +210,7 @@ def open_side(parts: Parts, cfg, folder: Path, info: dict[str, Any], threads: in
         cfg.num_hidden_layers,
         cfg.num_key_value_heads,
         cfg.head_dim,
-        cfg.hidden_size,
+        cfg.hidden_size if not (info["eagle"] or {}).get("aux_layers") else info["eagle"]["hidden"],  # EAGLE-3: fc
         cfg.vocab_size,
         info["capacity"],
         None if med is None else (med["heads"], med["top_k"]),

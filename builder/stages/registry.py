@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from builder.errors import UserError
 from builder.recipe.schema import Recipe
-from builder.stages.backends import onnxruntime, tensorrt, trtllm
+from builder.stages.backends import onnxruntime, tensorrt, trtllm, trtllm_llmapi
 from builder.stages.stage import Backend
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (onnxruntime.BACKEND, tensorrt.BACKEND, trtllm.BACKEND)}
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (onnxruntime.BACKEND, tensorrt.BACKEND, trtllm.BACKEND, trtllm_llmapi.BACKEND)
+}
 
 
 def backend(name: str) -> Backend:

@@ -35,7 +35,14 @@ class Tuned:
     skipped: str | None = None
 
 
-_LABELS = {"lookahead": "lookahead", "medusa": "medusa", "eagle1": "eagle-1", "eagle2": "eagle-2", "ngram": "ngram"}
+_LABELS = {
+    "lookahead": "lookahead",
+    "medusa": "medusa",
+    "eagle1": "eagle-1",
+    "eagle2": "eagle-2",
+    "eagle3": "eagle-3",
+    "ngram": "ngram",
+}
 
 
 def tunable(loaded: list[LoadedRecipe]) -> list[LoadedRecipe]:

@@ -253,6 +253,18 @@ def plan(
                 (("method", method),),
             )
         )
+    # deploy of the tiny fixture (~60 s: FP16 checkpoint copy, options, repository), trtllm-serve start with CUDA
+    # graph capture (~90 s), one ONNX Runtime generate (~20 s), 32 tokens served.
+    steps.append(
+        Step(
+            "llmapi-eagle3",
+            "devtools.gpu_check.llmapi:llmapi_step",
+            ("cuda", "tensorrt_llm", *_CLI),
+            240,
+            1200,
+            "recipes/tiny-llama3-llmapi-eagle3.yaml: deploy, trtllm-serve (launch.sh), greedy text vs ONNX Runtime",
+        )
+    )
     return steps
 
 

@@ -25,7 +25,7 @@ from builder.speculative.method import EngineFlow, Method, dotted_modules, resol
 from builder.stages.parts import Parts
 
 REPO = Path(__file__).resolve().parents[2]
-NAMES = {"medusa", "eagle", "lookahead", "ngram"}
+NAMES = {"medusa", "eagle", "eagle3", "lookahead", "ngram"}
 PRODUCT = ("builder", "plugins", "triton_repo")
 ALLOWED_SITES = 5  # issue 37: at most five method-name comparisons outside the method folders, each explained
 
@@ -154,7 +154,7 @@ def _fresh_registry():
 
 def test_the_toy_method_is_discovered_after_the_builtin_ones(monkeypatch):
     _discover(REPO / "tests" / "fixtures" / "methods" / "site", monkeypatch)
-    assert registry.names() == ("none", "medusa", "eagle", "lookahead", "ngram", "repeat")
+    assert registry.names() == ("none", "medusa", "eagle", "eagle3", "lookahead", "ngram", "repeat")
     (third,) = registry.third_party()
     assert (third.distribution, third.version, third.package) == ("trtspec-repeat", "0.1.0", "trtspec_repeat")
     assert "repeat" in registry.zero_weight()

@@ -179,6 +179,7 @@ EXPECTED = {
     "onnxruntime": ["load", "quantize", "export", "engine", "repo"],
     "tensorrt": ["load", "quantize", "export", "engine", "repo"],
     "trtllm": ["load", "quantize", "checkpoint", "engine", "repo"],
+    "trtllm-llmapi": ["load", "quantize", "checkpoint", "repo"],
 }
 
 
@@ -214,7 +215,7 @@ def test_plan_asks_the_recipes_backend(recipe, sets, planned):
 def test_an_unknown_backend_is_refused_naming_target_backend():
     with pytest.raises(UserError) as exc:
         backend("tvm")
-    assert exc.value.field == "target.backend" and exc.value.allowed == "onnxruntime, tensorrt, trtllm"
+    assert exc.value.field == "target.backend" and exc.value.allowed == "onnxruntime, tensorrt, trtllm, trtllm-llmapi"
     res = run("plan", str(REPO / "recipes/tiny-llama3.yaml"), "--set", "target.backend=tvm")
     assert res.exit_code == 2 and "target.backend" in res.output and "Traceback" not in res.output
 

@@ -177,4 +177,4 @@ def test_the_stage_and_the_engine_flow_know_no_method_name():
         }
         for n in ast.walk(tree):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
-                assert n.value not in ("medusa", "eagle", "lookahead", "ngram"), (f.name, n.lineno, n.value)
+                assert n.value not in ("medusa", "eagle", "eagle3", "lookahead", "ngram"), (f.name, n.lineno, n.value)

@@ -6,7 +6,8 @@ engine.json (written by `builder.stages.engine`; its model `builder.handoffs.Ort
     max_batch_size, model {layers, kv_heads, head_dim, hidden, vocab},
     target {greedy, rejection, greedy_plain}: ONNX files (relative; greedy_plain: the greedy graph for plain
     steps only, opened for a drafter that drafts nothing), medusa {heads, top_k} | null,
-    eagle {graph, layers, kv_heads, head_dim, hidden, top_k, capacity} | null,
+    eagle {graph, layers, kv_heads, head_dim, hidden, top_k, capacity, draft_vocab, aux_layers} | null (aux_layers:
+    EAGLE-3's target features, whose fc the target graphs' `hidden` is: `hidden` wide),
     drafter: the drafter's config (its method's recipe section, static tree inline: `builder.handoffs.checked_drafter`),
     tokenizer, stop_ids, versions
 
@@ -19,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from builder.engines.opened import Opened, drafter_for, opened
+from builder.engines.opened import Opened, drafter_for, opened, target_hidden
 from builder.engines.ort.eagle import OrtEagleNet
 from builder.engines.ort.target import OrtEngine, TargetSpec
 from builder.handoffs import OrtEngineJson
@@ -68,7 +69,7 @@ def open_ort_engine(
         m["layers"],
         m["kv_heads"],
         m["head_dim"],
-        m["hidden"],
+        target_hidden(meta),  # (EAGLE-3: the draft's width, its fc folded into the target graphs)
         m["vocab"],
         meta["capacity"],
         medusa,

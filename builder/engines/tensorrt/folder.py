@@ -240,7 +240,7 @@ def open_tensorrt_engine(
     """The TensorRT engines of `folder` and a drafter factory, all on one `Lane` (stream + scratch arena, through
     `cuda`: torch's unless given); `drafter` overrides the folder's (none / lookahead, or the folder's own
     method), as for ONNX Runtime."""
-    from builder.engines.opened import drafter_for, opened
+    from builder.engines.opened import drafter_for, opened, target_hidden
     from builder.engines.tensorrt.device import Lane
     from builder.engines.tensorrt.eagle import TrtEagleNet
     from builder.engines.tensorrt.target import TrtEngine, TrtTargetSpec
@@ -261,7 +261,7 @@ def open_tensorrt_engine(
         m["layers"],
         m["kv_heads"],
         m["head_dim"],
-        m["hidden"],
+        target_hidden(meta),
         m["vocab"],
         meta["capacity"],
         medusa,

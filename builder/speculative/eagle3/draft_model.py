@@ -10,6 +10,8 @@ Pairs are EAGLE-1's (`builder.speculative.eagle.draft_model`): pair (h[i], t[i+1
 - Logits are the draft's own: `lm_head(norm(x))` over the draft vocabulary Vd; draft id j is target token
   j + d2t[j] (`vocab_ids`, ascending). The target's LM head is not used.
 - RoPE from the draft's own config.
+- The draft embeds with the target's embedding (not stored), except a draft of another width than its target
+  (`target_hidden_size` ≠ hidden_size, as SafeAILab's Llama 3.3 70B draft), which carries its own.
 
 The ONNX export folds `fc` into the target step graph (it is linear and per position, so fc of the accepted rows is
 the accepted rows of fc): the target graph's `hidden` is then H wide like EAGLE-1's and both draft calls take H.
@@ -28,17 +30,18 @@ from builder.errors import UserError
 from builder.model.config import LlamaConfig
 from builder.model.kv_cache import KVCache
 from builder.model.llama import MLP, Attention, RMSNorm, rope_cos_sin, rope_inv_freq
-from builder.model.loader import check_keys, read_draft_weights
+from builder.model.loader import read_draft_weights
 from builder.speculative.eagle3.checkpoint import (
     ARCHITECTURE,
     EAGLE3,
     MODELOPT_PREFIX,
-    OPTIONAL,
     SAFEAILAB_PREFIX,
     DraftShape,
     canonical_name,
+    check_entries,
     check_fc_width,
-    expected_shapes,
+    check_vocab_map,
+    input_of_layer,
     read_shape,
     resolve_aux_layers,
 )
@@ -167,7 +170,12 @@ class Eagle3Draft(nn.Module):
     # -- checkpoints --
 
     def config_dict(self, layout: str = "safeailab", torch_dtype: str = "float32") -> dict:
-        """config.json of either layout (module docstring of `checkpoint`); the aux ids in eagle_config."""
+        """config.json of either layout (module docstring of `checkpoint`; the modelopt one with the keys of modelopt
+        0.47's template, `hf_spec_configs.llama_eagle_template_config`). The aux ids, output-of-layer, ascending, in
+        eagle_config (modelopt, SGLang; TensorRT-LLM takes them from the LLM-API options) and, +1, in the top-level
+        key vLLM reads; `draft_vocab_size` always (TensorRT-LLM's two-model flow detects EAGLE-3 by it); no YaRN (the
+        draft's own RoPE, as trained). `docs/eagle3-checkpoints.md` has what each runtime reads."""
+        _check_layout(layout)
         c = self.cfg
         out = {
             "architectures": [ARCHITECTURE],
@@ -183,11 +191,15 @@ class Eagle3Draft(nn.Module):
             "max_position_embeddings": c.max_position_embeddings,
             "rope_theta": c.rope_theta,
             "tie_word_embeddings": False,
+            "attention_bias": False,
+            "mlp_bias": False,
             "torch_dtype": torch_dtype,
             "vocab_size": c.vocab_size,
-            "draft_vocab_size": self.lm_head.out_features,  # always: TensorRT-LLM detects EAGLE-3 by it
+            "draft_vocab_size": self.lm_head.out_features,
             "target_hidden_size": self.target_hidden,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers), "use_aux_hidden_state": True},
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sorted(self.aux_layers), "use_aux_hidden_state": True},
+            # vLLM reads only this key, in input-of-layer ids (`checkpoint.config_aux_layers` checks they agree)
+            "eagle_aux_hidden_state_layer_ids": list(input_of_layer(tuple(sorted(self.aux_layers)))),
         }
         if c.rope_scaling is not None:
             s = c.rope_scaling
@@ -200,17 +212,27 @@ class Eagle3Draft(nn.Module):
             }
         if layout == "modelopt":
             out["eagle_config"].update(
-                use_input_layernorm_in_first_layer=True, use_last_layernorm=True, next_layer_regular=True
+                use_input_layernorm_in_first_layer=True,
+                use_last_layernorm=True,
+                use_mtp_layernorm=False,
+                next_layer_regular=True,
+                parallel_draft_step=1,
+                parallel_draft_heads_num_layers=1,
             )
         return out
 
     def state_for(self, layout: str = "safeailab", dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """The tensors of a checkpoint in `layout` ("safeailab": midlayer.*, d2t, t2d; "modelopt": layers.0.*, d2t
-        only when Vd < V), embeddings left out (the target's)."""
+        only when Vd < V, as modelopt 0.47's exporter writes). The embedding is left out (the target's) unless the
+        draft's width differs from the target's (its own, in the SafeAILab layout only: modelopt never writes one)."""
+        _check_layout(layout)
+        own = self.target_hidden != self.cfg.hidden_size
+        if own and layout == "modelopt":
+            raise ValueError("modelopt's layout has no embed_tokens: a draft of another width than its target needs it")
         dtype = dtype or self.dtype
         out: dict[str, torch.Tensor] = {}
         for k, t in self.state_dict().items():
-            if k in ("embed_tokens.weight", "d2t"):
+            if k == "d2t" or (k == "embed_tokens.weight" and not own):
                 continue
             if layout == "modelopt" and k.startswith(SAFEAILAB_PREFIX):
                 k = MODELOPT_PREFIX + k[len(SAFEAILAB_PREFIX) :]
@@ -238,46 +260,61 @@ class Eagle3Draft(nn.Module):
         return folder
 
 
-def check_d2t(d2t: torch.Tensor, vocab_size: int, source: str) -> None:
-    """d2t must map draft ids to distinct, ascending target ids inside the vocabulary."""
-    ids = torch.arange(len(d2t), dtype=torch.int64) + d2t.to(torch.int64)
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        bad = int(((ids < 0) | (ids >= vocab_size)).nonzero()[0, 0])
-        raise UserError(
-            f"d2t maps draft id {bad} to token {int(ids[bad])}, outside the target's vocabulary",
-            location=source,
-            field="d2t",
-            allowed=f"draft id + d2t in 0..{vocab_size - 1}",
-        )
-    if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
-        raise UserError(
-            "d2t does not map the draft vocabulary to distinct ascending target ids",
-            location=source,
-            field="d2t",
-            allowed="draft id + d2t strictly increasing",
-        )
+LAYOUTS = ("safeailab", "modelopt")
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+# safetensors' dtype names for the dtypes a checkpoint may hold (`checkpoint.check_entries` checks them)
+ST_DTYPE = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.bool: "BOOL",
+    torch.float64: "F64",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
+
+
+def check_d2t(d2t: torch.Tensor, vocab_size: int, source: str, t2d: torch.Tensor | None = None) -> None:
+    """d2t must map draft ids to distinct, ascending target ids inside the vocabulary; t2d, when given, must be their
+    membership (`checkpoint.check_vocab_map`)."""
+    check_vocab_map(d2t.cpu().numpy(), None if t2d is None else t2d.cpu().numpy(), vocab_size, source)
 
 
 def read_eagle3(
     folder: Path, allow_pickle: bool = False, opt_in: str = "allow_pickle"
 ) -> tuple[DraftShape, dict[str, torch.Tensor], str]:
-    """(shape, tensors under SafeAILab's names, weights file) of the draft in `folder`, keys and shapes checked."""
+    """(shape, tensors under SafeAILab's names, weights file) of the draft in `folder`: keys, shapes, dtypes and the
+    vocabulary map (d2t, t2d) checked."""
     shape = read_shape(folder)
     stored, source = read_draft_weights(folder, EAGLE3, allow_pickle, opt_in)
+    entries = {
+        k: (tuple(t.shape), ST_DTYPE.get(t.dtype, str(t.dtype).removeprefix("torch."))) for k, t in stored.items()
+    }
+    check_entries(entries, shape, source)
     tensors = {canonical_name(k): t for k, t in stored.items()}
-    if len(tensors) != len(stored):
-        raise UserError("the draft holds both midlayer.* and layers.0.* tensors", location=source, field="midlayer")
-    expected = expected_shapes(shape)
-    check_keys(tensors, expected, source, "EAGLE-3 draft", optional=OPTIONAL)
-    if "d2t" not in tensors and shape.draft_vocab != shape.cfg.vocab_size:
-        raise UserError(
-            f"a draft vocabulary of {shape.draft_vocab} < {shape.cfg.vocab_size} tokens needs d2t",
-            location=source,
-            field="d2t",
-        )
     if "d2t" in tensors:
-        check_d2t(tensors["d2t"], shape.cfg.vocab_size, source)
+        check_d2t(tensors["d2t"], shape.cfg.vocab_size, source, tensors.get("t2d"))
     return shape, tensors, source
+
+
+def same_embedding(stored: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether `stored` is `base` up to rounding to the coarser of their dtypes: |s - b| ≤ eps·|b| + smallest normal
+    (round-to-nearest errs by at most eps/2 relative, less than the smallest normal in the subnormal range)."""
+    coarse = max((stored.dtype, base.dtype), key=lambda d: torch.finfo(d).eps)
+    f = torch.finfo(coarse)
+    s, b = stored.double(), base.double()
+    return bool(((s - b).abs() <= f.eps * b.abs() + f.smallest_normal).all())
 
 
 def load_eagle3(
@@ -289,30 +326,39 @@ def load_eagle3(
     allow_pickle: bool = False,
     opt_in: str = "allow_pickle",
 ) -> Eagle3Draft:
-    """The EAGLE-3 draft in `folder` over a target (its embedding, its layer count), strictly checked."""
+    """The EAGLE-3 draft in `folder` over a target (its embedding, its layer count), strictly checked. The draft
+    embeds with the target's embedding, or with its own when its width differs from the target's
+    (`DraftShape.own_embedding`); a stored copy of the target's must equal it (up to the stored dtype)."""
     folder = Path(folder)
     shape, tensors, source = read_eagle3(folder, allow_pickle, opt_in)
     check_fc_width(folder, shape, int(base_embed.shape[1]))
-    if tuple(base_embed.shape) != (shape.cfg.vocab_size, shape.cfg.hidden_size):
+    V, H = shape.cfg.vocab_size, shape.cfg.hidden_size
+    if int(base_embed.shape[0]) != V:
         raise UserError(
-            f"target embedding {tuple(base_embed.shape)} does not fit the draft "
-            f"({shape.cfg.vocab_size}, {shape.cfg.hidden_size}) (vocab_size, hidden_size)",
+            f"the target's vocabulary has {int(base_embed.shape[0])} tokens, the draft's config.json says {V}",
             location=source,
+            field="vocab_size",
+            allowed=str(int(base_embed.shape[0])),
         )
     aux = resolve_aux_layers(aux_layers, shape.aux_layers, num_target_layers, str(folder / "config.json"))
     stored = tensors.pop("embed_tokens.weight", None)
-    if stored is not None and not torch.allclose(stored.float(), base_embed.float(), rtol=1e-2, atol=1e-3):
-        raise UserError(
-            "embed_tokens.weight differs from the target's embedding: the draft was trained for another target model",
-            location=source,
-            field="embed_tokens.weight",
-        )
-    tensors.pop("t2d", None)
+    if shape.own_embedding:
+        embed = stored  # [V, H]: check_entries made it required
+    else:
+        if stored is not None and not same_embedding(stored, base_embed):
+            raise UserError(
+                "embed_tokens.weight differs from the target's embedding: the draft was trained for another target",
+                location=source,
+                field="embed_tokens.weight",
+            )
+        embed = base_embed.detach()
+    tensors.pop("t2d", None)  # checked against d2t; the draft keeps d2t only
     draft = Eagle3Draft(shape.cfg, shape.target_hidden, shape.draft_vocab, aux)
-    tensors["embed_tokens.weight"] = base_embed.detach()
-    tensors.setdefault("d2t", torch.zeros(shape.draft_vocab, dtype=torch.int64))
-    tensors["d2t"] = tensors["d2t"].to(torch.int64)
+    tensors["embed_tokens.weight"] = embed
+    d2t = tensors.pop("d2t", None)
+    tensors["d2t"] = torch.zeros(shape.draft_vocab, dtype=torch.int64) if d2t is None else d2t.to(torch.int64)
     draft.load_state_dict({k: (t if k == "d2t" else t.to(dtype)) for k, t in tensors.items()}, strict=True)
+    assert tuple(draft.embed_tokens.weight.shape) == (V, H)
     return draft.to(dtype).eval()
 
 

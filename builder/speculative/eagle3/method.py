@@ -11,11 +11,11 @@ TensorRT-LLM: its engine flow (trtllm-build) never had EAGLE-3 (`EagleForCausalL
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from builder.errors import UserError
+from builder.model.pickled import EAGLE3
 from builder.speculative.eagle.method import facts as eagle_facts
-from builder.speculative.eagle3.checkpoint import EAGLE3, parse_config, resolve_aux_layers
 from builder.speculative.eagle3.config import Eagle3Config
 from builder.speculative.method import (
     DRAFT_GRAPH,
@@ -26,11 +26,13 @@ from builder.speculative.method import (
     NotServed,
     PytorchFlow,
     Trtllm,
+    resolve,
 )
 
 
 def facts(c: Eagle3Config) -> Facts:
-    f = eagle_facts(c)  # the same trees: only the label differs
+    # the same trees: only the label differs (EAGLE's facts read its own section's draft_vocab and version)
+    f = eagle_facts(SimpleNamespace(tree=c.tree, draft_vocab=None, draft_weights=None, version=3))
     about = [c.draft_weights] if c.draft_weights else []
     label = "eagle-3" + (f"({','.join(about)})" if about else "")
     return Facts(
@@ -71,30 +73,10 @@ def check_draft(c: Eagle3Config, f: Facts, checks: Checks) -> None:
 
 
 def check_config(c: Eagle3Config, cfg: dict[str, Any], checks: Checks) -> None:
-    """The recipe against the draft's config.json: aux ids (recipe, checkpoint, upstream default), widths."""
-    try:
-        shape = parse_config(cfg, "config.json")
-    except UserError as exc:
-        checks.add(("speculative", "checkpoint"), f"the draft's config.json: {exc}")
-        return
-    arch = checks.recipe.model.architecture
-    if arch is None:
-        return
-    try:
-        resolve_aux_layers(c.aux_layers, shape.aux_layers, arch.num_layers, "config.json")
-    except UserError as exc:
-        checks.add(("speculative", "aux_layers"), str(exc.args[0]), allowed=getattr(exc, "allowed", None))
-    if shape.target_hidden != arch.hidden_size:
-        checks.add(
-            ("speculative", "checkpoint"),
-            f"the draft's fc takes 3 × {shape.target_hidden} (target_hidden_size), the target is "
-            f"{arch.hidden_size} wide",
-        )
-    if shape.cfg.vocab_size != arch.vocab_size:
-        checks.add(
-            ("speculative", "checkpoint"),
-            f"the draft's vocab_size {shape.cfg.vocab_size} differs from the target's {arch.vocab_size}",
-        )
+    """The recipe against the draft's checkpoint (`builder.speculative.eagle3.checkpoint.check_recipe`), resolved by
+    its dotted path: serving reads methods, never checkpoints, so the repository's runtime copy must not reach the
+    checkpoint code through an import (`DraftCheckpoint`)."""
+    resolve("builder.speculative.eagle3.checkpoint:check_recipe")(c, cfg, checks)
 
 
 def make_drafter(c: Eagle3Config, net):
@@ -133,8 +115,8 @@ METHOD = Method(
     target_features=True,
     export_draft="builder.export.eagle3:export_eagle3",
     torch_net="builder.engines.torch_eagle:TorchEagleNet",
-    tune="builder.tune.static:EAGLE",
-    memory="builder.plan.eagle:MEMORY",
+    tune="builder.tune.eagle3:EAGLE3",
+    memory="builder.plan.eagle3:MEMORY",
     trtllm=Trtllm(
         engine=NotServed(
             "TensorRT-LLM's engine flow (trtllm-build, 1.2 and before) never had EAGLE-3: its EagleForCausalLM is "

@@ -5,6 +5,7 @@
     onnxruntime   builder/stages/backends/onnxruntime.py   cpu: trtspec's graphs in ONNX Runtime
     tensorrt      builder/stages/backends/tensorrt.py      one GPU: trtspec's graphs as TensorRT engines
     trtllm        builder/stages/backends/trtllm/          GPUs: TensorRT-LLM 1.2.x (its stages live there)
+    trtllm-llmapi builder/stages/backends/trtllm_llmapi/   GPUs: TensorRT-LLM's PyTorch / LLM-API flow
 
 They sit inside builder/stages because the pipeline that asks them (keys, runner) does: a backend names stage
 modules, and the runner — which `trtspec generate` and `trtspec tune` call to build an engine — must find the
