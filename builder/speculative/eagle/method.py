@@ -24,8 +24,11 @@ def facts(c: EagleConfig) -> Facts:
     # a draft vocabulary (`draft_vocab`) and quantized draft weights (`draft_weights`) are part of the graphs, named
     # for the reader
     about = ([f"V={c.draft_vocab}"] if c.draft_vocab else []) + ([c.draft_weights] if c.draft_weights else [])
-    label = f"eagle-{c.version}" + (f"({','.join(about)})" if about else "")
-    t = c.tree
+    return tree_facts(c.tree, f"eagle-{c.version}" + (f"({','.join(about)})" if about else ""))
+
+
+def tree_facts(t, label: str) -> Facts:
+    """The facts of an EAGLE tree section (static choices, resolved inline, or a dynamic setting); EAGLE-3's too."""
     if t.type == "dynamic":
         return Facts(nodes=t.total_nodes, levels=t.depth, label=label, top_k=t.top_k, tentative=t.depth * t.top_k)
     choices = t.choices  # resolved: inline
@@ -47,16 +50,20 @@ def check(c: EagleConfig, checks: Checks) -> None:
     want = "static" if c.version == 1 else "dynamic"
     if c.tree.type != want:
         checks.add(("speculative", "tree", "type"), f"EAGLE-{c.version} uses a {want} tree", allowed=want)
-    if c.tree.type == "dynamic":
-        t = c.tree
-        most = t.top_k + (t.depth - 1) * t.top_k * t.top_k
-        if t.total_nodes > most:
-            checks.add(
-                ("speculative", "tree", "total_nodes"),
-                f"total_nodes={t.total_nodes} exceeds the "
-                f"{most} candidates depth={t.depth}, top_k={t.top_k} can produce",
-                allowed=f"1..{most}",
-            )
+    check_tree_size(c.tree, checks)
+
+
+def check_tree_size(t, checks: Checks) -> None:
+    """A dynamic tree keeps no more nodes than its levels can produce (EAGLE-2's and EAGLE-3's)."""
+    if t.type != "dynamic":
+        return
+    most = t.top_k + (t.depth - 1) * t.top_k * t.top_k
+    if t.total_nodes > most:
+        checks.add(
+            ("speculative", "tree", "total_nodes"),
+            f"total_nodes={t.total_nodes} exceeds the {most} candidates depth={t.depth}, top_k={t.top_k} can produce",
+            allowed=f"1..{most}",
+        )
 
 
 def check_draft(c: EagleConfig, f: Facts, checks: Checks) -> None:
@@ -81,12 +88,16 @@ def check_draft(c: EagleConfig, f: Facts, checks: Checks) -> None:
 
 
 def make_drafter(c: EagleConfig, net):
+    if net is None:
+        raise ValueError("EAGLE needs its draft network")
+    return tree_drafter(c.tree, net)
+
+
+def tree_drafter(t, net):
+    """A drafter factory growing the section's tree (static choices, resolved; or a dynamic setting) over `net`."""
     from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
     from builder.speculative.eagle.tree import static_tree
 
-    if net is None:
-        raise ValueError("EAGLE needs its draft network")
-    t = c.tree
     shape = DynamicSpec(t.depth, t.top_k, t.total_nodes) if t.type == "dynamic" else static_tree(t.choices)
     return lambda: EagleDrafter(net, shape)
 

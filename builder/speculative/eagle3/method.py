@@ -11,11 +11,10 @@ TensorRT-LLM: its engine flow (trtllm-build) never had EAGLE-3 (`EagleForCausalL
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from builder.model.pickled import EAGLE3
-from builder.speculative.eagle.method import facts as eagle_facts
+from builder.speculative.eagle.method import check_tree_size, tree_drafter, tree_facts
 from builder.speculative.eagle3.config import Eagle3Config
 from builder.speculative.method import (
     DRAFT_GRAPH,
@@ -31,13 +30,7 @@ from builder.speculative.method import (
 
 
 def facts(c: Eagle3Config) -> Facts:
-    # the same trees: only the label differs (EAGLE's facts read its own section's draft_vocab and version)
-    f = eagle_facts(SimpleNamespace(tree=c.tree, draft_vocab=None, draft_weights=None, version=3))
-    about = [c.draft_weights] if c.draft_weights else []
-    label = "eagle-3" + (f"({','.join(about)})" if about else "")
-    return Facts(
-        nodes=f.nodes, levels=f.levels, label=label, top_k=f.top_k, tentative=f.tentative, chains_only=f.chains_only
-    )
+    return tree_facts(c.tree, "eagle-3" + (f"({c.draft_weights})" if c.draft_weights else ""))  # EAGLE's trees
 
 
 def tree_path(c: Eagle3Config) -> tuple[str, ...] | None:
@@ -46,16 +39,7 @@ def tree_path(c: Eagle3Config) -> tuple[str, ...] | None:
 
 def check(c: Eagle3Config, checks: Checks) -> None:
     """A dynamic tree no larger than its levels can produce; aux layers inside the target."""
-    if c.tree.type == "dynamic":
-        t = c.tree
-        most = t.top_k + (t.depth - 1) * t.top_k * t.top_k
-        if t.total_nodes > most:
-            checks.add(
-                ("speculative", "tree", "total_nodes"),
-                f"total_nodes={t.total_nodes} exceeds the {most} candidates depth={t.depth}, top_k={t.top_k} can "
-                "produce",
-                allowed=f"1..{most}",
-            )
+    check_tree_size(c.tree, checks)
     arch = checks.recipe.model.architecture
     if c.aux_layers is not None and arch is not None:
         n = arch.num_layers
@@ -82,16 +66,7 @@ def check_config(c: Eagle3Config, cfg: dict[str, Any], checks: Checks) -> None:
 def make_drafter(c: Eagle3Config, net):
     if net is None:
         raise ValueError("EAGLE-3 needs its draft network")
-    return eagle_make_drafter(c, net)
-
-
-def eagle_make_drafter(c: Eagle3Config, net):
-    from builder.speculative.eagle.drafter import DynamicSpec, EagleDrafter
-    from builder.speculative.eagle.tree import static_tree
-
-    t = c.tree
-    shape = DynamicSpec(t.depth, t.top_k, t.total_nodes) if t.type == "dynamic" else static_tree(t.choices)
-    return lambda: EagleDrafter(net, shape)
+    return tree_drafter(c.tree, net)
 
 
 METHOD = Method(
