@@ -55,6 +55,7 @@ DEFAULT_ROWS = ("hf", "ortgenai", "llamacpp", "ours")
 FIXTURES = {
     "tiny-llama3": (
         "tiny-llama3.yaml",
+        "tiny-llama3-eagle3.yaml",
         "tiny-llama3-eagle2.yaml",
         "tiny-llama3-eagle1.yaml",
         "tiny-llama3-medusa.yaml",
@@ -62,6 +63,7 @@ FIXTURES = {
     ),
     "regime-llama3": (
         "regime-llama3-lookahead.yaml",
+        "regime-llama3-eagle3.yaml",
         "regime-llama3-eagle2.yaml",
         "regime-llama3-eagle1.yaml",
         "regime-llama3-medusa.yaml",

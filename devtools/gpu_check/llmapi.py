@@ -19,6 +19,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from devtools.gpu_check.steps import PASS, Context, Fail, Verdict
 from devtools.gpu_check.trtllm import PROMPT, TOKENS, cli
@@ -29,7 +30,7 @@ HTTP_PORT = 18100
 READY_S = 900  # model load + CUDA graph capture
 
 
-def _get(url: str, timeout: float = 5.0) -> dict | None:
+def _get(url: str, timeout: float = 5.0) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return json.loads(resp.read() or b"{}") if resp.status == 200 else None

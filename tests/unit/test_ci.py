@@ -253,13 +253,15 @@ variants:
     assert ids == [
         "recipes/tiny-llama3-eagle1.yaml",
         "recipes/tiny-llama3-eagle2.yaml",
+        "recipes/tiny-llama3-eagle3.yaml",
+        "recipes/tiny-llama3-llmapi-eagle3.yaml",
         "recipes/tiny-llama3-lookahead.yaml",
         "recipes/tiny-llama3-medusa.yaml",
         "recipes/tiny-llama3-medusa.yaml@chain4",
         "recipes/tiny-llama3-ngram.yaml",
         "recipes/tiny-llama3-none.yaml",
     ]
-    assert spec.entries[4].overrides == ("speculative.tree=chain_4", "build.max_batch_size=2")
+    assert spec.entries[6].overrides == ("speculative.tree=chain_4", "build.max_batch_size=2")
     assert spec.gates == Gates() and spec.checks.prompts == 8  # the schema's defaults: one source
     (tmp_path / "m.yaml").write_text("name: s\nrecipes: [nothing-*.yaml]\n")
     with pytest.raises(UserError, match="matches no recipe file") as err:
