@@ -61,6 +61,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "convert_draft",
         "Write a pickled draft (or target) once as safetensors.",
     ),
+    "train-draft": (
+        "builder.commands.train_cmds",
+        "train_draft",
+        "Train the recipe's draft for its target (EAGLE-3, Medusa; NVIDIA modelopt): checkpoints, resume.",
+    ),
     "tune": (
         "builder.commands.tune_cmds",
         "tune",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator
 
+from builder.recipe.draft_training import DraftTraining
 from builder.recipe.trtllm import TrtllmSection
 from builder.section import Section
 from builder.speculative import registry
@@ -281,6 +282,10 @@ class Recipe(Section):
     )
     triton: TritonSection = Field(default_factory=TritonSection, description="Triton model repository.")
     bench: Bench = Field(default_factory=Bench, description="Benchmark settings.")
+    draft_training: DraftTraining | None = Field(
+        None,
+        description="How `trtspec train-draft` trains the speculative draft for this target (null: not trained here).",
+    )
 
 
 def schema_text() -> str:

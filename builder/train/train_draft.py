@@ -1,0 +1,432 @@
+"""`trtspec train-draft`: the recipe's draft trained for its target, written where the recipe names it.
+
+`plan_run` checks what the recipe asks (a method we train, aux layers, the data source, the pickle opt-in) before
+anything heavy runs; `train_draft` then:
+1. returns at once when the output folder already holds this run's draft (`training.json` carries the run's key:
+   the settings, the target's and the source's bytes, the tools' versions, the device, dtype and thread count, and
+   the code of this package; `force` retrains);
+2. makes the training rows (the target writes the responses where the recipe says so) or reads them from the work
+   folder of an interrupted run of the same key (`builder.train.runner`);
+3. picks EAGLE-3's draft vocabulary (the most frequent tokens of those rows, `draft_training.draft_vocab_size`);
+4. converts the target with modelopt (EAGLE-3: `builder.train.eagle3`; Medusa: `builder.train.medusa_modelopt`),
+   trains (checkpoints, resume) and writes the draft — EAGLE-3: modelopt's own export read back by our strict reader
+   and written in SafeAILab's layout; Medusa: FasterDecoding's — with a `training.json` record into a temp folder
+   renamed over the output: nothing half-written, ever.
+
+Deterministic: the same key on the same host and thread count gives the same tensors bit for bit, resumed or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import torch
+
+from builder.errors import UserError
+from builder.recipe.draft_training import DraftTraining
+
+if TYPE_CHECKING:
+    from builder.recipe.schema import Recipe
+
+RECORD = "training.json"
+WHY_NOT = {
+    "eagle": "modelopt's HF EAGLE without aux hidden states is not EAGLE-1: its draft layer reads the target's final "
+    "hidden state only, never the token embedding (modelopt/torch/speculative/plugins/modeling_eagle.py L166, 0.47), "
+    "so it cannot write an EAGLE-1 draft (fc over [embedding; hidden]); EAGLE-1/2 drafts come from the fixture "
+    "factory's loop (builder/train/eagle.py)",
+}
+CODE_PACKAGES = ("builder",)
+# modelopt's HF speculative API as used here: `export_speculative_decoding` (0.43+, `../shared/EAGLE3.md` §4), the
+# EAGLE-3 pre-hook that `eagle3.ReferenceFirstLayer` corrects (read at 0.47); the project's own cap is <0.48
+MODELOPT_TRAIN_RANGE = (">=0.43", "<0.48")
+STORAGE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # model.dtype: the draft's on disk
+
+
+@dataclass(frozen=True)
+class DraftRun:
+    """What one `train-draft` run trains (everything `plan_run` checked)."""
+
+    recipe: Recipe
+    recipe_path: Path
+    run: DraftTraining
+    method: str
+    aux_layers: tuple[int, int, int] | None  # EAGLE-3's, ascending (output-of-layer ids)
+    target_dir: Path
+    tokenizer_path: Path
+    data_dir: Path  # a jsonl source's relative path resolves here
+    out: Path
+
+
+def plan_run(recipe: Recipe, recipe_path: Path, target_dir: Path, tokenizer_path: Path, data_dir: Path, out: Path):
+    """The run, checked (UserError naming the field: a method we do not train, aux layers, a missing data file)."""
+    from builder.model.config import LlamaConfig, read_json_object
+    from builder.train.draft_data import resolve_source
+
+    check_modelopt()
+    spec = recipe.speculative
+    trainer = TRAINERS.get(spec.method)
+    if trainer is None:
+        why = WHY_NOT.get(spec.method, f"{spec.method!r} has no trained draft" if spec.method else "")
+        raise UserError(
+            f"train-draft trains EAGLE-3 drafts and Medusa heads; the recipe's method is {spec.method!r}: {why}",
+            field="speculative.method",
+            allowed=", ".join(TRAINERS),
+        )
+    run = recipe.draft_training or DraftTraining()
+    if not run.source.startswith("builtin:"):
+        resolve_source(run.source, data_dir)
+    cfg = LlamaConfig.from_hf_dict(read_json_object(target_dir / "config.json"), str(target_dir / "config.json"))
+    aux = trainer.plan(spec, run, cfg.num_hidden_layers, str(recipe_path))
+    if run.draft_vocab_size is not None and run.draft_vocab_size > cfg.vocab_size:
+        raise UserError(
+            f"draft_vocab_size {run.draft_vocab_size} exceeds the target's vocabulary of {cfg.vocab_size}",
+            field="draft_training.draft_vocab_size",
+            allowed=f"1..{cfg.vocab_size}",
+        )
+    if not any(target_dir.glob("*.safetensors")) and not recipe.model.allow_pickle:
+        raise UserError(
+            f"{target_dir} has no safetensors weights: a pickled target needs model.allow_pickle (or convert it once "
+            "with `trtspec convert-draft`)",
+            field="model.allow_pickle",
+        )
+    return DraftRun(recipe, recipe_path, run, spec.method, aux, target_dir, tokenizer_path, data_dir, out)
+
+
+def check_modelopt() -> None:
+    """UserError unless the installed nvidia-modelopt lies in MODELOPT_TRAIN_RANGE."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    want = SpecifierSet(",".join(MODELOPT_TRAIN_RANGE))
+    try:
+        have = metadata.version("nvidia-modelopt")
+    except metadata.PackageNotFoundError:
+        have = None
+    if have is None or have not in want:
+        raise UserError(
+            f"train-draft needs nvidia-modelopt{want} (its HF speculative module), found {have or 'none'}: "
+            f'pip install "nvidia-modelopt[torch]{want}"',
+            allowed=str(want),
+        )
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("no CUDA device here", field="--device", allowed="auto, cpu")
+    return torch.device(device)
+
+
+def train_dtype(recipe: Recipe, device: torch.device) -> torch.dtype:
+    """float32 on the CPU; the recipe's model.dtype on a GPU."""
+    if device.type == "cpu":
+        return torch.float32
+    return STORAGE[recipe.model.dtype]
+
+
+def code_digest() -> dict[str, str]:
+    """{file: sha256} of this module's import closure (a changed trainer never reuses a stale draft)."""
+    from builder.closure import import_closure, module_file
+
+    root = Path(__file__).resolve().parents[2]
+    found = import_closure(("builder.train.train_draft",), root, CODE_PACKAGES)  # its lazy imports included
+    return {
+        module_file(m, root).relative_to(root).as_posix(): hashlib.sha256(module_file(m, root).read_bytes()).hexdigest()
+        for m in sorted(found)
+    }
+
+
+def run_inputs(dr: DraftRun, device: torch.device, dtype: torch.dtype) -> dict:
+    """Everything the run's key hashes (module docstring)."""
+    from builder.files import sha256_file
+    from builder.train.draft_data import source_identity
+    from builder.versions import tool_versions
+
+    files = sorted(p for p in dr.target_dir.iterdir() if p.is_file())
+    settings = dr.run.model_dump(mode="json")
+    settings.pop("checkpoint_every")  # when checkpoints are written changes nothing trained
+    return {
+        "method": dr.method,
+        "draft": TRAINERS[dr.method].shape(dr),
+        "settings": settings,
+        "target": {p.name: sha256_file(p) for p in files},
+        "tokenizer": sha256_file(dr.tokenizer_path),
+        "source": source_identity(dr.run.source, dr.data_dir),
+        "versions": tool_versions("torch", "transformers", "nvidia-modelopt", "tokenizers", "numpy"),
+        "device": device.type,
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "code": code_digest(),
+    }
+
+
+def key_of(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def up_to_date(out: Path, key: str) -> bool:
+    try:
+        return json.loads((out / RECORD).read_text())["key"] == key
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def special_ids(target_dir: Path) -> tuple[int | None, int | None, int, tuple[int, ...]]:
+    """(bos, eos, pad, stop ids) from the target's generation_config.json / config.json."""
+    cfg: dict = {}
+    for name in ("config.json", "generation_config.json"):
+        p = target_dir / name
+        if p.is_file():
+            cfg.update({k: v for k, v in json.loads(p.read_text()).items() if v is not None})
+    eos = cfg.get("eos_token_id")
+    stops = tuple([eos] if isinstance(eos, int) else list(eos or []))
+    bos = cfg.get("bos_token_id")
+    first_eos = stops[0] if stops else None
+    pad = cfg.get("pad_token_id", first_eos if first_eos is not None else 0)
+    return bos, first_eos, int(pad), stops
+
+
+def train_draft(
+    dr: DraftRun,
+    *,
+    device: torch.device,
+    resume: bool = True,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> tuple[dict, bool]:
+    """Train (or find up to date) the run's draft; (its record, whether it was trained now)."""
+    dtype = train_dtype(dr.recipe, device)
+    inputs = run_inputs(dr, device, dtype)
+    key = key_of(inputs)
+    if not force and up_to_date(dr.out, key):
+        return json.loads((dr.out / RECORD).read_text()), False
+    with output_lock(dr.out, lambda: log(f"waiting for another train-draft writing {dr.out}")):
+        if not force and up_to_date(dr.out, key):  # that other run made it
+            return json.loads((dr.out / RECORD).read_text()), False
+        return _train_locked(dr, inputs, key, device, resume, log), True
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Exclusive across processes for one output folder (`.<out>.lock` beside it): two runs never share a work
+    folder; the second waits, then finds the draft up to date."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _train_locked(
+    dr: DraftRun, inputs: dict, key: str, device: torch.device, resume: bool, log: Callable[[str], None]
+) -> dict:
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from builder.train.draft_data import build_training_set
+    from builder.train.runner import WorkDir, train_loop, work_dir_of
+
+    t0 = time.monotonic()
+    dtype = train_dtype(dr.recipe, device)
+    work = WorkDir(work_dir_of(dr.out), key)
+    resumed = work.start(resume)
+    log(f"{'resuming' if resumed else 'starting'} {dr.method} draft training → {dr.out} (work folder {work.path})")
+    hf_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(str(dr.target_dir), dtype=dtype).to(device).eval()
+    bos, eos, pad, stops = special_ids(dr.target_dir)
+    data = work.data()
+    t_data = time.monotonic()
+    if data is None:
+        run = dr.run
+        what = f"{run.num_samples} prompts × {run.response_tokens} target tokens" if run.generate_responses else ""
+        log(f"training rows from {run.source} {what}".rstrip())
+        data = build_training_set(run, Tokenizer.from_file(str(dr.tokenizer_path)), dr.data_dir, (bos, eos, pad), model)
+        work.save_data(data)
+    t_data = time.monotonic() - t_data
+    trainer = TRAINERS[dr.method]
+    vd = trainer.convert(model, dr, data, (bos, *stops))
+    model.train()
+    hist = train_loop(trainer.loss_fn(model), trainer.trainable(model), data, dr.run, work, device, log, resume)
+    record = {
+        "key": key,
+        "method": dr.method,
+        "trainer": trainer.about,
+        "recipe": str(dr.recipe_path),
+        "made_by": f"trtspec train-draft {dr.recipe_path}",
+        "inputs": {k: v for k, v in inputs.items() if k != "code"},
+        "draft_vocab_size": vd,
+        "training_rows": {"count": len(data.tokens), "tokens": int(data.mask.sum()), "sha256": data.digest()},
+        "steps": hist.step,
+        "final_loss": round(hist.tail_loss(), 6),
+        "accuracy_of": trainer.accuracy_of,
+        "final_accuracy": [round(a, 4) for a in hist.tail_accs()],
+        "loss_every_tenth": [round(x, 4) for x in hist.losses[:: max(1, len(hist.losses) // 10)]],
+        "seconds": {
+            "data": round(t_data, 1),
+            "train": round(hist.seconds, 1),
+            "total": round(time.monotonic() - t0, 1),
+        },
+        "resumed": resumed,
+    }
+    write_draft(model, dr, record, trainer.write)
+    work.remove()
+    return record
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One method's modelopt glue (functions below; modelopt is imported only when they run)."""
+
+    about: str  # the record's "trainer"
+    accuracy_of: str  # what the accuracies are per
+    plan: Callable  # (speculative section, run, target layers, source) -> EAGLE-3's aux ids | None; UserError
+    shape: Callable  # (DraftRun) -> what the recipe says of the draft's shape (the key's "draft")
+    convert: Callable  # (model, DraftRun, rows, keep ids) -> the draft vocabulary's size; converts in place
+    trainable: Callable  # (model) -> {name: parameter}
+    loss_fn: Callable  # (model) -> the runner's step loss
+    write: Callable  # (model, DraftRun, folder, storage dtype) -> the checkpoint's files in folder
+
+
+def _plan_eagle3(spec, run: DraftTraining, layers: int, source: str) -> tuple[int, int, int]:
+    from builder.speculative.eagle3.checkpoint import resolve_aux_layers
+
+    return resolve_aux_layers(spec.aux_layers, None, layers, source)  # ascending, as modelopt concatenates them
+
+
+def _plan_medusa(spec, run: DraftTraining, layers: int, source: str) -> None:
+    if run.draft_vocab_size is not None:
+        raise UserError(
+            "a draft vocabulary is EAGLE-3's (its own LM head); Medusa heads draft over the whole vocabulary",
+            field="draft_training.draft_vocab_size",
+            allowed="null",
+        )
+
+
+def _shape_eagle3(dr: DraftRun) -> dict:
+    assert dr.aux_layers is not None
+    return {"aux_layers": list(dr.aux_layers)}
+
+
+def _shape_medusa(dr: DraftRun) -> dict:
+    spec = dr.recipe.speculative
+    return {"num_heads": spec.num_heads, "num_layers": spec.num_layers}
+
+
+def _trainable_eagle3(model):
+    from builder.train import eagle3
+
+    return eagle3.trainable(model)
+
+
+def _loss_eagle3(model):
+    from builder.train import eagle3
+
+    return eagle3.loss_fn(model)
+
+
+def _trainable_medusa(model):
+    from builder.train import medusa_modelopt
+
+    return medusa_modelopt.trainable(model)
+
+
+def _loss_medusa(model):
+    from builder.train import medusa_modelopt
+
+    return medusa_modelopt.loss_fn(model)
+
+
+def _convert_eagle3(model, dr: DraftRun, data, keep: tuple[int | None, ...]) -> int:
+    from builder.train import eagle3
+    from builder.train.draft_data import frequent_ids
+
+    vocab = model.config.vocab_size
+    vd = dr.run.draft_vocab_size or vocab
+    kept = tuple(t for t in keep if t is not None)
+    vocab_ids = None if vd == vocab else frequent_ids(data, vd, vocab, kept)
+    eagle3.convert(model, dr.run, dr.aux_layers, vocab_ids)
+    return vd
+
+
+def _convert_medusa(model, dr: DraftRun, data, keep: tuple[int | None, ...]) -> int:
+    from builder.train import medusa_modelopt
+
+    spec = dr.recipe.speculative
+    medusa_modelopt.convert(model, dr.run, spec.num_heads, spec.num_layers)
+    return model.config.vocab_size
+
+
+def _write_eagle3(model, dr: DraftRun, folder: Path, store: torch.dtype) -> None:
+    """modelopt's own export → our strict EAGLE-3 reader → SafeAILab's layout."""
+    from builder.speculative.eagle3.draft_model import load_eagle3
+    from builder.train.eagle3 import export_modelopt
+
+    embed = model.get_input_embeddings().weight.detach().float().cpu()
+    with tempfile.TemporaryDirectory(prefix=f".{dr.out.name}.export-", dir=folder.parent) as tmp:
+        export_modelopt(model, Path(tmp))
+        draft = load_eagle3(Path(tmp), embed, model.config.num_hidden_layers, dr.aux_layers)
+    draft.save(folder, "safeailab", store)
+
+
+def _write_medusa(model, dr: DraftRun, folder: Path, store: torch.dtype) -> None:
+    import os
+
+    from builder.train.medusa_modelopt import write
+
+    write(model, folder, os.path.relpath(dr.target_dir.resolve(), dr.out.resolve()), store)
+
+
+def write_draft(model, dr: DraftRun, record: dict, write: Callable) -> None:
+    """The method's files + the record into a temp folder renamed over the output whole."""
+    from builder.files import staged_dir
+
+    with staged_dir(dr.out) as folder:
+        write(model, dr, folder, STORAGE[dr.recipe.model.dtype])
+        (folder / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        for p in [folder, *folder.iterdir()]:  # a checkout's modes (mkdtemp makes 0700, safetensors 0600)
+            p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+TRAINERS = {  # the methods train-draft trains, by the recipe's speculative.method
+    "eagle3": Trainer(
+        "NVIDIA modelopt (modelopt.torch.speculative, HF EAGLE-3) with SafeAILab's draft-layer math "
+        "(builder/train/eagle3.py)",
+        "TTT step",
+        _plan_eagle3,
+        _shape_eagle3,
+        _convert_eagle3,
+        _trainable_eagle3,
+        _loss_eagle3,
+        _write_eagle3,
+    ),
+    "medusa": Trainer(
+        "NVIDIA modelopt (modelopt.torch.speculative, HF Medusa), heads started from the target's LM head "
+        "(builder/train/medusa_modelopt.py)",
+        "head",
+        _plan_medusa,
+        _shape_medusa,
+        _convert_medusa,
+        _trainable_medusa,
+        _loss_medusa,
+        _write_medusa,
+    ),
+}
