@@ -33,11 +33,11 @@
 #   trt-probe-treeverify-attrs           30  TensorRT >= 10.15 + Triton
 #   trt-plugin-engine                    45  TensorRT >= 10.15 + Triton
 #   quantize-fp8-cuda                    90  CUDA + trtspec CLI (pydantic) + modelopt
-#   engine-<recipe>-<fp32|bf16>         180  TensorRT + trtspec CLI; 3 recipes x 2 dtypes
+#   engine-<recipe>-<fp32|bf16>         180  TensorRT + trtspec CLI; 4 recipes x 2 dtypes
 #   trtllm-<method>                     240  tensorrt_llm (NVIDIA's Triton TRT-LLM container); 4 methods
 #   llmapi-eagle3                       240  tensorrt_llm (PyTorch flow: trtllm-serve, EAGLE-3 vs ONNX Runtime)
 # Borrowed H100 (no TensorRT): wheelhouse .. quantize = ~270 s, inside the default 480 s budget. A TensorRT
-# host adds ~145 s of probes and plugin engine and 6 x 180 s of engines: raise --budget-s (or --steps) there;
+# host adds ~145 s of probes and plugin engine and 8 x 180 s of engines: raise --budget-s (or --steps) there;
 # a TensorRT-LLM container adds 5 x 240 s. Measured on the CPU build machine (no GPU: every GPU step SKIPs):
 # 4-7 s (tests/unit/test_gpu_check_script.py runs it).
 set -euo pipefail

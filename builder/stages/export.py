@@ -172,7 +172,9 @@ def _draft_graph(
     vocab = "" if draft.draft_vocab_size is None else f", draft vocabulary {draft.draft_vocab_size}"
     weights = "" if nbits is None else f", weights {parts.draft_weights}"
     what = parts.method_of.draft.what if parts.method_of.draft is not None else "draft"  # "EAGLE draft", …
-    say(f"exporting the {what} graph ({variant}{'' if head is None else ', FP8 LM head'}{vocab}{weights})")
+    own_head = parts.method_of.target_features  # (EAGLE-3 drafts with its own LM head, never the target's FP8 one)
+    fp8_head = "" if head is None or own_head else ", FP8 LM head"
+    say(f"exporting the {what} graph ({variant}{fp8_head}{vocab}{weights})")
     export_draft(
         draft,
         model.lm_head.weight,

@@ -27,7 +27,12 @@ from typing import Any
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 REPO = Path(__file__).resolve().parents[2]
-ENGINE_RECIPES = ("tiny-llama3", "tiny-llama3-eagle2", "tiny-llama3-medusa")  # recipes/<name>.yaml
+ENGINE_RECIPES = (
+    "tiny-llama3",
+    "tiny-llama3-eagle2",
+    "tiny-llama3-eagle3",
+    "tiny-llama3-medusa",
+)  # recipes/<name>.yaml
 ENGINE_DTYPES = ("fp32", "bf16")  # model.dtype of the TensorRT engines (the ONNX Runtime side is fp32)
 INJECT = ("fail", "crash", "hang")  # test-only steps (--inject): a FAIL, a process killed by a signal, a hang
 
