@@ -51,7 +51,8 @@ from builder.errors import UserError
 @click.option("--quiet", is_flag=True, help="Print only when a draft is trained.")
 @set_option
 def train_draft(recipe, out, steps, resume, force, device, threads, quiet, overrides) -> None:
-    """Train the recipe's speculative draft (EAGLE-3 or Medusa heads, NVIDIA modelopt) on its draft_training data."""
+    """Train the recipe's speculative draft (EAGLE-3 or Medusa heads with NVIDIA modelopt; an EAGLE-1/2 draft on the
+    same loop) on its draft_training data."""
     import torch
 
     from builder.stages.parts import local_dir

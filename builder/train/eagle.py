@@ -67,13 +67,15 @@ def unroll(
     T = L - 1
     feats = hidden[:, :T]  # (B, T, C) h[i] of pair i
     if noise > 0:
-        feats = feats + (torch.rand(feats.shape, generator=gen) - 0.5) * noise
+        # drawn on the CPU (the generator a checkpoint carries), whatever the device
+        feats = feats + ((torch.rand(feats.shape, generator=gen) - 0.5) * noise).to(feats.device, feats.dtype)
     cache = draft.new_cache(depth * T, batch=B)
-    outs = []
+    outs, dev = [], tokens.device
     for s in range(1, depth + 1):
-        idx = (torch.arange(T) + s).clamp(max=L - 1)  # (T,) token t[i+s]
-        pos = (torch.arange(T) + s - 1).expand(B, T)  # (B, T)
-        out = draft(tokens[:, idx], feats, pos, chain_mask(T, s, B), cache, start=(s - 1) * T)  # (B, T, C)
+        idx = (torch.arange(T, device=dev) + s).clamp(max=L - 1)  # (T,) token t[i+s]
+        pos = (torch.arange(T, device=dev) + s - 1).expand(B, T)  # (B, T)
+        mask = chain_mask(T, s, B).to(dev)
+        out = draft(tokens[:, idx], feats, pos, mask, cache, start=(s - 1) * T)  # (B, T, C)
         outs.append(out)
         feats = out
     return outs

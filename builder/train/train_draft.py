@@ -8,10 +8,11 @@ anything heavy runs; `train_draft` then:
 2. makes the training rows (the target writes the responses where the recipe says so) or reads them from the work
    folder of an interrupted run of the same key (`builder.train.runner`);
 3. picks EAGLE-3's draft vocabulary (the most frequent tokens of those rows, `draft_training.draft_vocab_size`);
-4. converts the target with modelopt (EAGLE-3: `builder.train.eagle3`; Medusa: `builder.train.medusa_modelopt`),
-   trains (checkpoints, resume) and writes the draft — EAGLE-3: modelopt's own export read back by our strict reader
-   and written in SafeAILab's layout; Medusa: FasterDecoding's — with a `training.json` record into a temp folder
-   renamed over the output: nothing half-written, ever.
+4. converts the target with modelopt (EAGLE-3: `builder.train.eagle3`; Medusa: `builder.train.medusa_modelopt`) or
+   attaches our EAGLE-1 draft (EAGLE-1/2: `builder.train.eagle1`; modelopt has no EAGLE-1), trains (the same loop,
+   checkpoints, resume) and writes the draft — EAGLE-3: modelopt's own export read back by our strict reader and
+   written in SafeAILab's layout; EAGLE-1: SafeAILab's layout read back; Medusa: FasterDecoding's — with a
+   `training.json` record into a temp folder renamed over the output: nothing half-written, ever.
 
 Deterministic: the same key on the same host and thread count gives the same tensors bit for bit, resumed or not.
 """
@@ -38,12 +39,6 @@ if TYPE_CHECKING:
     from builder.recipe.schema import Recipe
 
 RECORD = "training.json"
-WHY_NOT = {
-    "eagle": "modelopt's HF EAGLE without aux hidden states is not EAGLE-1: its draft layer reads the target's final "
-    "hidden state only, never the token embedding (modelopt/torch/speculative/plugins/modeling_eagle.py L166, 0.47), "
-    "so it cannot write an EAGLE-1 draft (fc over [embedding; hidden]); EAGLE-1/2 drafts come from the fixture "
-    "factory's loop (builder/train/eagle.py)",
-}
 CODE_PACKAGES = ("builder",)
 # modelopt's HF speculative API as used here: `export_speculative_decoding` (0.43+, `../shared/EAGLE3.md` §4), the
 # EAGLE-3 pre-hook that `eagle3.ReferenceFirstLayer` corrects (read at 0.47); the project's own cap is <0.48
@@ -75,9 +70,10 @@ def plan_run(recipe: Recipe, recipe_path: Path, target_dir: Path, tokenizer_path
     spec = recipe.speculative
     trainer = TRAINERS.get(spec.method)
     if trainer is None:
-        why = WHY_NOT.get(spec.method, f"{spec.method!r} has no trained draft" if spec.method else "")
+        why = "it has no draft weights to train" if spec.method else "the recipe speculates with nothing"
         raise UserError(
-            f"train-draft trains EAGLE-3 drafts and Medusa heads; the recipe's method is {spec.method!r}: {why}",
+            f"train-draft trains EAGLE-3 and EAGLE-1/2 drafts and Medusa heads; the recipe's method is "
+            f"{spec.method!r}: {why}",
             field="speculative.method",
             allowed=", ".join(TRAINERS),
         )
@@ -265,7 +261,7 @@ def _train_locked(
     trainer = TRAINERS[dr.method]
     vd = trainer.convert(model, dr, data, (bos, *stops))
     model.train()
-    hist = train_loop(trainer.loss_fn(model), trainer.trainable(model), data, dr.run, work, device, log, resume)
+    hist = train_loop(trainer.loss_fn(model, dr), trainer.trainable(model), data, dr.run, work, device, log, resume)
     record = {
         "key": key,
         "method": dr.method,
@@ -302,7 +298,7 @@ class Trainer:
     shape: Callable  # (DraftRun) -> what the recipe says of the draft's shape (the key's "draft")
     convert: Callable  # (model, DraftRun, rows, keep ids) -> the draft vocabulary's size; converts in place
     trainable: Callable  # (model) -> {name: parameter}
-    loss_fn: Callable  # (model) -> the runner's step loss
+    loss_fn: Callable  # (model, DraftRun) -> the runner's step loss
     write: Callable  # (model, DraftRun, folder, storage dtype) -> the checkpoint's files in folder
 
 
@@ -321,6 +317,16 @@ def _plan_medusa(spec, run: DraftTraining, layers: int, source: str) -> None:
         )
 
 
+def _plan_eagle(spec, run: DraftTraining, layers: int, source: str) -> None:
+    if run.draft_vocab_size is not None:
+        raise UserError(
+            "a trained draft vocabulary is EAGLE-3's (its own LM head); an EAGLE-1/2 draft reads the target's LM head "
+            "and drafts over part of it at run time with speculative.draft_vocab",
+            field="draft_training.draft_vocab_size",
+            allowed="null",
+        )
+
+
 def _shape_eagle3(dr: DraftRun) -> dict:
     assert dr.aux_layers is not None
     return {"aux_layers": list(dr.aux_layers)}
@@ -331,13 +337,45 @@ def _shape_medusa(dr: DraftRun) -> dict:
     return {"num_heads": spec.num_heads, "num_layers": spec.num_layers}
 
 
+def _shape_eagle(dr: DraftRun) -> dict:
+    return {"layers": 1, "fc_bias": False}
+
+
+def _trainable_eagle(model):
+    from builder.train import eagle1
+
+    return eagle1.trainable(model)
+
+
+def _loss_eagle(model, dr: DraftRun):
+    from builder.train import eagle1
+
+    return eagle1.loss_fn(model, dr.run)
+
+
+def _convert_eagle(model, dr: DraftRun, data, keep: tuple[int | None, ...]) -> int:
+    from builder.model.config import LlamaConfig, read_json_object
+    from builder.train import eagle1
+
+    cfg_file = dr.target_dir / "config.json"
+    eagle1.convert(model, dr.run, LlamaConfig.from_hf_dict(read_json_object(cfg_file), str(cfg_file)))
+    return model.config.vocab_size
+
+
+def _write_eagle(model, dr: DraftRun, folder: Path, store: torch.dtype) -> None:
+    from builder.train import eagle1
+
+    bos, eos, _, _ = special_ids(dr.target_dir)
+    eagle1.write(model, folder, bos, eos, store)
+
+
 def _trainable_eagle3(model):
     from builder.train import eagle3
 
     return eagle3.trainable(model)
 
 
-def _loss_eagle3(model):
+def _loss_eagle3(model, dr: DraftRun):
     from builder.train import eagle3
 
     return eagle3.loss_fn(model)
@@ -349,7 +387,7 @@ def _trainable_medusa(model):
     return medusa_modelopt.trainable(model)
 
 
-def _loss_medusa(model):
+def _loss_medusa(model, dr: DraftRun):
     from builder.train import medusa_modelopt
 
     return medusa_modelopt.loss_fn(model)
@@ -417,6 +455,17 @@ TRAINERS = {  # the methods train-draft trains, by the recipe's speculative.meth
         _trainable_eagle3,
         _loss_eagle3,
         _write_eagle3,
+    ),
+    "eagle": Trainer(
+        "trtspec's EAGLE-1 draft (EAGLE-2 runs the same) on the runner's loop shared with EAGLE-3: EAGLE-1's loss "
+        "(feature SmoothL1 + 0.1 token CE), unrolled ttt_steps levels (builder/train/eagle1.py)",
+        "TTT step",
+        _plan_eagle,
+        _shape_eagle,
+        _convert_eagle,
+        _trainable_eagle,
+        _loss_eagle,
+        _write_eagle,
     ),
     "medusa": Trainer(
         "NVIDIA modelopt (modelopt.torch.speculative, HF Medusa), heads started from the target's LM head "

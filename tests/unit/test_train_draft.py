@@ -134,7 +134,8 @@ def test_kill9_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     "recipe, sets, field",
     [
         ("tiny-llama3-none.yaml", (), "speculative.method"),
-        ("tiny-llama3-eagle1.yaml", (), "speculative.method"),  # modelopt's HF EAGLE-1 is not EAGLE-1
+        ("tiny-llama3-lookahead.yaml", (), "speculative.method"),  # no draft weights
+        ("tiny-llama3-eagle1.yaml", (), "draft_training.draft_vocab_size"),  # EAGLE-1 reads the target's LM head
         ("tiny-llama3-eagle3.yaml", ("draft_training.source=no-such-file.jsonl",), "draft_training.source"),
         ("tiny-llama3-eagle3.yaml", ("speculative.aux_layers=[0, 0, 1]",), "speculative.aux_layers"),
         ("tiny-llama3-eagle3.yaml", ("speculative.aux_layers=[0, 1, 4]",), "speculative.aux_layers"),
