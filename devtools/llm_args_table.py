@@ -1,13 +1,15 @@
 """Extract the option names of TensorRT-LLM's `tensorrt_llm/llmapi/llm_args.py` as the table trtspec commits
 (`builder/trtllm/llmapi/llm_args_table.py`): per class, its pydantic fields (inherited ones included, private
 `_x`, `ClassVar` and `PrivateAttr` left out), each field's aliases (`alias=`, `validation_alias=AliasChoices(…)`)
-and the `decoding_type` literal of the speculative configs.
+and the `decoding_type` names `speculative_config` dispatches on (`decoding_types`).
 
     python devtools/llm_args_table.py LLM_ARGS_PY --source "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ C"
 
 LLM_ARGS_PY is a checked-out copy (e.g. `git -C <mirror> show C:tensorrt_llm/llmapi/llm_args.py > llm_args.py`);
 the script only parses it (ast), it never imports TensorRT-LLM. It prints the module text; the classes kept are
-CLASSES. Standard library only.
+CLASSES. Standard library only. Older versions (to 1.2.0rc2 at least) declare `decoding_type` as a ClassVar that
+DecodingBaseConfig.from_dict dispatches on through its `config_classes` dict (whose keys are the accepted names:
+"DraftTarget" there, while the ClassVar says "Draft_Target"); later ones make it a Literal field.
 """
 
 from __future__ import annotations
@@ -105,11 +107,37 @@ def extract(text: str, classes: tuple[str, ...] = CLASSES) -> dict[str, dict]:
     }
 
 
-def module_text(table: dict[str, dict], source: str) -> str:
+def decoding_types(text: str) -> dict[str, str]:
+    """speculative_config.decoding_type -> class: the keys of DecodingBaseConfig.from_dict's `config_classes` dict
+    (where the file dispatches that way) and the Literal of each class declaring `decoding_type: Literal["X"]`."""
+    tree = ast.parse(text)
+    out: dict[str, str] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == "decoding_type":
+                lit = _literal(stmt.annotation)
+                if lit is not None:
+                    out[lit] = cls.name
+        if cls.name != "DecodingBaseConfig":
+            continue
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "config_classes" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
+                for k, v in zip(node.value.keys, node.value.values):
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Name):
+                        out.setdefault(k.value, v.id)
+    return dict(sorted(out.items()))
+
+
+def module_text(table: dict[str, dict], source: str, decoding: dict[str, str] | None = None) -> str:
     return (
         f'"""Option names of TensorRT-LLM\'s LLM API, extracted by devtools/llm_args_table.py from {source}."""\n\n'
         f"SOURCE = {source!r}\n"
         f"TABLE = {pprint.pformat(table, width=110, sort_dicts=True)}\n"
+        f"DECODING_TYPES = {pprint.pformat(decoding or {}, width=110, sort_dicts=True)}\n"
     )
 
 
@@ -118,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("llm_args", type=Path)
     ap.add_argument("--source", required=True, help="repo path @ commit of the file read")
     args = ap.parse_args(argv)
-    sys.stdout.write(module_text(extract(args.llm_args.read_text(encoding="utf-8")), args.source))
+    text = args.llm_args.read_text(encoding="utf-8")
+    sys.stdout.write(module_text(extract(text), args.source, decoding_types(text)))
     return 0
 
 

@@ -83,14 +83,18 @@ LLMAPI_SOURCE = (
     "pre-releases); NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 470bb72055d5 (main, 2026-04, the newest "
     "version the code index serves whole; `builder.trtllm.llmapi.llm_args_table`), docs "
     "nvidia.github.io/TensorRT-LLM/1.4.0rc1/llm-api/reference/Eagle3DecodingConfig.html (the 1.4.0rc1 signature), "
-    "tensorrt_llm/_torch/speculative/eagle3.py @ 001e67005b4f ('currently Eagle3 only supports linear tree', 1.2)"
+    "tensorrt_llm/_torch/speculative/eagle3.py @ 001e67005b4f ('currently Eagle3 only supports linear tree', 1.2); "
+    "for 1.2.1's option names, the llm_args.py versions that bracket the release/1.2 branch "
+    "(`builder.trtllm.llmapi.llm_args_table.RELEASE_READINGS`: the 1.2.0rc2-era file, code-index id 1090804222, "
+    "and two later main versions)"
 )
 
-# The 1.2.1 tag's own llm_args.py is on release/1.2.1, which the code index does not hold: its entry keeps to what
-# every PyTorch-flow version takes — decoding_type Eagle (read as EAGLE-3 on the PyTorch backend), the draft as
-# speculative_model_dir (modelopt's examples/speculative_decoding/README.md @ a2fbac7b L157-182; an alias of
-# speculative_model in llm_args.py @ 470bb720) — and a chain (EAGLE-3 one-model drafts a linear tree in 1.2,
-# eagle3.py @ 001e67005b4f; dynamic trees landed on main in 2026-04, PR #12062). 1.4.0rc1: the dynamic tree
+# The 1.2.1 tag's own llm_args.py is on release/1.2.1, which the code index does not hold: its entry keeps to the
+# names every version bracketing the branch takes (llm_args_table.RELEASE_READINGS) — decoding_type Eagle (read as
+# EAGLE-3 one-model on the PyTorch backend; "Eagle3" is no decoding type of the 1.2.0rc2-era file), the draft as
+# speculative_model_dir (that file's field; an alias of speculative_model in the later ones; also modelopt's
+# examples/speculative_decoding/README.md @ a2fbac7b L157-182) — and a chain (EAGLE-3 one-model drafts a linear tree
+# in 1.2, eagle3.py @ 001e67005b4f; dynamic trees landed on main in 2026-04, PR #12062). 1.4.0rc1: the dynamic tree
 # (use_dynamic_tree, dynamic_tree_max_topK, max_total_draft_tokens), decoding_type Eagle3, speculative_model and
 # rejection sampling of sampled requests (allow_advanced_sampling), per its API reference signature.
 LLMAPI_RELEASES: dict[str, LlmapiRelease] = {

@@ -1,9 +1,11 @@
 """The LLM-API options trtspec writes for TensorRT-LLM's PyTorch flow, against upstream's option names as data.
 
 Oracles: the committed table of `tensorrt_llm/llmapi/llm_args.py` @ 470bb720 (`builder.trtllm.llmapi.llm_args_table`:
-every class is a StrictBaseModel, so a key that is not a field is an error upstream), the 1.4.0rc1 API reference's
-Eagle3DecodingConfig signature, upstream's own bound on dynamic trees re-implemented here from
-`EagleDecodingConfig.validate_eagle_config`, and devtools/llm_args_table.py run over a snippet written here.
+every class is a StrictBaseModel, so a key that is not a field is an error upstream), the other versions of that file
+read (`READINGS`: the 1.2.0rc2-era one and a later main one bracket the release/1.2 branch, fcd3f316 is the 0.21
+line), the 1.4.0rc1 API reference's Eagle3DecodingConfig signature, upstream's own bound on dynamic trees
+re-implemented here from `EagleDecodingConfig.validate_eagle_config`, and devtools/llm_args_table.py run over
+snippets written here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from builder.recipe.loader import load_recipe
-from builder.trtllm.llmapi.llm_args_table import OWN, SIGNATURES, fields, speculative_class
+from builder.recipe.trtllm import LLMAPI_RELEASES
+from builder.trtllm.llmapi.llm_args_table import (
+    OWN,
+    READINGS,
+    RELEASE_READINGS,
+    SIGNATURES,
+    fields,
+    refusals,
+    speculative_class,
+)
 from builder.trtllm.llmapi.options import key_paths, llm_options
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,6 +68,61 @@ def test_every_key_written_is_a_field_of_the_pinned_llm_args(name):
     sig = SIGNATURES.get(r.trtllm.version, {})
     if spec is not None and speculative_class(spec["decoding_type"]) in sig:  # the release's own documented names
         assert set(spec) <= sig[speculative_class(spec["decoding_type"])], spec
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_key_written_is_taken_by_each_version_bounding_the_release(name):
+    r, opts = options_of(name)
+    for reading in RELEASE_READINGS[r.trtllm.version]:
+        assert refusals(opts, READINGS[reading]) == [], f"{name} on {r.trtllm.version}: {reading}"
+
+
+def test_every_llmapi_release_is_bounded_by_versions_read():
+    assert set(RELEASE_READINGS) == set(LLMAPI_RELEASES)
+    assert all(name in READINGS for names in RELEASE_READINGS.values() for name in names)
+    # 1.2.1 sits between a version before the release/1.2 branch (read whole) and main versions after it
+    assert READINGS["1090804222"].whole and "1090804222" in RELEASE_READINGS["1.2.1"]
+
+
+def test_the_1_2_1_names_are_the_only_ones_both_sides_of_the_branch_take():
+    _, opts = options_of("eagle3-chain-1.2.1")
+    before, after = READINGS["1090804222"], READINGS["470bb720"]
+
+    def with_spec(**change):
+        spec = dict(opts["speculative_config"])
+        for old, new in change.items():
+            spec[new[0]] = spec.pop(old) if new[1] is None else new[1]
+        return {**opts, "speculative_config": spec}
+
+    eagle3 = with_spec(decoding_type=("decoding_type", "Eagle3"))
+    assert refusals(eagle3, before) == ["speculative_config.decoding_type 'Eagle3': refused by 1090804222"]
+    assert refusals(eagle3, after) == []
+    renamed = with_spec(speculative_model_dir=("speculative_model", None))
+    assert refusals(renamed, before) == ["EagleDecodingConfig.speculative_model: refused by 1090804222"]
+    assert refusals(renamed, after) == []
+    assert refusals(opts, before) == refusals(opts, after) == []
+
+
+def test_fcd3f316_is_the_0_21_line_and_refuses_or_drops_what_1_2_1_is_written_with():
+    # hand-read from llm_args.py @ fcd3f316: no CudaGraphConfig (use_cuda_graph / cuda_graph_* at top level), the KV
+    # cache dtype at top level (kv_cache_dtype), the PyTorch draft as pytorch_weights_path, no layers to capture; its
+    # speculative and KV-cache classes are plain BaseModels that drop unknown keys, BaseLlmArgs forbids them
+    _, opts = options_of("eagle3-chain-1.2.1")
+    assert refusals(opts, READINGS["fcd3f316"]) == [
+        "KvCacheConfig.dtype: dropped by fcd3f316",
+        "TorchLlmArgs.cuda_graph_config: refused by fcd3f316",
+        "CudaGraphConfig: no such class in fcd3f316 (for max_batch_size)",
+        "CudaGraphConfig: no such class in fcd3f316 (for enable_padding)",
+        "EagleDecodingConfig.speculative_model_dir: dropped by fcd3f316",
+        "EagleDecodingConfig.eagle3_layers_to_capture: dropped by fcd3f316",
+    ]
+    ngram = {"speculative_config": options_of("ngram")[1]["speculative_config"]}
+    assert refusals(ngram, READINGS["fcd3f316"]) == []  # names there, but its NGram drafted prompt_lookup_num_tokens
+
+
+def test_the_470bb720_reading_is_the_committed_table():
+    assert READINGS["470bb720"].keys == {cls: fields(cls) for cls in OWN}
+    assert {"Eagle", "Eagle3", "NGram"} <= set(READINGS["470bb720"].decoding_types)
 
 
 def test_the_key_check_can_fail():
@@ -141,6 +207,39 @@ class EagleDecodingConfig(DecodingBaseConfig):
 class Eagle3DecodingConfig(EagleDecodingConfig):
     decoding_type: Literal["Eagle3"] = "Eagle3"
 """
+
+
+CLASSVAR_SNIPPET = """
+from typing import ClassVar
+class StrictBaseModel: pass
+class DecodingBaseConfig(StrictBaseModel):
+    max_draft_len: int = None
+    speculative_model_dir: str = None
+    @classmethod
+    def from_dict(cls, data: dict):
+        config_classes = {"Eagle": EagleDecodingConfig, "DraftTarget": DraftTargetDecodingConfig}
+        return config_classes[data.pop("decoding_type")](**data)
+class EagleDecodingConfig(DecodingBaseConfig):
+    eagle3_layers_to_capture: set = None
+    decoding_type: ClassVar[str] = "Eagle"
+class DraftTargetDecodingConfig(DecodingBaseConfig):
+    decoding_type: ClassVar[str] = "Draft_Target"
+"""
+
+
+def test_the_extractor_reads_the_dispatch_of_both_eras():
+    tool = _extractor()
+    # ClassVar era: from_dict's dict is the dispatch ("DraftTarget", not the ClassVar's "Draft_Target"); the ClassVar
+    # is no field
+    assert tool.decoding_types(CLASSVAR_SNIPPET) == {
+        "DraftTarget": "DraftTargetDecodingConfig",
+        "Eagle": "EagleDecodingConfig",
+    }
+    e = tool.extract(CLASSVAR_SNIPPET, ("EagleDecodingConfig",))["EagleDecodingConfig"]
+    assert sorted(e["fields"]) == ["eagle3_layers_to_capture", "max_draft_len", "speculative_model_dir"]
+    # Literal era: the literal of each class
+    assert tool.decoding_types(SNIPPET) == {"Eagle": "EagleDecodingConfig", "Eagle3": "Eagle3DecodingConfig"}
+    assert "DECODING_TYPES = {'Eagle'" in tool.module_text({}, "s @ t", tool.decoding_types(SNIPPET))
 
 
 def test_the_extractor_reads_fields_aliases_and_literals():

@@ -3,7 +3,10 @@
 One dict, two files: trtllm-serve's options file (`--extra_llm_api_options`, alias `--config`; read by
 `update_llm_args_with_extra_dict`, which merges it over the command line's arguments) and the Triton `llmapi`
 model's model.yaml (every top-level key but `triton_config` goes to `LLM(**kwargs)`; `builder.trtllm.llmapi.repo`).
-Every key is a field of the pinned release's classes (`llm_args_table`, checked in the tests).
+Every key is taken by each version of llm_args.py that bounds the pinned release (`llm_args_table.RELEASE_READINGS`:
+for 1.2.1 the 1.2.0rc2-era file before the release/1.2 branch and two main versions after it, whose speculative API
+differs; checked in the tests), so the release's own names are those both sides take: decoding_type "Eagle" and the
+draft as `speculative_model_dir` on 1.2.1 (`LlmapiRelease.eagle3_decoding_type`, `.draft_key`).
 
 Recipe -> option (tensorrt_llm/llmapi/llm_args.py @ 470bb720; the release facts `builder.recipe.trtllm`):
 
