@@ -161,8 +161,9 @@ def test_d2t_int32_and_its_checks(tmp_path):
         load_eagle3(tmp_path, embed, 8)
     assert e.value.field == "d2t"
     rewrite(tmp_path, d2t=torch.zeros(VD, dtype=torch.int64) + torch.tensor([0, 1] * (VD // 2)))  # 0,2,2,4,4,…
-    with pytest.raises(UserError, match="distinct ascending"):
+    with pytest.raises(UserError, match="draft ids 1 and 2 both to token 2") as e:
         load_eagle3(tmp_path, embed, 8)
+    assert e.value.field == "d2t"
     rewrite(tmp_path, d2t=d.d2t.float())
     with pytest.raises(UserError, match="stored as F32") as e:
         load_eagle3(tmp_path, embed, 8)

@@ -76,8 +76,9 @@ def test_every_reader_loads_what_we_write(tmp_path, shape, layout, reduced):
     kw = {"tensorrt_llm": {"layers_to_capture": d.aux_layers}, "modelopt": {"has_lm_head": not reduced}}
     for name in upstream.READERS:
         if name == "sglang" and layout == "modelopt":
-            with pytest.raises(upstream.Refusal, match="midlayer.self_attn.q_proj.weight is never loaded"):
-                run(name, tmp_path, target)  # SGLang skips layers.0.* without a word (module docstring)
+            with pytest.raises(upstream.Refusal, match=r"modelopt's layout: .* skipped without a word") as e:
+                run(name, tmp_path, target)  # SGLang skips layers.0.* without a word (upstream_sglang docstring)
+            assert e.value.key == "layers.0.*"
             continue
         loaded = run(name, tmp_path, target, **kw.get(name, {}))
         assert loaded.aux_layers == d.aux_layers, name
@@ -217,3 +218,24 @@ def test_the_doc_table_cites_what_the_readers_read():
     code = upstream.__doc__ or ""
     commits = set(re.findall(r"@([0-9a-f]{40})", code))
     assert len(commits) >= 7 and commits <= set(re.findall(r"[0-9a-f]{40}", doc))
+
+
+def test_a_published_draft_renamed_to_modelopts_layout_is_flagged_for_sglang_only(tmp_path):
+    """Plant: the official 8B layout with `midlayer.` renamed `layers.0.` (modelopt's export names, same tensors).
+    SGLang's loader (llama_eagle3.py@03d5a777) renames nothing and skips unknown keys: its midlayer would keep its
+    initial weights (all 10 layer tensors). TensorRT-LLM and vLLM rename and load the same tensors as from the SafeAILab names."""
+    cfg, layers, width, _ = PUBLISHED["8b-eagle3-arch"]
+    state = write_published(tmp_path, "8b-eagle3-arch", pickle=False)
+    target = upstream.Target(layers, width, cfg["vocab_size"])
+    before = {r: run(r, tmp_path, target).params for r in ("tensorrt_llm", "vllm")}
+    rewrite(tmp_path, **{k: None for k in state if k.startswith("midlayer.")})
+    rewrite(tmp_path, **{"layers.0." + k.removeprefix("midlayer."): v for k, v in state.items() if "midlayer." in k})
+    with pytest.raises(upstream.Refusal, match=r"these 10 key\(s\) .* skipped without a word") as e:
+        run("sglang", tmp_path, target)
+    assert e.value.key == "layers.0.*" and "midlayer." in str(e.value)
+    for r, params in before.items():
+        after = run(r, tmp_path, target).params
+        assert after.keys() == params.keys(), r
+        for name, p in after.items():
+            assert p.meaning == params[name].meaning and p.shape == params[name].shape, (r, name)
+            assert [s.replace("layers.0.", "midlayer.") for s in p.sources] == list(params[name].sources), (r, name)

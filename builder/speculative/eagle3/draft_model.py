@@ -41,6 +41,7 @@ from builder.speculative.eagle3.checkpoint import (
     check_entries,
     check_fc_width,
     check_vocab_map,
+    in_target_order,
     input_of_layer,
     read_shape,
     resolve_aux_layers,
@@ -122,7 +123,7 @@ class Eagle3Draft(nn.Module):
 
     def set_vocab_ids(self, ids: torch.Tensor) -> None:  # [Vd] ascending target ids
         t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
-        check_d2t(t - torch.arange(len(t)), self.cfg.vocab_size, "d2t")
+        check_d2t(t - torch.arange(len(t)), self.cfg.vocab_size, "d2t", ascending=True)
         self.d2t = t - torch.arange(len(t))
 
     def project(self, features: torch.Tensor) -> torch.Tensor:  # [..., 3·Ht] -> [..., H]
@@ -285,10 +286,12 @@ ST_DTYPE = {
 }
 
 
-def check_d2t(d2t: torch.Tensor, vocab_size: int, source: str, t2d: torch.Tensor | None = None) -> None:
-    """d2t must map draft ids to distinct, ascending target ids inside the vocabulary; t2d, when given, must be their
-    membership (`checkpoint.check_vocab_map`)."""
-    check_vocab_map(d2t.cpu().numpy(), None if t2d is None else t2d.cpu().numpy(), vocab_size, source)
+def check_d2t(
+    d2t: torch.Tensor, vocab_size: int, source: str, t2d: torch.Tensor | None = None, ascending: bool = False
+) -> None:
+    """d2t must map draft ids to distinct target ids inside the vocabulary (ascending too where `ascending`); t2d,
+    when given, must be their membership (`checkpoint.check_vocab_map`)."""
+    check_vocab_map(d2t.cpu().numpy(), None if t2d is None else t2d.cpu().numpy(), vocab_size, source, ascending)
 
 
 def read_eagle3(
@@ -356,7 +359,9 @@ def load_eagle3(
     draft = Eagle3Draft(shape.cfg, shape.target_hidden, shape.draft_vocab, aux)
     tensors["embed_tokens.weight"] = embed
     d2t = tensors.pop("d2t", None)
-    tensors["d2t"] = torch.zeros(shape.draft_vocab, dtype=torch.int64) if d2t is None else d2t.to(torch.int64)
+    if d2t is not None:  # any order on disk (modelopt: most frequent first); held ascending (`vocab_map`)
+        tensors["lm_head.weight"], d2t = in_target_order(tensors["lm_head.weight"], d2t)
+    tensors["d2t"] = torch.zeros(shape.draft_vocab, dtype=torch.int64) if d2t is None else d2t
     draft.load_state_dict({k: (t if k == "d2t" else t.to(dtype)) for k, t in tensors.items()}, strict=True)
     assert tuple(draft.embed_tokens.weight.shape) == (V, H)
     return draft.to(dtype).eval()
