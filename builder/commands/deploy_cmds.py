@@ -11,7 +11,8 @@
     <out>/README.md     the same steps for a person
 
 Everything up to the checkpoint runs on this machine (cached like `trtspec build`); the bundle is written in
-a temporary folder beside <out> and renamed into place only when complete.
+a temporary folder beside <out> and renamed into place only when complete (`builder.trtllm.deploy_folder`, shared
+with the trtllm-llmapi flow's `builder.trtllm.llmapi.deploy`).
 """
 
 # trtllm: `trtspec deploy` is the trtllm backend's own command (its checkpoint, repository and bundle)
@@ -19,17 +20,12 @@ a temporary folder beside <out> and renamed into place only when complete.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import click
 
 from builder.commands.options import echo_warnings, load_checked, set_option
 from builder.errors import UserError
-
-DEPLOY_INFO = "deploy.json"
 
 
 @click.command()
@@ -83,13 +79,12 @@ def deploy(
 
         runs = {run.name: run.key for run in result.runs}
         info = write_deploy(loaded, result.folder("checkpoint"), runs, dest, _prompts(loaded))
-        click.echo(f"deploy bundle: {dest}  (TensorRT-LLM {info['tensorrt_llm']} PyTorch flow)")
-        for step in info["next_steps"]:
-            click.echo(f"  {step}")
-        return
-    info = _write(loaded, result, Path(cache_dir), dest, engine_path)
-    todo = "to build: bash " + str(dest / "bundle/docker-run.sh") + " build"
-    click.echo(f"deploy bundle: {dest}  (engine {'included' if info['engine_included'] else todo})")
+        what = f"TensorRT-LLM {info['tensorrt_llm']} PyTorch flow"
+    else:
+        info = _write(loaded, result, Path(cache_dir), dest, engine_path)
+        todo = "to build: bash " + str(dest / "bundle/docker-run.sh") + " build"
+        what = f"engine {'included' if info['engine_included'] else todo}"
+    click.echo(f"deploy bundle: {dest}  ({what})")
     for step in info["next_steps"]:
         click.echo(f"  {step}")
 
@@ -105,11 +100,12 @@ def _engine_folder(loaded, cache_dir: Path) -> Path | None:
 
 
 def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None) -> dict:
-    from builder.files import link_or_copy
+    from builder.files import link_or_copy, staged_dir
     from builder.recipe.resolve import tree_field
     from builder.stages.load import SOURCE
     from builder.trtllm.build_cmd import build_command, write_build_script
     from builder.trtllm.bundle import HostPaths, write_bundle
+    from builder.trtllm.deploy_folder import link_tree, write_description
     from builder.trtllm.k8s import MOUNTS
     from builder.trtllm.repo_settings import repo_settings
     from triton_repo.trtllm.render import render_repository
@@ -118,15 +114,12 @@ def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None)
     source = json.loads((result.folder("load") / SOURCE).read_text(encoding="utf-8"))
     ckpt, engine = result.folder("checkpoint"), _engine_folder(loaded, cache_dir)
     dest = dest.absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        for f in sorted(ckpt.iterdir()):
+    with staged_dir(dest) as tmp:
+        for f in sorted(ckpt.iterdir()):  # its files only (the engine flow's checkpoint has no subfolders to serve)
             if f.is_file():
                 link_or_copy(f, tmp / "checkpoint" / f.name)
         if engine is not None:
-            for f in sorted(p for p in engine.rglob("*") if p.is_file()):
-                link_or_copy(f, tmp / "engine" / f.relative_to(engine))
+            link_tree(engine, tmp / "engine")
         settings = repo_settings(loaded, engine_dir=engine_path or MOUNTS["engine"])
         repo = render_repository(tmp / "repository", settings, Path(source["tokenizer"]))
         host = HostPaths(
@@ -139,24 +132,8 @@ def _write(loaded, result, cache_dir: Path, dest: Path, engine_path: str | None)
         cmd = build_command(r, "$HERE/../checkpoint", "$HERE/../engine", tree_dir=loaded.dir_of(tree_field(r)))
         write_build_script(cmd, tmp / "bundle")
         info = _info(loaded, result, engine is not None, repo, cmd, dest)
-        (tmp / DEPLOY_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(_readme(loaded, info), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        _replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_description(tmp, info, _readme(loaded, info))
     return info
-
-
-def _replace(tmp: Path, dest: Path) -> None:
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        os.replace(dest, old)
-        os.replace(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, dest)
 
 
 def _prompts(loaded) -> list[str]:
@@ -205,13 +182,14 @@ def _info(loaded, result, engine_included: bool, repo: dict, cmd, dest: Path) ->
 
 
 def _readme(loaded, info: dict) -> str:
+    from builder.trtllm.deploy_folder import readme
+
     r = loaded.recipe
-    lines = [
-        f"# {info['ensemble']}: {r.speculative.method} on TensorRT-LLM {info['tensorrt_llm']} "
-        f"({info['world_size']} × {r.target.device}, tp={info['tp']}, pp={info['pp']})",
-        "",
-        f"Written by `trtspec deploy {loaded.path}`. Container: `{info['container']}` (TensorRT {info['tensorrt']}).",
-        "",
+    title = (
+        f"{info['ensemble']}: {r.speculative.method} on TensorRT-LLM {info['tensorrt_llm']} "
+        f"({info['world_size']} × {r.target.device}, tp={info['tp']}, pp={info['pp']})"
+    )
+    items = [
         "- `checkpoint/`: the TensorRT-LLM checkpoint (config.json, rank{N}.safetensors)",
         "- `engine/`: "
         + (
@@ -225,9 +203,6 @@ def _readme(loaded, info: dict) -> str:
         "- `bundle/`: launch.sh (engine lock check, then mpirun with one tritonserver per rank), docker-run.sh "
         "(`build` or serve; launch.sh's and build.sh's settings set in the environment are passed in), k8s.yaml, "
         "bench.sh",
-        "",
-        "Steps:",
-        *[f"1. `{s}`" for s in info["next_steps"]],
-        "",
     ]
-    return "\n".join(lines)
+    container = f"`{info['container']}` (TensorRT {info['tensorrt']})"
+    return readme(title, loaded.path, container, items, info["next_steps"])

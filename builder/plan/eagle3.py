@@ -23,7 +23,7 @@ from builder.plan.eagle import EagleMemory, one_layer
 from builder.plan.own_engines import STEP, act_component, kv_per_token
 from builder.plan.sizes import DTYPE_BYTES, Component, Layout, layer_linear_params
 from builder.recipe.loader import LoadedRecipe
-from builder.recipe.resolve import parse_checkpoint, read_config
+from builder.recipe.resolve import architecture_numbers, parse_checkpoint, read_config
 from builder.recipe.schema import Architecture, Recipe
 
 PUBLISHED_DRAFT_VOCAB = 32000  # the published Llama 3 EAGLE-3 drafts (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json)
@@ -57,17 +57,7 @@ class Eagle3Memory(EagleMemory):
         from builder.speculative.eagle3.checkpoint import parse_config
 
         c = parse_config(read_config(ref.local), str(ref.local / "config.json")).cfg
-        return Architecture(
-            num_layers=1,
-            hidden_size=c.hidden_size,
-            num_attention_heads=c.num_attention_heads,
-            num_kv_heads=c.num_key_value_heads,
-            intermediate_size=c.intermediate_size,
-            vocab_size=c.vocab_size,
-            rope_theta=c.rope_theta,
-            max_position_embeddings=c.max_position_embeddings,
-            head_dim=c.head_dim,
-        )
+        return Architecture(**{**architecture_numbers(c), "num_layers": 1})  # the draft's one midlayer
 
     # --- TensorRT-LLM's PyTorch flow: one draft module, whole on every rank -----------------------------------
     def paged_weights(

@@ -6,11 +6,15 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from builder.errors import UserError
 from builder.recipe.schema import Architecture, Recipe
 from builder.speculative import registry
 from builder.speculative.method import Facts
+
+if TYPE_CHECKING:
+    from builder.model.config import LlamaConfig
 
 HF_REF = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(@(?P<rev>[A-Za-z0-9_./-]+))?$")
 
@@ -61,7 +65,13 @@ def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
             allowed="llama (LlamaForCausalLM)",
         )
     c = LlamaConfig.from_hf_dict(cfg, source=f"{source}/config.json")
-    return Architecture(
+    return Architecture(**architecture_numbers(c), tie_word_embeddings=c.tie_word_embeddings)
+
+
+def architecture_numbers(c: LlamaConfig) -> dict[str, Any]:
+    """The Architecture fields of a parsed LlamaConfig but tie_word_embeddings (a target's head; an EAGLE-3 draft
+    has its own lm_head and leaves it unset)."""
+    return dict(
         num_layers=c.num_hidden_layers,
         hidden_size=c.hidden_size,
         num_attention_heads=c.num_attention_heads,
@@ -71,7 +81,6 @@ def architecture_from_hf(cfg: dict, source: Path) -> Architecture:
         rope_theta=c.rope_theta,
         max_position_embeddings=c.max_position_embeddings,
         head_dim=c.head_dim,
-        tie_word_embeddings=c.tie_word_embeddings,
     )
 
 

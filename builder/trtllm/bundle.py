@@ -43,12 +43,11 @@ import json
 import os
 import re
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from builder.files import staged_dir
 from builder.recipe.schema import Recipe
 from builder.trtllm import compat
 from builder.trtllm.build_cmd import BUILD_KNOBS, LOCK_SCRIPT
@@ -129,7 +128,7 @@ def sh_command(words: Iterable[str], indent: str = "  ") -> str:
     return (" \\\n" + indent).join(" ".join(line) for line in lines)
 
 
-def _defaults(pairs: dict[str, str]) -> list[str]:
+def sh_defaults(pairs: dict[str, str]) -> list[str]:
     """`[ -n "${NAME:-}" ] || NAME=default` lines: the environment wins; `@OTHER@` in a default names another variable."""
     return [f'[ -n "${{{k}:-}}" ] || {k}={sh_word(v)}' for k, v in pairs.items()]
 
@@ -164,7 +163,7 @@ def render_launch_script(recipe: Recipe) -> str:
             "# engine, stamped in VERIFY_STAMP_DIR, default /trtspec/state if writable, else ~/.cache) | always | never.",
             "set -euo pipefail",
             'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-            *_defaults(launch_knobs(recipe)),
+            *sh_defaults(launch_knobs(recipe)),
             f'"$PYTHON" "$BUNDLE_DIR/{LOCK_SCRIPT}" check "$ENGINE_DIR" --hashes "$VERIFY_HASHES" --stamp-dir "$VERIFY_STAMP_DIR"',
             "exec " + sh_command(words),
             "",
@@ -172,7 +171,8 @@ def render_launch_script(recipe: Recipe) -> str:
     )
 
 
-def _docker_head(recipe: Recipe, name: str) -> list[str]:
+def docker_head(recipe: Recipe, name: str) -> list[str]:
+    """`docker run` with all tp × pp GPUs, the shared memory and the ulimits NVIDIA's containers ask for."""
     return [
         "docker",
         "run",
@@ -190,11 +190,17 @@ def _docker_head(recipe: Recipe, name: str) -> list[str]:
 
 
 ENV_ARGS = Raw('${env_args[@]+"${env_args[@]}"}')  # -e NAME per setting present here (bash < 4.4: empty-array safe)
+PASS_KNOBS = (  # docker-run.sh: env_args gets `-e NAME` for each name in $knobs set in the caller's environment
+    "env_args=()",
+    'for knob in "${knobs[@]}"; do',
+    '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
+    "done",
+)
 
 
 def docker_command(recipe: Recipe) -> list[str]:
     """`docker run` words serving the engine, with @VARS@ for the host paths, image, ports and bind address."""
-    cmd = _docker_head(recipe, "@NAME@")
+    cmd = docker_head(recipe, "@NAME@")
     for port in ("http_port", "grpc_port", "metrics_port"):
         cmd += ["-p", f"@BIND_ADDRESS@:@{port}@:@{port}@"]
     for var, key in (("REPOSITORY", "repository"), ("ENGINE", "engine"), ("BUNDLE_DIR", "bundle")):
@@ -205,7 +211,7 @@ def docker_command(recipe: Recipe) -> list[str]:
 
 def docker_build_command(recipe: Recipe) -> list[str]:
     """`docker run` words building the engine: checkpoint and bundle read-only, the stage folder writable."""
-    cmd = _docker_head(recipe, "@NAME@-build")
+    cmd = docker_head(recipe, "@NAME@-build")
     cmd += [
         "-v",
         f"@CHECKPOINT@:{MOUNTS['checkpoint']}:ro",
@@ -245,7 +251,7 @@ def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
             "set -euo pipefail",
             'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
             'MODE="${1:-serve}"',
-            *_defaults(defaults),
+            *sh_defaults(defaults),
             '[ -n "${STATE_DIR:-}" ] || STATE_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/trtspec/verified-engines"',
             f'http_port="${{HTTP_PORT:-{p.http}}}"',
             f'grpc_port="${{GRPC_PORT:-{p.grpc}}}"',
@@ -255,10 +261,7 @@ def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
             f"  build) knobs=({build}) ;;",
             '  *) echo "usage: docker-run.sh [serve|build]" >&2; exit 2 ;;',
             "esac",
-            "env_args=()",
-            'for knob in "${knobs[@]}"; do',
-            '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
-            "done",
+            *PASS_KNOBS,
             'if [ "$MODE" = serve ]; then',
             '  mkdir -p "$STATE_DIR"',
             "  exec " + sh_command(docker_command(recipe), "    "),
@@ -301,9 +304,13 @@ def trtllm_input_data(prompts: list[str], output_len: int, stream: bool = True) 
     }
 
 
-def perf_analyzer_words(model: str, concurrency: str, window_ms: str, out: str) -> list[str]:
-    """One level, as `trtspec bench` runs it (builder/serve/perf.py perf_command: gRPC streaming, async)."""
-    return [
+def perf_analyzer_words(
+    model: str, concurrency: str, window_ms: str, out: str, *, max_threads: int | None = 4, export: bool = True
+) -> list[str]:
+    """One level, as `trtspec bench` runs it (builder/serve/perf.py perf_command: gRPC streaming, async). The
+    llmapi bundle's bench.sh passes max_threads=None and export=False: perf_analyzer's own thread count, no
+    profile export file."""
+    words = [
         "@PERF_ANALYZER@",
         "-m",
         model,
@@ -316,16 +323,15 @@ def perf_analyzer_words(model: str, concurrency: str, window_ms: str, out: str) 
         "--input-data",
         "@INPUT_DATA@",
         f"--concurrency-range={concurrency}",
-        "--max-threads=4",
+        *([f"--max-threads={max_threads}"] if max_threads is not None else []),
         f"--measurement-interval={window_ms}",
         "--stability-percentage=@STABILITY@",
         "--max-trials=@MAX_TRIALS@",
         "-f",
         f"{out}.csv",
         "--verbose-csv",
-        "--profile-export-file",
-        f"{out}.export.json",
     ]
+    return words + (["--profile-export-file", f"{out}.export.json"] if export else [])
 
 
 def genai_perf_words(model: str, concurrency: str, output_len: int, window_ms: str, out: str) -> list[str]:
@@ -371,7 +377,7 @@ def render_bench_script(recipe: Recipe, ensemble: str = ENSEMBLE) -> str:
             f"# {b.output_len} output tokens per request; the same commands `trtspec bench` runs (stability 1000 %, 3 trials).",
             "set -euo pipefail",
             'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-            *_defaults(
+            *sh_defaults(
                 {
                     "GRPC_URL": f"127.0.0.1:{p.grpc}",
                     "PERF_ANALYZER": "perf_analyzer",
@@ -413,48 +419,54 @@ def bundle_files(
         "bench.sh": (render_bench_script(recipe, ensemble), 0o755),
         "k8s.yaml": (render_k8s(recipe), 0o644),
         LOCK_SCRIPT: (Path(compat.__file__).read_text(encoding="utf-8"), 0o755),
+        **tokenizer_files(host.tokenizer),
     }
-    tok = host.tokenizer / "tokenizer.json" if host.tokenizer is not None else None
-    if tok is not None and tok.is_file():  # genai-perf loads a transformers tokenizer folder (bench.sh TOKENIZER)
-        cfg = tok.with_name("tokenizer_config.json")
-        files["tokenizer/tokenizer.json"] = (tok.read_text(encoding="utf-8"), 0o644)
-        files["tokenizer/tokenizer_config.json"] = (
-            cfg.read_text(encoding="utf-8")
-            if cfg.is_file()
-            else json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}),
-            0o644,
-        )
     if prompts:
-        files["inputs.json"] = (json.dumps(trtllm_input_data(prompts, recipe.bench.output_len)) + "\n", 0o644)
-        files["prompts.jsonl"] = ("".join(json.dumps({"text": t}) + "\n" for t in prompts), 0o644)
+        files.update(prompt_files(prompts, trtllm_input_data(prompts, recipe.bench.output_len)))
     return files
+
+
+def tokenizer_files(folder: Path | None) -> dict[str, tuple[str, int]]:
+    """tokenizer/ for bench.sh (genai-perf and aiperf load a transformers tokenizer folder): `folder`'s
+    tokenizer.json and its tokenizer_config.json (a minimal one when absent); nothing when `folder` has none."""
+    tok = folder / "tokenizer.json" if folder is not None else None
+    if tok is None or not tok.is_file():
+        return {}
+    cfg = tok.with_name("tokenizer_config.json")
+    config = (
+        cfg.read_text(encoding="utf-8") if cfg.is_file() else json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    return {
+        "tokenizer/tokenizer.json": (tok.read_text(encoding="utf-8"), 0o644),
+        "tokenizer/tokenizer_config.json": (config, 0o644),
+    }
+
+
+def prompt_files(prompts: list[str], input_data: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """bench.sh's inputs: perf_analyzer's --input-data document and the prompts as JSON lines."""
+    return {
+        "inputs.json": (json.dumps(input_data) + "\n", 0o644),
+        "prompts.jsonl": ("".join(json.dumps({"text": t}) + "\n" for t in prompts), 0o644),
+    }
 
 
 def write_bundle(
     recipe: Recipe, out: Path, host: HostPaths, prompts: list[str] | None = None, ensemble: str = ENSEMBLE
 ) -> dict[str, Path]:
-    """Write the bundle into `out` (created whole in a temp folder beside it, then renamed; an existing `out` is
-    replaced only after the new one is complete)."""
+    """Write the bundle into `out` (`write_files`)."""
+    return write_files(bundle_files(recipe, host, prompts, ensemble), out)
+
+
+def write_files(files: dict[str, tuple[str, int]], out: Path) -> dict[str, Path]:
+    """Write name -> (text, mode) into `out`, created whole in a temp folder beside it and renamed (an existing
+    `out` is replaced only after the new one is complete: `builder.files.staged_dir`); returns name -> path."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for name, (text, mode) in bundle_files(recipe, host, prompts, ensemble).items():
+    with staged_dir(out) as tmp:
+        for name, (text, mode) in files.items():
             (tmp / name).parent.mkdir(exist_ok=True)
             (tmp / name).write_text(text, encoding="utf-8")
             os.chmod(tmp / name, mode)
         os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {p.relative_to(out).as_posix(): p for p in sorted(out.rglob("*")) if p.is_file()}
 
 

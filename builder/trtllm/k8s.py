@@ -50,27 +50,33 @@ VERIFY_HASHES = "once"  # launch.sh's hash policy in the pod (builder.trtllm.com
 SHM_SIZE, SHM_LIMIT = "2g", "2Gi"  # the python backend's shared memory (docker --shm-size; pod emptyDir limit)
 GPU_RESOURCE = "nvidia.com/gpu"
 STARTUP_S = 1800  # engines of a 70B model take minutes to deserialize onto the GPUs
+COMPONENT = "tritonserver-trtllm"  # the pod's app.kubernetes.io/component label
 
 
 def world_size(recipe: Recipe) -> int:
     return recipe.parallelism.tp * recipe.parallelism.pp
 
 
-def k8s_name(recipe: Recipe) -> str:
-    """A DNS-1123 label from triton.model_name: lower case, [a-z0-9-], at most 63 characters."""
+def dns_label(prefix: str, recipe: Recipe) -> str:
+    """`<prefix>-<triton.model_name>` as a DNS-1123 label: lower case, [a-z0-9-], at most 63 characters."""
     slug = re.sub(r"[^a-z0-9-]+", "-", recipe.triton.model_name.lower()).strip("-") or "model"
-    return f"trtspec-{slug}"[:63].rstrip("-")
+    return f"{prefix}-{slug}"[:63].rstrip("-")
 
 
-def _labels(name: str) -> dict[str, str]:
+def k8s_name(recipe: Recipe) -> str:
+    return dns_label("trtspec", recipe)
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    """A new dict each call: yaml.safe_dump writes a dict met twice as an anchor and an alias."""
     return {
         "app.kubernetes.io/name": "trtspec",
         "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/component": "tritonserver-trtllm",
+        "app.kubernetes.io/component": component,
     }
 
 
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+def http_probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": "http"},
         "periodSeconds": period,
@@ -79,12 +85,13 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def data_mounts(keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The served folders, read-only subPaths of the one PersistentVolumeClaim, at their MOUNTS paths."""
+    return [{"name": "data", "mountPath": MOUNTS[k], "subPath": k, "readOnly": True} for k in keys]
+
+
 def container(recipe: Recipe) -> dict[str, Any]:
     p, gpus = recipe.triton.ports, world_size(recipe)
-    mounts = [
-        {"name": "data", "mountPath": MOUNTS[k], "subPath": k, "readOnly": True}
-        for k in ("repository", "engine", "bundle")
-    ]
     return {
         "name": "tritonserver",
         "image": recipe.trtllm.image,
@@ -96,71 +103,86 @@ def container(recipe: Recipe) -> dict[str, Any]:
         ],
         "env": [{"name": "VERIFY_HASHES", "value": VERIFY_HASHES}],
         "resources": {"limits": {GPU_RESOURCE: gpus}},
-        "startupProbe": _probe("/v2/health/live", 10, STARTUP_S // 10),
-        "livenessProbe": _probe("/v2/health/live", 15, 4),
-        "readinessProbe": _probe("/v2/health/ready", 10, 3),
+        "startupProbe": http_probe("/v2/health/live", 10, STARTUP_S // 10),
+        "livenessProbe": http_probe("/v2/health/live", 15, 4),
+        "readinessProbe": http_probe("/v2/health/ready", 10, 3),
         "volumeMounts": [
-            *mounts,
+            *data_mounts(("repository", "engine", "bundle")),
             {"name": "shm", "mountPath": "/dev/shm"},
             {"name": "state", "mountPath": MOUNTS["state"]},
         ],
     }
 
 
-def k8s_objects(recipe: Recipe, name: str | None = None, claim: str | None = None) -> list[dict[str, Any]]:
-    """[Deployment, Service] for the recipe (name: DNS-1123 label, default from triton.model_name)."""
-    name = name or k8s_name(recipe)
-    labels, p = _labels(name), recipe.triton.ports
-    pod_annotations = {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(p.metrics),
-        "prometheus.io/path": "/metrics",
-    }
-    deployment = {
+def deployment(
+    name: str,
+    component: str,
+    annotations: dict[str, str],
+    metrics_port: int,
+    pod: dict[str, Any],
+    claim: str | None,
+    volumes: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    """The Deployment (module docstring): one replica, `Recreate`, the pod annotated for Prometheus' scrape on
+    `metrics_port`, `pod` its one container; volumes: the data claim (`<name>-data` unless `claim`), the /dev/shm
+    emptyDir, then `volumes`."""
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {
-                "trtspec/tensorrt-llm": recipe.trtllm.version,
-                "trtspec/world-size": str(world_size(recipe)),
-            },
-        },
+        "metadata": {"name": name, "labels": labels(name, component), "annotations": annotations},
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
             "template": {
-                "metadata": {"labels": _labels(name), "annotations": pod_annotations},
+                "metadata": {
+                    "labels": labels(name, component),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(metrics_port),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
                 "spec": {
-                    "containers": [container(recipe)],
+                    "containers": [pod],
                     "volumes": [
                         {
                             "name": "data",
                             "persistentVolumeClaim": {"claimName": claim or f"{name}-data", "readOnly": True},
                         },
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}},
-                        {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        *volumes,
                     ],
                 },
             },
         },
     }
-    service = {
+
+
+def service(name: str, component: str, ports: dict[str, int]) -> dict[str, Any]:
+    """A ClusterIP Service publishing the pod's named ports."""
+    return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "labels": _labels(name)},
+        "metadata": {"name": name, "labels": labels(name, component)},
         "spec": {
             "type": "ClusterIP",
             "selector": {"app.kubernetes.io/instance": name},
-            "ports": [
-                {"name": n, "port": port, "targetPort": n, "protocol": "TCP"}
-                for n, port in (("http", p.http), ("grpc", p.grpc), ("metrics", p.metrics))
-            ],
+            "ports": [{"name": n, "port": port, "targetPort": n, "protocol": "TCP"} for n, port in ports.items()],
         },
     }
-    return [deployment, service]
+
+
+def k8s_objects(recipe: Recipe, name: str | None = None, claim: str | None = None) -> list[dict[str, Any]]:
+    """[Deployment, Service] for the recipe (name: DNS-1123 label, default from triton.model_name)."""
+    name = name or k8s_name(recipe)
+    p = recipe.triton.ports
+    annotations = {"trtspec/tensorrt-llm": recipe.trtllm.version, "trtspec/world-size": str(world_size(recipe))}
+    state = {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}}
+    return [
+        deployment(name, COMPONENT, annotations, p.metrics, container(recipe), claim, (state,)),
+        service(name, COMPONENT, {"http": p.http, "grpc": p.grpc, "metrics": p.metrics}),
+    ]
 
 
 def render_k8s(recipe: Recipe, name: str | None = None, claim: str | None = None) -> str:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from devtools.gpu_check.steps import PASS, Context, Fail, Verdict
-from devtools.gpu_check.trtllm import PROMPT, TOKENS, cli
+from devtools.gpu_check.trtllm import PROMPT, TOKENS, cli, serving
 
 RECIPE = "recipes/tiny-llama3-llmapi-eagle3.yaml"
 ORT_RECIPE = "recipes/tiny-llama3-eagle3.yaml"
@@ -70,19 +68,9 @@ def llmapi_step(ctx: Context) -> Verdict:
     http = int(ctx.params.get("http_port", HTTP_PORT))
     env = dict(os.environ, MODEL_DIR=str(dest / "checkpoint" / "model"), OPTIONS=str(options), HTTP_PORT=str(http))
     env["HOST"] = "127.0.0.1"
-    server_log = work / "server.log"
-    with open(server_log, "w", encoding="utf-8") as log:
-        server = subprocess.Popen(
-            ["bash", str(dest / "bundle" / "launch.sh")], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + READY_S
-        while _get(f"http://127.0.0.1:{http}/health") is None:
-            if server.poll() is not None or time.monotonic() > deadline:
-                tail = server_log.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
-                print("\n".join(tail))
-                raise Fail(f"trtllm-serve did not become ready (exit {server.poll()}); see {server_log}")
-            time.sleep(5)
+    launch = dest / "bundle" / "launch.sh"
+    health = f"http://127.0.0.1:{http}/health"
+    with serving(launch, env, work / "server.log", lambda: _get(health) is not None, READY_S, "trtllm-serve"):
         models = _get(f"http://127.0.0.1:{http}/v1/models") or {}
         model = (models.get("data") or [{"id": str(dest / "checkpoint" / "model")}])[0]["id"]
         ort = json.loads(
@@ -93,14 +81,6 @@ def llmapi_step(ctx: Context) -> Verdict:
             )
         )
         served = _complete(f"127.0.0.1:{http}", model, ort["prompt_ids"], TOKENS)
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
     tok = Tokenizer.from_file(str(dest / "checkpoint" / "model" / "tokenizer.json"))
     expected = tok.decode(ort["token_ids"])
     details = {"deploy_s": round(deploy_s, 1), "ort_text": expected, "served_text": served, "work": str(work)}

@@ -12,6 +12,7 @@ tokens compared token for token with the ONNX Runtime engine of the same method'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable, Iterator
 
 from devtools.gpu_check.steps import PASS, Context, Fail, Verdict
 
@@ -48,6 +50,34 @@ def ready(http: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def serving(
+    launch: Path, env: dict[str, str], log_path: Path, is_ready: Callable[[], bool], ready_s: float, what: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`bash launch` (a bundle's launch script) running with `env`, its output in `log_path`, once `is_ready()`
+    (polled every 5 s; Fail with the log's tail when it exits or `ready_s` passes first); SIGTERM (then kill after
+    30 s) on leaving, whatever happens."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        server = subprocess.Popen(["bash", str(launch)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + ready_s
+        while not is_ready():
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+                print("\n".join(tail))
+                raise Fail(f"{what} did not become ready (exit {server.poll()}); see {log_path}")
+            time.sleep(5)
+        yield server
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
 def trtllm_step(ctx: Context) -> Verdict:
     from builder.trtllm.bundle import first_difference, served_tokens
 
@@ -74,19 +104,8 @@ def trtllm_step(ctx: Context) -> Verdict:
         GRPC_PORT=str(http + 1),
         METRICS_PORT=str(http + 2),
     )
-    server_log = work / "server.log"
-    with open(server_log, "w", encoding="utf-8") as log:
-        server = subprocess.Popen(
-            ["bash", str(work / "bundle" / "launch.sh")], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + READY_S
-        while not ready(f"127.0.0.1:{http}"):
-            if server.poll() is not None or time.monotonic() > deadline:
-                tail = server_log.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
-                print("\n".join(tail))
-                raise Fail(f"the server did not become ready (exit {server.poll()}); see {server_log}")
-            time.sleep(5)
+    launch = work / "bundle" / "launch.sh"
+    with serving(launch, env, work / "server.log", lambda: ready(f"127.0.0.1:{http}"), READY_S, "the server"):
         ort = json.loads(
             cli(
                 ctx.repo,
@@ -103,14 +122,6 @@ def trtllm_step(ctx: Context) -> Verdict:
             )
         )
         served = served_tokens(f"127.0.0.1:{http}", ort["prompt_ids"], TOKENS)
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
     at = first_difference(ort["token_ids"], served)
     details = {"build_deploy_s": round(build_s, 1), "ort": ort["token_ids"], "served": served, "work": str(work)}
     if at is not None:

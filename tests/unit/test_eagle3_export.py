@@ -30,14 +30,14 @@ from builder.export.eagle3 import build_eagle3, export_eagle3
 from builder.export.target import Features, build_target, export_target
 from builder.export.tensorrt import to_tensorrt, write_tensorrt
 from builder.export.trt_schemas import operator_problems
-from builder.model.kv_cache import KVCache
 from builder.model.llama import Llama
 from builder.speculative.eagle3.draft_model import Eagle3Draft, random_draft
+from tests.unit.step_graph_helpers import DraftRows, prefill_feeds
+from tests.unit.step_graph_helpers import draft_scenario as run_draft_scenario
 from tests.unit.test_export_harness import (
     Session,
     ancestors,
     assert_close,
-    assert_close_picked,
     assert_ranked_like,
     f64,
     leaf_paths,
@@ -127,20 +127,9 @@ def test_target_hidden_is_fc_of_the_aux_layer_outputs(variant: str, narrow: bool
     refs = ((model, draft), (f64(model), f64(draft)))
     gen = np.random.default_rng(0)
     prompts = [gen.integers(0, cfg.vocab_size, n).tolist() for n in (7, 4)]
-    B, T = 2, 7
-    tokens = np.zeros((B, T), np.int64)
-    for b, p in enumerate(prompts):
-        tokens[b, : len(p)] = p
-    lens = np.array([len(p) for p in prompts], np.int64)
-    feeds = dict(
-        tokens=tokens,
-        position_ids=np.tile(np.arange(T), (B, 1)),
-        tree_mask=np.tile(np.tril(np.ones((T, T), bool)), (B, 1, 1)),
-        past_len=np.zeros(B, np.int64),
-        num_nodes=lens,
-        verify_index=(lens - 1)[:, None],
-        paths=np.zeros((B, 1, 1), np.int32),
-    )
+    B = 2
+    feeds = prefill_feeds(prompts)
+    lens = feeds["num_nodes"]
     rows = [
         dict(seq=[], past=0, tokens=p, mask=np.tril(np.ones((len(p), len(p)), bool)), positions=list(range(len(p))))
         for p in prompts
@@ -192,134 +181,13 @@ def test_features_are_checked_against_the_target() -> None:
 # -- the draft step graph against Eagle3Draft.forward ----------------------------------------------------------------
 
 
-class Rows:
-    """Per row of the batch: the reference drafts (fp32, float64) with their caches, the committed length, and per
-    tentative node the set of tentative columns it attends (its ancestors and itself)."""
-
-    def __init__(self, draft: Eagle3Draft, batch: int) -> None:
-        self.drafts = (draft, f64(draft))
-        self.caches: list[list[KVCache]] = [[d.new_cache(CAP) for _ in range(batch)] for d in self.drafts]
-        self.past = [0] * batch
-        self.tentative: list[list[set[int]]] = [[] for _ in range(batch)]
-
-
-def draft_call(sess: Session, rows: Rows, new: list[dict], pick: list[list[int]] | None = None) -> dict:
-    """One call: new[b] = dict(tokens, hidden [n, C], positions, anc: per new row the tentative columns it attends
-    besides itself). A graph with out_rows is asked for pick[b] (default: every row). Every row is checked."""
-    B, F = len(new), max(len(r["tokens"]) for r in new)
-    wo = [len(t) for t in rows.tentative]
-    U = max(w + F for w in wo)
-    C = new[0]["hidden"].shape[1]
-    feeds = dict(
-        tokens=np.zeros((B, F), np.int64),
-        hidden_in=np.zeros((B, F, C), np.float32),
-        position_ids=np.zeros((B, F), np.int64),
-        past_len=np.array(rows.past, np.int64),
-        write_offset=np.array(wo, np.int64),
-        num_new=np.array([len(r["tokens"]) for r in new], np.int64),
-        tree_mask=np.zeros((B, F, U), bool),
-    )
-    picks = "out_rows" in [i.name for i in sess.sess.get_inputs()]
-    if picks:
-        feeds["out_rows"] = np.array(pick if pick is not None else [list(range(F))] * B, np.int64)
-    for b, r in enumerate(new):
-        n = len(r["tokens"])
-        feeds["tokens"][b, :n], feeds["hidden_in"][b, :n], feeds["position_ids"][b, :n] = (
-            r["tokens"],
-            r["hidden"],
-            r["positions"],
-        )
-        for i in range(F):  # every row attends itself (padding rows too)
-            feeds["tree_mask"][b, i, wo[b] + i] = True
-        for i, anc in enumerate(r["anc"]):
-            for col in anc:
-                feeds["tree_mask"][b, i, col] = True
-    out = sess.run(feeds)
-    out["picked"] = feeds.get("out_rows", np.broadcast_to(np.arange(F), (B, F)))
-    for b, r in enumerate(new):
-        check_draft_row(sess, rows, b, r, feeds, out, wo[b])
-    return out
-
-
-def check_draft_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dict, wo: int) -> None:
-    n, past = len(r["tokens"]), rows.past[b]
-    start = past + wo
-    mask = np.zeros((n, start + n), dtype=bool)  # over (cache[:start] + new)
-    mask[:, :past] = True
-    mask[:, past:] = feeds["tree_mask"][b, :n, : wo + n]
-    results = []  # per reference: hidden_out [n, C], log-probs over the draft vocabulary [n, Vd], K, V
-    for draft, caches in zip(rows.drafts, rows.caches):
-        with torch.no_grad():
-            h = draft(
-                torch.tensor([r["tokens"]]),
-                torch.from_numpy(np.asarray(r["hidden"])).to(draft.dtype)[None],
-                torch.tensor([r["positions"]]),
-                torch.from_numpy(mask)[None],
-                caches[b],
-                start,
-            )[0]
-            logp = torch.log_softmax(draft.logits(h), dim=-1)
-        kv = caches[b].k[:, 0, :, : start + n], caches[b].v[:, 0, :, : start + n]
-        results.append([x.numpy() for x in (h, logp, *kv)])
-    theirs, ref = results
-    at = np.flatnonzero(out["picked"][b] < n)  # outputs holding real rows
-    sel = out["picked"][b][at]
-    assert len(sel)
-    assert_close(out["hidden_out"][b, at], theirs[0][sel], ref[0][sel], f"hidden_out row {b}")
-    assert_close(sess.k[:, b, :, : start + n], theirs[2], ref[2], f"keys row {b}")
-    assert_close(sess.v[:, b, :, : start + n], theirs[3], ref[3], f"values row {b}")
-    ids = out["topk_tokens"][b, at]  # target token ids
-    vocab = rows.drafts[0].vocab_ids
-    if vocab is not None:  # target ids -> draft rows (ascending)
-        v = vocab.numpy()
-        assert np.isin(ids, v).all(), f"row {b}: drafted tokens outside the draft vocabulary"
-        ids = np.searchsorted(v, ids)
-    assert_ranked_like(ids, theirs[1][sel], ref[1][sel], f"topk_tokens row {b}")
-    assert_close_picked(out["topk_logprobs"][b, at], ids, theirs[1][sel], ref[1][sel], f"topk_logprobs row {b}")
-
-
 def draft_scenario(draft: Eagle3Draft, variant: str, folder: Path, seed: int, pairs=(6, 3), levels=((1, 1), (2, 3))):
-    """pairs[b] pairs per row, then levels[k][b] tentative nodes per row at depth k, each a child of a random node of
-    the level before (reading its hidden_out, as EAGLE does)."""
+    """`step_graph_helpers.draft_scenario` over the exported draft graph: pairs[b] pairs per row, then levels[k][b]
+    tentative nodes per row at depth k. `Eagle3Draft.logits` spans the draft vocabulary the graph ranks."""
     cfg = draft.cfg
     res = export_eagle3(draft, None, folder, variant=variant, top_k=TOP_K, max_seq_len=CAP)
-    B, C, V = len(pairs), cfg.hidden_size, cfg.vocab_size
-    sess = Session(res.ort, B, 1, cfg.num_key_value_heads, CAP, cfg.head_dim)
-    rows, gen = Rows(draft, B), np.random.default_rng(seed)
-    new = [
-        dict(
-            tokens=gen.integers(0, V, n).tolist(),
-            hidden=gen.standard_normal((n, C)).astype(np.float32),  # fc(features): unit scale, as RMS-normed data
-            positions=list(range(n)),
-            anc=[set(range(i)) for i in range(n)],
-        )
-        for n in pairs
-    ]
-    out = draft_call(sess, rows, new, [[n - 1, 0] for n in pairs])  # `extend` asks for the last pair
-    rows.past = list(pairs)
-    last = [int(np.flatnonzero(out["picked"][b] == n - 1)[0]) for b, n in enumerate(pairs)]
-    hidden = [[out["hidden_out"][b, last[b]]] for b in range(B)]  # per tentative node; [0] = the last pair's
-    depth: list[list[int]] = [[] for _ in range(B)]
-    for level, counts in enumerate(levels):
-        new = []
-        for b, n in enumerate(counts):
-            prev = [i for i, d in enumerate(depth[b]) if d == level - 1]
-            parents = [int(gen.choice(prev)) if prev else -1 for _ in range(n)]
-            new.append(
-                dict(
-                    tokens=gen.integers(0, V, n).tolist(),
-                    hidden=np.stack([hidden[b][p + 1] for p in parents]),
-                    positions=[rows.past[b] + level] * n,
-                    anc=[set() if p < 0 else rows.tentative[b][p] for p in parents],
-                )
-            )
-        out = draft_call(sess, rows, new)
-        for b, r in enumerate(new):
-            wo = len(rows.tentative[b])
-            for i, anc in enumerate(r["anc"]):
-                rows.tentative[b].append(anc | {wo + i})
-                depth[b].append(level)
-                hidden[b].append(out["hidden_out"][b, i])
+    sess = Session(res.ort, len(pairs), 1, cfg.num_key_value_heads, CAP, cfg.head_dim)
+    run_draft_scenario(sess, DraftRows(draft, len(pairs), CAP), pairs, levels, seed)
     return res
 
 

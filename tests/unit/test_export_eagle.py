@@ -22,14 +22,8 @@ from builder.export.eagle import export_eagle
 from builder.model.config import LlamaConfig
 from builder.speculative.eagle.draft_model import EagleDraft
 from tests.unit.model_utils import LLAMA3_SCALING, hf_config
-from tests.unit.test_export_harness import (
-    Session,
-    assert_close,
-    assert_close_picked,
-    assert_ranked_like,
-    f64,
-    randomize,
-)
+from tests.unit.step_graph_helpers import DraftRows, draft_scenario
+from tests.unit.test_export_harness import Session, randomize
 
 CAP = 64
 TOP_K = 5
@@ -53,103 +47,11 @@ def eagle_draft_pair(seed: int, layers: int, fc_bias: bool) -> tuple[EagleDraft,
     return draft, lm_head
 
 
-class Rows:
-    """Per row: the reference drafts (fp32 and float64) with their caches, the committed length and the
-    tentative nodes (per node, the set of tentative columns it attends: its ancestors and itself)."""
-
-    def __init__(self, draft: EagleDraft, batch: int) -> None:
-        self.drafts = (draft, f64(draft))  # torch fp32 ("theirs"), float64 (the oracle)
-        self.caches = [[d.new_cache(CAP) for _ in range(batch)] for d in self.drafts]
-        self.past = [0] * batch
-        self.tentative: list[list[set[int]]] = [[] for _ in range(batch)]  # per node: ancestors-or-self
-
-
-def _picks(sess: Session) -> bool:
-    return "out_rows" in [i.name for i in sess.sess.get_inputs()]
-
-
-def _call(
-    sess: Session, rows: Rows, new: list[dict], vocab: int, pick: list[list[int]] | None = None
-) -> dict[str, np.ndarray]:
-    """One graph call; new[b] = dict(tokens, hidden [n, C], positions, anc: per new row the set of
-    tentative columns it attends besides itself, tentative: bool). Checks every row. A graph with
-    `out_rows` is asked for pick[b] (the same count per row; default every row); the outputs then hold the
-    picked rows, returned as "picked" [B, R] beside them."""
-    B, F = len(new), max(len(r["tokens"]) for r in new)
-    wo = [len(t) for t in rows.tentative]
-    U = max(w + F for w in wo)
-    C = new[0]["hidden"].shape[1]
-    feeds = dict(
-        tokens=np.zeros((B, F), np.int64),
-        hidden_in=np.zeros((B, F, C), np.float32),
-        position_ids=np.zeros((B, F), np.int64),
-        past_len=np.array(rows.past, np.int64),
-        write_offset=np.array(wo, np.int64),
-        num_new=np.array([len(r["tokens"]) for r in new], np.int64),
-        tree_mask=np.zeros((B, F, U), bool),
-    )
-    if _picks(sess):
-        feeds["out_rows"] = np.array(pick if pick is not None else [list(range(F))] * B, np.int64)
-    for b, r in enumerate(new):
-        n = len(r["tokens"])
-        feeds["tokens"][b, :n], feeds["hidden_in"][b, :n], feeds["position_ids"][b, :n] = (
-            r["tokens"],
-            r["hidden"],
-            r["positions"],
-        )
-        for i in range(F):  # every row attends itself (padding rows too)
-            feeds["tree_mask"][b, i, wo[b] + i] = True
-        for i, anc in enumerate(r["anc"]):
-            for col in anc:  # ancestors among the pairs of this call (pairs run) or earlier tentative nodes
-                feeds["tree_mask"][b, i, col] = True
-    out = sess.run(feeds)
-    out["picked"] = feeds.get("out_rows", np.broadcast_to(np.arange(F), (B, F)))
-    assert out["hidden_out"].shape[1] == out["picked"].shape[1]
-    for b, r in enumerate(new):
-        _check_row(sess, rows, b, r, feeds, out, wo[b])
-    return out
-
-
-def _check_row(sess: Session, rows: Rows, b: int, r: dict, feeds: dict, out: dict, wo: int) -> None:
-    n, past = len(r["tokens"]), rows.past[b]
-    start = past + wo
-    mask = np.zeros((n, start + n), dtype=bool)  # over (cache[:start] + new)
-    mask[:, :past] = True
-    mask[:, past:] = feeds["tree_mask"][b, :n, : wo + n]
-    results = []  # per reference: hidden [n, C], log-probs [n, V], K and V [L, KV, start + n, D]
-    for draft, caches in zip(rows.drafts, rows.caches):
-        with torch.no_grad():
-            h = draft(
-                torch.tensor([r["tokens"]]),
-                torch.from_numpy(np.asarray(r["hidden"])).to(draft.dtype)[None],
-                torch.tensor([r["positions"]]),
-                torch.from_numpy(mask)[None],
-                caches[b],
-                start,
-            )[0]
-            logp = torch.log_softmax(draft.logits(h), dim=-1)
-        kv = caches[b].k[:, 0, :, : start + n], caches[b].v[:, 0, :, : start + n]
-        results.append([x.numpy() for x in (h, logp, *kv)])
-    theirs, ref = results
-    at = np.flatnonzero(out["picked"][b] < n)  # the outputs that hold real rows (not padding)
-    sel = out["picked"][b][at]  # which rows they hold
-    assert len(sel)
-    for i, name in ((0, "hidden_out"), (2, "keys"), (3, "values")):
-        ours = out[name][b, at] if i == 0 else (sess.k, sess.v)[i - 2][:, b, :, : start + n]
-        assert_close(
-            ours, theirs[i][sel] if i == 0 else theirs[i], ref[i][sel] if i == 0 else ref[i], f"{name} row {b}"
-        )
-    ids = out["topk_tokens"][b, at]
-    vocab = rows.drafts[0].vocab_ids
-    if vocab is not None:  # a draft vocabulary: the log-softmax over its tokens' columns; ids -> columns
-        v = vocab.numpy()
-        assert np.isin(ids, v).all(), f"row {b}: drafted tokens outside the draft vocabulary"
-        ids = np.searchsorted(v, ids)
-        for k in (0, 1):
-            logits = (rows.drafts[k].logits(torch.from_numpy(theirs[0] if k == 0 else ref[0])))[:, vocab]
-            (theirs, ref)[k][1] = torch.log_softmax(logits, dim=-1).detach().numpy()
-    assert_ranked_like(ids, theirs[1][sel], ref[1][sel], f"topk_tokens row {b}")
-    assert_close_picked(out["topk_logprobs"][b, at], ids, theirs[1][sel], ref[1][sel], f"topk_logprobs row {b}")
+def over_draft_vocab(draft: EagleDraft, h: torch.Tensor) -> torch.Tensor:
+    """`EagleDraft.logits` spans the target's vocabulary; with a draft vocabulary the graph's top-K ranks the
+    log-softmax over its tokens' columns only."""
+    logits = draft.logits(h)
+    return torch.log_softmax(logits if draft.vocab_ids is None else logits[:, draft.vocab_ids], dim=-1)
 
 
 def _scenario(
@@ -161,48 +63,11 @@ def _scenario(
     levels=((1, 1), (2, 3), (3, 1)),
     seed: int = 0,
 ) -> None:
-    """pairs[b] pairs per row, then levels[k][b] new tentative nodes per row at depth k, each a child of
-    a random node of the previous level (reading its hidden_out, as EAGLE does)."""
+    """`step_graph_helpers.draft_scenario` over the exported graph (module docstring)."""
     cfg = draft.cfg
     res = export_eagle(draft, lm_head, tmp_path / "eagle", variant=variant, top_k=TOP_K, max_seq_len=CAP)
-    B, C, V = len(pairs), cfg.hidden_size, cfg.vocab_size
-    sess = Session(res.ort, B, cfg.num_hidden_layers, cfg.num_key_value_heads, CAP, cfg.head_dim)
-    rows, gen = Rows(draft, B), np.random.default_rng(seed)
-    new = [
-        dict(
-            tokens=gen.integers(0, V, n).tolist(),
-            hidden=gen.standard_normal((n, C)).astype(np.float32),
-            positions=list(range(n)),
-            anc=[set(range(i)) for i in range(n)],
-        )
-        for n in pairs
-    ]
-    pick = [[n - 1, 0] for n in pairs]  # (a graph without out_rows returns every row)
-    out = _call(sess, rows, new, V, pick)
-    rows.past = list(pairs)  # the pairs are committed (written in place at slots 0..n-1)
-    last = [int(np.flatnonzero(out["picked"][b] == n - 1)[0]) for b, n in enumerate(pairs)]
-    hidden = [[out["hidden_out"][b, last[b]]] for b in range(B)]  # per tentative node; [0] = the last pair
-    depth: list[list[int]] = [[] for _ in range(B)]
-    for level, counts in enumerate(levels):
-        new = []
-        for b, n in enumerate(counts):
-            prev = [i for i, d in enumerate(depth[b]) if d == level - 1]  # the previous level's nodes
-            parents = [int(gen.choice(prev)) if prev else -1 for _ in range(n)]
-            new.append(
-                dict(
-                    tokens=gen.integers(0, V, n).tolist(),
-                    hidden=np.stack([hidden[b][p + 1] for p in parents]),
-                    positions=[rows.past[b] + level] * n,
-                    anc=[set() if p < 0 else rows.tentative[b][p] for p in parents],
-                )
-            )
-        out = _call(sess, rows, new, V)
-        for b, r in enumerate(new):
-            wo = len(rows.tentative[b])
-            for i, anc in enumerate(r["anc"]):
-                rows.tentative[b].append(anc | {wo + i})
-                depth[b].append(level)
-                hidden[b].append(out["hidden_out"][b, i])
+    sess = Session(res.ort, len(pairs), cfg.num_hidden_layers, cfg.num_key_value_heads, CAP, cfg.head_dim)
+    draft_scenario(sess, DraftRows(draft, len(pairs), CAP, over_draft_vocab), pairs, levels, seed)
 
 
 @pytest.mark.parametrize("variant", ["standard", "ort"])

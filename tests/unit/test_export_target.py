@@ -24,6 +24,7 @@ from builder.speculative.medusa.heads import MedusaHeads
 from devtools.verify_cases import Case, compare
 from plugins.tree_verify.contract import DOMAIN, OP_TYPE, Mode
 from plugins.tree_verify.reference import VerifyResult, tree_verify
+from tests.unit.step_graph_helpers import prefill_feeds
 from tests.unit.test_export_harness import (
     Session,
     ancestors,
@@ -84,21 +85,7 @@ def _sampling(mode: str, batch: int, width: int, gen: np.random.Generator) -> di
 
 
 def _prefill(sc: Scenario, prompts: list[list[int]]) -> None:
-    B, T = len(prompts), max(len(p) for p in prompts)
-    tokens = np.zeros((B, T), np.int64)
-    for b, p in enumerate(prompts):
-        tokens[b, : len(p)] = p
-    lens = np.array([len(p) for p in prompts], np.int64)
-    feeds = dict(
-        tokens=tokens,
-        position_ids=np.tile(np.arange(T), (B, 1)),
-        tree_mask=np.tile(np.tril(np.ones((T, T), bool)), (B, 1, 1)),
-        past_len=np.zeros(B, np.int64),
-        num_nodes=lens,
-        verify_index=(lens - 1)[:, None],
-        paths=np.zeros((B, 1, 1), np.int32),
-        **_sampling(sc.mode, B, 1, sc.gen),
-    )
+    feeds = {**prefill_feeds(prompts), **_sampling(sc.mode, len(prompts), 1, sc.gen)}
     calls = [
         Call(
             0,

@@ -26,10 +26,6 @@ trtllm-serve). Every file is rendered from Python data.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +33,20 @@ from typing import Any
 import yaml
 
 from builder.recipe.schema import Recipe
-from builder.trtllm.bundle import ENV_ARGS, STACK_ULIMIT, TRITONSERVER, sh_command, sh_word
-from builder.trtllm.llmapi.k8s import MOUNTS, SHM_SIZE, render_k8s, world_size
+from builder.trtllm.bundle import (
+    ENV_ARGS,
+    PASS_KNOBS,
+    TRITONSERVER,
+    docker_head,
+    perf_analyzer_words,
+    prompt_files,
+    sh_command,
+    sh_defaults,
+    tokenizer_files,
+    write_files,
+)
+from builder.trtllm.k8s import world_size
+from builder.trtllm.llmapi.k8s import MOUNTS, k8s_name, render_k8s
 from builder.trtllm.llmapi.repo import MODEL, MODEL_PY
 
 OPTIONS = "llm_api_options.yaml"
@@ -51,10 +59,6 @@ class HostPaths:
     checkpoint: Path  # holds model/ and draft/
     repository: Path
     tokenizer: Path | None = None  # tokenizer.json's folder: copied into the bundle for aiperf
-
-
-def _defaults(pairs: dict[str, str]) -> list[str]:
-    return [f'[ -n "${{{k}:-}}" ] || {k}={sh_word(v)}' for k, v in pairs.items()]
 
 
 def launch_knobs(recipe: Recipe) -> dict[str, str]:
@@ -114,7 +118,7 @@ def _head(recipe: Recipe, what: str) -> list[str]:
         "# Written by trtspec; every setting below can be overridden from the environment.",
         "set -euo pipefail",
         'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        *_defaults(launch_knobs(recipe)),
+        *sh_defaults(launch_knobs(recipe)),
     ]
 
 
@@ -147,20 +151,7 @@ def render_triton_script(recipe: Recipe) -> str:
 
 
 def docker_command(recipe: Recipe, script: str) -> list[str]:
-    cmd = [
-        "docker",
-        "run",
-        "--rm",
-        "--name",
-        "@NAME@",
-        "--gpus",
-        str(world_size(recipe)),
-        f"--shm-size={SHM_SIZE}",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        f"stack={STACK_ULIMIT}",
-    ]
+    cmd = docker_head(recipe, "@NAME@")
     for port in ("http_port", "grpc_port", "metrics_port"):
         cmd += ["-p", f"@BIND_ADDRESS@:@{port}@:@{port}@"]
     for var, key in (("CHECKPOINT", "checkpoint"), ("REPOSITORY", "repository"), ("BUNDLE_DIR", "bundle")):
@@ -169,8 +160,6 @@ def docker_command(recipe: Recipe, script: str) -> list[str]:
 
 
 def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
-    from builder.trtllm.llmapi.k8s import k8s_name
-
     p = recipe.triton.ports
     knobs = " ".join(launch_knobs(recipe))
     defaults = {
@@ -192,7 +181,7 @@ def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
             "set -euo pipefail",
             'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
             'MODE="${1:-serve}"',
-            *_defaults(defaults),
+            *sh_defaults(defaults),
             f'http_port="${{HTTP_PORT:-{p.http}}}"',
             f'grpc_port="${{GRPC_PORT:-{p.grpc}}}"',
             f'metrics_port="${{METRICS_PORT:-{p.metrics}}}"',
@@ -202,10 +191,7 @@ def render_docker_script(recipe: Recipe, host: HostPaths) -> str:
             '  *) echo "usage: docker-run.sh [serve|triton]" >&2; exit 2 ;;',
             "esac",
             f"knobs=({knobs})",
-            "env_args=()",
-            'for knob in "${knobs[@]}"; do',
-            '  if [ -n "${!knob+x}" ]; then env_args+=(-e "$knob"); fi',
-            "done",
+            *PASS_KNOBS,
             'if [ "$MODE" = serve ]; then',
             "  exec " + sh_command(docker_command(recipe, "launch.sh"), "    "),
             "fi",
@@ -260,33 +246,11 @@ def aiperf_words(model: str, concurrency: str, output_len: int, input_len: int, 
     ]
 
 
-def perf_analyzer_words(concurrency: str, window_ms: str, out: str) -> list[str]:
-    """perf_analyzer over gRPC streaming against the llmapi model (decoupled: streaming and async)."""
-    return [
-        "@PERF_ANALYZER@",
-        "-m",
-        MODEL,
-        "-u",
-        "@GRPC_URL@",
-        "-i",
-        "grpc",
-        "--streaming",
-        "--async",
-        "--input-data",
-        "@INPUT_DATA@",
-        f"--concurrency-range={concurrency}",
-        f"--measurement-interval={window_ms}",
-        "--stability-percentage=@STABILITY@",
-        "--max-trials=@MAX_TRIALS@",
-        "-f",
-        f"{out}.csv",
-        "--verbose-csv",
-    ]
-
-
 def render_bench_script(recipe: Recipe, served_model: str) -> str:
     b, p = recipe.bench, recipe.triton.ports
     levels = " ".join(str(c) for c in b.concurrency)
+    # perf_analyzer against the llmapi model: its own thread count, no profile export file
+    perf = perf_analyzer_words(MODEL, "@c@", "@WINDOW_MS@", "@OUT@/perf_c@c@", max_threads=None, export=False)
     return "\n".join(
         [
             "#!/usr/bin/env bash",
@@ -294,7 +258,7 @@ def render_bench_script(recipe: Recipe, served_model: str) -> str:
             f"concurrency {levels}, {b.input_len} input / {b.output_len} output tokens per request.",
             "set -euo pipefail",
             'BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-            *_defaults(
+            *sh_defaults(
                 {
                     "HTTP_URL": f"127.0.0.1:{p.http}",
                     "GRPC_URL": f"127.0.0.1:{p.grpc}",
@@ -318,7 +282,7 @@ def render_bench_script(recipe: Recipe, served_model: str) -> str:
             + sh_command(aiperf_words(served_model, "@c@", b.output_len, b.input_len, "@OUT@/aiperf_c@c@"), "      "),
             "  fi",
             '  if [ "$TRITON_RUN" = 1 ]; then',
-            "    " + sh_command(perf_analyzer_words("@c@", "@WINDOW_MS@", "@OUT@/perf_c@c@"), "      "),
+            "    " + sh_command(perf, "      "),
             "  fi",
             "done",
             "",
@@ -337,20 +301,10 @@ def bundle_files(
         "docker-run.sh": (render_docker_script(recipe, host), 0o755),
         "bench.sh": (render_bench_script(recipe, served_model), 0o755),
         "k8s.yaml": (render_k8s(recipe), 0o644),
+        **tokenizer_files(host.tokenizer),
     }
-    tok = host.tokenizer / "tokenizer.json" if host.tokenizer is not None else None
-    if tok is not None and tok.is_file():
-        cfg = tok.with_name("tokenizer_config.json")
-        files["tokenizer/tokenizer.json"] = (tok.read_text(encoding="utf-8"), 0o644)
-        files["tokenizer/tokenizer_config.json"] = (
-            cfg.read_text(encoding="utf-8")
-            if cfg.is_file()
-            else json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}),
-            0o644,
-        )
     if prompts:
-        files["inputs.json"] = (json.dumps(triton_input_data(prompts, recipe.bench.output_len)) + "\n", 0o644)
-        files["prompts.jsonl"] = ("".join(json.dumps({"text": t}) + "\n" for t in prompts), 0o644)
+        files.update(prompt_files(prompts, triton_input_data(prompts, recipe.bench.output_len)))
     return files
 
 
@@ -362,20 +316,5 @@ def write_bundle(
     served_model: str,
     prompts: list[str] | None = None,
 ) -> dict[str, Path]:
-    """Write the bundle into `out` (whole, in a temp folder beside it, then renamed)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for name, (text, mode) in bundle_files(recipe, host, options, served_model, prompts).items():
-            (tmp / name).parent.mkdir(exist_ok=True)
-            (tmp / name).write_text(text, encoding="utf-8")
-            os.chmod(tmp / name, mode)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return {p.relative_to(out).as_posix(): p for p in sorted(out.rglob("*")) if p.is_file()}
+    """Write the bundle into `out` (whole, in a temp folder beside it, then renamed: `bundle.write_files`)."""
+    return write_files(bundle_files(recipe, host, options, served_model, prompts), out)

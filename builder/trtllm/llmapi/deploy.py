@@ -9,7 +9,7 @@
     <out>/README.md     the same steps for a person
 
 Everything up to the checkpoint stage runs here (cached like `trtspec build`); the output is written in a temporary
-folder beside <out> and renamed into place only when complete.
+folder beside <out> and renamed into place only when complete (`builder.trtllm.deploy_folder`, as the engine flow's).
 """
 
 # trtllm: this module is the trtllm-llmapi backend's (builder/trtllm/llmapi)
@@ -17,16 +17,12 @@ folder beside <out> and renamed into place only when complete.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from builder.files import link_or_copy
+from builder.files import staged_dir
+from builder.trtllm.deploy_folder import link_tree, readme, write_description
 from builder.trtllm.llmapi.k8s import MOUNTS
-
-DEPLOY_INFO = "deploy.json"
 
 
 def served_options(loaded, ckpt: Path) -> dict[str, Any]:
@@ -48,30 +44,15 @@ def write_deploy(loaded, ckpt: Path, stages: dict[str, str], dest: Path, prompts
 
     r = loaded.recipe
     dest = Path(dest).absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        for f in sorted(p for p in ckpt.rglob("*") if p.is_file()):
-            link_or_copy(f, tmp / "checkpoint" / f.relative_to(ckpt))
+    with staged_dir(dest) as tmp:
+        link_tree(ckpt, tmp / "checkpoint")
         options = served_options(loaded, ckpt)
         model = f"{MOUNTS['checkpoint']}/model"
         repo = render_repository(tmp / "repository", model, options, r.triton.decoupled)
         host = HostPaths(checkpoint=dest / "checkpoint", repository=dest / "repository", tokenizer=ckpt / "model")
         write_bundle(r, tmp / "bundle", host, options, model, prompts)
         info = _info(loaded, stages, repo, options, dest)
-        (tmp / DEPLOY_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(_readme(loaded, info), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_description(tmp, info, _readme(loaded, info))
     return info
 
 
@@ -108,13 +89,11 @@ def _info(loaded, stages: dict[str, str], repo: dict, options: dict, dest: Path)
 
 
 def _readme(loaded, info: dict) -> str:
-    r = loaded.recipe
-    lines = [
-        f"# {r.triton.model_name}: {info['method']} on TensorRT-LLM {info['tensorrt_llm']}'s PyTorch flow "
-        f"({info['world_size']} × {info['device']}, tp={info['tp']}, pp={info['pp']})",
-        "",
-        f"Written by `trtspec deploy {loaded.path}`. Container: `{info['container']}` ({info['release']}).",
-        "",
+    title = (
+        f"{loaded.recipe.triton.model_name}: {info['method']} on TensorRT-LLM {info['tensorrt_llm']}'s PyTorch flow "
+        f"({info['world_size']} × {info['device']}, tp={info['tp']}, pp={info['pp']})"
+    )
+    items = [
         "- `checkpoint/model/`: the Hugging Face checkpoint TensorRT-LLM loads (modelopt's unified FP8 format when "
         "the recipe quantizes), with its tokenizer",
         "- `checkpoint/draft/`: the EAGLE-3 draft (config.json with draft_vocab_size and its aux layers)"
@@ -122,9 +101,5 @@ def _readme(loaded, info: dict) -> str:
         else "- no draft folder (this method has no draft weights)",
         "- `repository/`: the Triton llmapi repository (model.py comes from the container at launch)",
         "- `bundle/`: llm_api_options.yaml, launch.sh, launch-triton.sh, docker-run.sh, k8s.yaml, bench.sh",
-        "",
-        "Steps:",
-        *[f"1. `{s}`" for s in info["next_steps"]],
-        "",
     ]
-    return "\n".join(lines)
+    return readme(title, loaded.path, f"`{info['container']}` ({info['release']})", items, info["next_steps"])
