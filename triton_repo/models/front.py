@@ -20,6 +20,14 @@ the reason until spec_decoder is back, and — with `restart_backend` — the fr
 (`pb_utils.unload_model` / `load_model`, which need `--model-control-mode=explicit`; otherwise it logs
 why it cannot and stays refusing). Stubs of instances a reload replaced may linger while they unload.
 
+One death no model can recover from: a stub killed while it holds a process-shared mutex of its shared-memory
+region (an IPC handshake with the server: a response to a client that called spec_decoder directly, a log line,
+a metrics update) aborts tritonserver 2.51 itself as soon as a server thread takes that mutex — python_backend
+r24.10 on Boost 1.79's robust mutexes throws `boost::interprocess::lock_exception` inside a destructor
+(src/python_be.cc `ResponseSendDecoupled`). Relays through this front use a socket, not that IPC, so its
+clients' streams do not widen the window. `trtspec serve` then exits 1; restarting is the supervisor's job
+(tests/integration/robust_locks.py shows the window and the abort on demand).
+
 Metrics: `triton_repo.metrics.FRONT`.
 """
 
