@@ -45,7 +45,7 @@ from typing import Callable
 from builder.speculative.eagle3.upstream_common import Entries, Loaded, Param, Refusal, Target
 from builder.speculative.eagle3.upstream_modelopt import modelopt
 from builder.speculative.eagle3.upstream_sglang import sglang
-from builder.speculative.eagle3.upstream_trtllm import tensorrt_llm
+from builder.speculative.eagle3.upstream_tensorrt_llm import tensorrt_llm
 from builder.speculative.eagle3.upstream_vllm import vllm
 
 __all__ = ["READERS", "Entries", "Loaded", "Param", "Refusal", "Target", "modelopt", "sglang", "tensorrt_llm", "vllm"]
