@@ -103,3 +103,19 @@ def test_writes_safeailab_eagle1_draft_reproducibly(tmp_path: Path) -> None:
     target = load_model(REPO / "tests" / "fixtures" / "tiny-llama3" / "base")
     draft = load_eagle(tmp_path / "a", target.embed_tokens.weight, target.lm_head.weight)  # strict
     assert draft.cfg.intermediate_size == target.cfg.intermediate_size  # the target's layer shape
+
+
+def test_config_json_keeps_a_head_dim_that_is_not_hidden_over_heads(tmp_path: Path) -> None:
+    """The regime fixture's layer shape (hidden 256, 32 heads of 32): a config.json without head_dim reads back as
+    hidden / heads and the strict loader refuses the draft's own k_proj (the first regime run found it)."""
+    from safetensors.torch import save_file
+
+    from builder.speculative.eagle.draft_model import EagleDraft, load_eagle
+
+    cfg = LlamaConfig(96, 32, 64, 1, 4, 2, 16, 1e-5, 10000.0, None, False, 256)  # head_dim 16, not 32 / 4
+    draft = EagleDraft(cfg, fc_bias=False)
+    save_file({k: t.contiguous() for k, t in draft.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(draft.config_dict(0, 1, "float32")))
+    back = load_eagle(tmp_path, draft.embed_tokens.weight)
+    assert back.cfg.head_dim == 16
+    assert all(torch.equal(a, b) for a, b in zip(draft.state_dict().values(), back.state_dict().values()))

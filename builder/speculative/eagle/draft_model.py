@@ -180,6 +180,7 @@ class EagleDraft(nn.Module):
             "max_position_embeddings": c.max_position_embeddings,
             "num_attention_heads": c.num_attention_heads,
             "num_key_value_heads": c.num_key_value_heads,
+            "head_dim": c.head_dim,  # a target whose head_dim is not hidden_size / heads (the regime fixture's)
             "num_hidden_layers": c.num_hidden_layers,
             "rms_norm_eps": c.rms_norm_eps,
             "rope_theta": c.rope_theta,
