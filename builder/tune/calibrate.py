@@ -59,6 +59,7 @@ class Calibration:
         self._model = self.parts.model()
         self._engines: dict[int, Any] = {}
         self._net: Any = None
+        self._draft: Any = None
 
     @property
     def capacity(self) -> int:
@@ -73,9 +74,19 @@ class Calibration:
         if medusa_topk not in self._engines:
             kw: dict[str, Any] = {}
             if medusa_topk:
-                kw = {"medusa": self.parts.draft(self._model), "medusa_topk": medusa_topk}
+                kw = {"medusa": self.draft(), "medusa_topk": medusa_topk}
+            elif registry.of(self.loaded.recipe.speculative).target_features:
+                # EAGLE-3: `hidden` is the draft's aux layers' outputs (its fc applied in the draft), as the decoders'
+                # torch engine (`builder.stages.decoders`) and the exported target graph give it
+                kw = {"features": tuple(self.draft().aux_layers)}
             self._engines[medusa_topk] = TorchEngine(self._model, self.capacity, 1, **kw)
         return self._engines[medusa_topk]
+
+    def draft(self) -> Any:
+        """The recipe's draft over the calibration target, loaded once."""
+        if self._draft is None:
+            self._draft = self.parts.draft(self._model)
+        return self._draft
 
     def drafters(self, config: Config, top_k: int = 0, tentative: int = 0) -> Callable[[], Any]:
         """A drafter factory for `config` (a config of the recipe's method, or of a zero-weight one); a draft graph's
@@ -87,6 +98,6 @@ class Calibration:
             assert m.torch_net is not None, f"{m.name} exports a draft graph: Method.torch_net names its torch net"
             cap = self.capacity + tentative + 1
             if self._net is None or self._net.top_k != top_k or self._net.capacity < cap:
-                self._net = resolve(m.torch_net)(self.parts.draft(self._model), top_k, cap)
+                self._net = resolve(m.torch_net)(self.draft(), top_k, cap)
             net = self._net
         return m.make_drafter(config, net)
