@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -20,17 +22,23 @@ FIRST_ONLY = ("none", "lookahead")  # the rows measured on the first recipe's ta
 
 
 def decoders(loaded: list[LoadedRecipe], engine: str = "torch") -> list[DecoderSetup]:
-    """FIRST_ONLY (none and lookahead) on the first recipe's target, then each recipe's own method (deduplicated)."""
+    """FIRST_ONLY (none and lookahead) on the first recipe's target, then each recipe's own method: a recipe file
+    given twice, or a FIRST_ONLY method again, is one row; two recipe files whose methods print the same label (two
+    drafts of one method) are two rows, the later one labelled with its recipe's name too."""
     first = loaded[0]
     decs = [build_decoder(first, method, engine=engine) for method in FIRST_ONLY]
     seen = {d.label for d in decs}
+    files: set[Path] = set()
     for rec in loaded:
         if _target(rec) != _target(first):
             raise UserError(f"{rec.path} uses another target model than {first.path}", field="model.checkpoint")
         method = rec.recipe.speculative.method
-        if method in FIRST_ONLY and rec is not first:
+        if (method in FIRST_ONLY and rec is not first) or Path(rec.path).resolve() in files:
             continue
+        files.add(Path(rec.path).resolve())
         d = build_decoder(rec, method, engine=engine)
+        if d.label in seen and method not in FIRST_ONLY:
+            d = dataclasses.replace(d, label=f"{d.label} [{Path(rec.path).stem}]")
         if d.label not in seen:
             decs.append(d)
             seen.add(d.label)

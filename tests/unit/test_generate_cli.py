@@ -224,3 +224,15 @@ def test_profile_acceptance_reports_every_method(ckpt, tmp_path):
     for r in report["methods"]:
         assert r["tokens"] > 0 and r["tau"] >= 1.0
     assert "| medusa |" in result.stdout
+
+
+def test_profile_acceptance_keeps_two_drafts_of_one_method_apart(ckpt, tmp_path):
+    """Two recipe files of one method (e.g. a fixture's draft and one retrained) are two rows, never one silently
+    dropped; one recipe file given twice is one row."""
+    a, b = recipe(ckpt, SPECS["eagle"], "p-eagle-a.yaml"), recipe(ckpt, SPECS["eagle"], "p-eagle-b.yaml")
+    out = tmp_path / "profile.json"
+    args = ["--num-prompts", "1", "--max-new-tokens", "4", "-o", str(out), "--engine", "torch"]
+    result = run("profile-acceptance", a, b, a, *args)
+    assert result.exit_code == 0, result.stderr
+    methods = [r["method"] for r in json.loads(out.read_text())["methods"]]
+    assert methods == ["none", "lookahead(W=4,N=4,G=4)", "eagle-2", "eagle-2 [p-eagle-b]"]
