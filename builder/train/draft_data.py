@@ -297,3 +297,18 @@ def build_training_set(
     prompts = [p[-run.prompt_tokens :] for p in prompt_ids(run, tokenizer, docs, bos, eos)]
     made = greedy_continuations(model, prompts, run.response_tokens, run.generation_batch, pad, tick)
     return pack([p + r for p, r in zip(prompts, made)], run.seq_len, pad)
+
+
+def special_ids(target_dir: Path) -> tuple[int | None, int | None, int, tuple[int, ...]]:
+    """(bos, eos, pad, stop ids) from the target's generation_config.json / config.json."""
+    cfg: dict = {}
+    for name in ("config.json", "generation_config.json"):
+        p = target_dir / name
+        if p.is_file():
+            cfg.update({k: v for k, v in json.loads(p.read_text()).items() if v is not None})
+    eos = cfg.get("eos_token_id")
+    stops = tuple([eos] if isinstance(eos, int) else list(eos or []))
+    bos = cfg.get("bos_token_id")
+    first_eos = stops[0] if stops else None
+    pad = cfg.get("pad_token_id", first_eos if first_eos is not None else 0)
+    return bos, first_eos, int(pad), stops
