@@ -5,7 +5,7 @@
     trtspec train-draft RECIPE --no-resume                               # start over, ignoring a checkpoint
 
 Up to date (same run key) → nothing to do; an interrupted run (even kill -9) of the same key resumes from its last
-checkpoint. The device is the GPU when there is one (`--device`), never pretended.
+checkpoint; a second draft of the same target on the same data reads the first one's training rows (--cache-dir). The device is the GPU when there is one (`--device`), never pretended.
 """
 
 from __future__ import annotations
@@ -48,9 +48,18 @@ from builder.errors import UserError
     default=None,
     help="torch CPU threads (results are bit-for-bit reproducible for a fixed count). Default: torch's.",
 )
+@click.option(
+    "--cache-dir",
+    default=".trtspec-cache",
+    show_default=True,
+    envvar="TRTSPEC_CACHE_DIR",
+    type=click.Path(file_okay=False),
+    help="Training rows are kept in <cache>/train-rows/ (content-addressed): another draft of the same target "
+    "trained on the same draft_training data reads them instead of making them again.",
+)
 @click.option("--quiet", is_flag=True, help="Print only when a draft is trained.")
 @set_option
-def train_draft(recipe, out, steps, resume, force, device, threads, quiet, overrides) -> None:
+def train_draft(recipe, out, steps, resume, force, device, threads, cache_dir, quiet, overrides) -> None:
     """Train the recipe's speculative draft (EAGLE-3 or Medusa heads with NVIDIA modelopt; an EAGLE-1/2 draft on the
     same loop) on its draft_training data."""
     import torch
@@ -76,7 +85,9 @@ def train_draft(recipe, out, steps, resume, force, device, threads, quiet, overr
     data_dir = loaded.dir_of(("draft_training", "source"))
     dr = plan_run(loaded.recipe, loaded.path, target, tok_file, data_dir, out_dir)
     log = (lambda msg: None) if quiet else (lambda msg: click.echo(f"train-draft: {msg}", err=True))
-    record, trained = run_training(dr, device=pick_device(device), resume=resume, force=force, log=log)
+    record, trained = run_training(
+        dr, device=pick_device(device), resume=resume, force=force, log=log, rows_cache=Path(cache_dir)
+    )
     if trained or not quiet:
         state = "trained" if trained else "up to date"
         s = record["seconds"]

@@ -6,7 +6,8 @@ anything heavy runs; `train_draft` then:
    the settings, the target's and the source's bytes, the tools' versions, the device, dtype and thread count, and
    the code of this package; `force` retrains);
 2. makes the training rows (the target writes the responses where the recipe says so) or reads them from the work
-   folder of an interrupted run of the same key (`builder.train.runner`);
+   folder of an interrupted run of the same key (`builder.train.runner`), or from the rows cache, where another
+   draft of this target was trained on the same data (`builder.train.rows_cache`);
 3. picks EAGLE-3's draft vocabulary (the most frequent tokens of those rows, `draft_training.draft_vocab_size`);
 4. converts the target with modelopt (EAGLE-3: `builder.train.eagle3`; Medusa: `builder.train.medusa_modelopt`) or
    attaches our EAGLE-1 draft (EAGLE-1/2: `builder.train.eagle1`; modelopt has no EAGLE-1), trains (the same loop,
@@ -32,6 +33,7 @@ import torch
 
 from builder.errors import UserError
 from builder.recipe.draft_training import DraftTraining
+from builder.train import rows_cache as rows_cache_mod
 from builder.train.draft_data import special_ids
 from builder.train.trainers import TRAINERS, DraftRun
 
@@ -116,12 +118,12 @@ def train_dtype(recipe: Recipe, device: torch.device) -> torch.dtype:
     return STORAGE[recipe.model.dtype]
 
 
-def code_digest() -> dict[str, str]:
-    """{file: sha256} of this module's import closure (a changed trainer never reuses a stale draft)."""
+def code_digest(module: str = "builder.train.train_draft") -> dict[str, str]:
+    """{file: sha256} of `module`'s import closure (a changed trainer never reuses a stale draft)."""
     from builder.closure import import_closure, module_file
 
     root = Path(__file__).resolve().parents[2]
-    found = import_closure(("builder.train.train_draft",), root, CODE_PACKAGES)  # its lazy imports included
+    found = import_closure((module,), root, CODE_PACKAGES)  # its lazy imports included
     return {
         module_file(m, root).relative_to(root).as_posix(): hashlib.sha256(module_file(m, root).read_bytes()).hexdigest()
         for m in sorted(found)
@@ -153,6 +155,11 @@ def run_inputs(dr: DraftRun, device: torch.device, dtype: torch.dtype) -> dict:
     }
 
 
+def rows_inputs(inputs: dict) -> dict:
+    """What the rows cache's key hashes (`builder.train.rows_cache`) for a run of these inputs."""
+    return rows_cache_mod.rows_inputs(inputs, code_digest("builder.train.draft_data"))
+
+
 def key_of(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
@@ -171,8 +178,10 @@ def train_draft(
     resume: bool = True,
     force: bool = False,
     log: Callable[[str], None] = print,
+    rows_cache: Path | None = None,
 ) -> tuple[dict, bool]:
-    """Train (or find up to date) the run's draft; (its record, whether it was trained now)."""
+    """Train (or find up to date) the run's draft; (its record, whether it was trained now). `rows_cache`: the
+    folder whose train-rows/ shares training rows between drafts of one target (None: rows are not shared)."""
     dtype = train_dtype(dr.recipe, device)
     inputs = run_inputs(dr, device, dtype)
     key = key_of(inputs)
@@ -181,7 +190,7 @@ def train_draft(
     with output_lock(dr.out, lambda: log(f"waiting for another train-draft writing {dr.out}")):
         if not force and up_to_date(dr.out, key):  # that other run made it
             return json.loads((dr.out / RECORD).read_text()), False
-        return _train_locked(dr, inputs, key, device, resume, log), True
+        return _train_locked(dr, inputs, key, device, resume, log, rows_cache), True
 
 
 @contextlib.contextmanager
@@ -202,7 +211,13 @@ def output_lock(out: Path, on_wait: Callable[[], None]) -> Iterator[None]:
 
 
 def _train_locked(
-    dr: DraftRun, inputs: dict, key: str, device: torch.device, resume: bool, log: Callable[[str], None]
+    dr: DraftRun,
+    inputs: dict,
+    key: str,
+    device: torch.device,
+    resume: bool,
+    log: Callable[[str], None],
+    rows_cache: Path | None,
 ) -> dict:
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
@@ -219,14 +234,25 @@ def _train_locked(
     hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(str(dr.target_dir), dtype=dtype).to(device).eval()
     bos, eos, pad, stops = special_ids(dr.target_dir)
-    data = work.data()
+    data, rows_from = work.data(), "work folder"
     t_data = time.monotonic()
+    rkey = None if rows_cache is None else rows_cache_mod.rows_key(rows_inputs(inputs))
+    if data is None and rkey is not None:
+        data, why = rows_cache_mod.load(rows_cache, rkey)
+        rows_from = str(rows_cache_mod.path_of(rows_cache, rkey))
+        if why:
+            log(why)
+        elif data is not None:
+            log(f"training rows from the rows cache: {rows_from}")
+            work.save_data(data)
     if data is None:
-        run = dr.run
+        run, rows_from = dr.run, "made"
         what = f"{run.num_samples} prompts × {run.response_tokens} target tokens" if run.generate_responses else ""
         log(f"training rows from {run.source} {what}".rstrip())
         data = build_training_set(run, Tokenizer.from_file(str(dr.tokenizer_path)), dr.data_dir, (bos, eos, pad), model)
         work.save_data(data)
+        if rkey is not None:
+            rows_cache_mod.store(rows_cache, rkey, data)
     t_data = time.monotonic() - t_data
     trainer = TRAINERS[dr.method]
     vd = trainer.convert(model, dr, data, (bos, *stops))
@@ -240,7 +266,12 @@ def _train_locked(
         "made_by": f"trtspec train-draft {dr.recipe_path}",
         "inputs": {k: v for k, v in inputs.items() if k != "code"},
         "draft_vocab_size": vd,
-        "training_rows": {"count": len(data.tokens), "tokens": int(data.mask.sum()), "sha256": data.digest()},
+        "training_rows": {
+            "count": len(data.tokens),
+            "tokens": int(data.mask.sum()),
+            "sha256": data.digest(),
+            "from": rows_from,
+        },
         "steps": hist.step,
         "final_loss": round(hist.tail_loss(), 6),
         "accuracy_of": trainer.accuracy_of,
