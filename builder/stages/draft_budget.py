@@ -7,8 +7,6 @@ protocols (the engine folder opened as serving opens it)."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,11 @@ def calibration_prompts(ctx: StageContext, tokenizer: Path) -> list[list[int]]:
 
 def measure_into(ctx: StageContext, out: Path, opened: Any, threads: int = 1) -> dict[str, Any] | None:
     """Measure the table of the engine folder `out` (opened as `opened`, `builder.engines.opened.Opened`, with room for
-    its max_batch_size sequences), write it into out/engine.json (temp + rename) and return the stage manifest's
+    its max_batch_size sequences), write it into out/engine.json (its backend's model, `builder.handoffs`: checked,
+    temp + rename) and return the stage manifest's
     summary; None for an engine without a drafter or whose drafter takes no budget (`Budgeted`)."""
     from builder.engines.draft_budget import BUDGET_S, measure_table
+    from builder.handoffs import ENGINE_JSONS, read_engine_json
     from builder.speculative import registry
     from builder.speculative.protocols import Budgeted, implements
 
@@ -56,10 +56,6 @@ def measure_into(ctx: StageContext, out: Path, opened: Any, threads: int = 1) ->
     batch = int(meta["max_batch_size"])
     rule = measure_table(opened.engine, opened.make_drafter, prompts, facts.max_nodes, batch, BUDGET_S, threads=threads)
     table = rule.to_json()
-    path = out / "engine.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["draft_budget"] = table
-    tmp = path.with_name(".engine.json.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    data = read_engine_json(out)  # the folder's engine.json, checked against its backend's model, with the table
+    ENGINE_JSONS[data["backend"]].model_validate({**data, "draft_budget": table}).write(out)
     return {"picks": {str(b): n for b, n in rule.picks(sorted(rule.cost)).items()}, "tau": table["tau"]}

@@ -407,11 +407,15 @@ def test_kill_9_of_the_stub_mid_stream(server, expected):
     assert set(stubs_of(Path(server.repo) / "spec_decoder", server.proc.pid)) - set(stubs)  # a new instance serves
 
 
-def test_kill_9_inside_a_shared_lock_aborts_tritonserver_2_51(tmp_path):
+def test_kill_9_inside_a_shared_lock_aborts_or_serves_on(tmp_path, expected):
     """The upstream abort the kill above avoids, on demand: spec_decoder's stub killed while it holds a mutex of
-    its shared region that a server thread waits for (a direct stream's response handshake, python_backend
-    r24.10 src/python_be.cc `ResponseSendDecoupled`) takes the whole server down. If this fails, a newer
-    tritonserver survives it: the precaution in test_kill_9_of_the_stub_mid_stream can go."""
+    its shared region that a server thread waits for. tritonserver 2.51 then does one of two things, and the test
+    accepts exactly these: it aborts — the waiter's lock throws `boost::interprocess::lock_exception` inside a
+    destructor (a direct stream's response handshake, python_backend r24.10 src/python_be.cc
+    `ResponseSendDecoupled`), `std::terminate` — or, where the waiting lock's exception is caught, it restarts the
+    stub and the front answers exactly again. Both were seen (the abort in the native suite runs, survival once in
+    a suite under ATEN_CPU_CAPABILITY=default), which is why test_kill_9_of_the_stub_mid_stream kills between locks.
+    A hang, another crash or a wrong answer fails. The outcome is printed."""
     from tests.integration.robust_locks import kill_in_contended_lock
 
     repo = patched_repo(build_repo(RECIPE), tmp_path / "repo", fault_step_delay_ms=str(STEP_DELAY_MS))
@@ -424,13 +428,22 @@ def test_kill_9_inside_a_shared_lock_aborts_tritonserver_2_51(tmp_path):
         looks = kill_in_contended_lock(newest, s.proc.pid)
         if looks is None:
             pytest.skip("the stub never held a mutex the server waited for in 30 s (nothing shown either way)")
-        deadline = time.monotonic() + 10
-        while s.alive() and time.monotonic() < deadline:
+        killed_at = time.monotonic()
+        while s.alive() and time.monotonic() < killed_at + 10:
             time.sleep(0.1)
-        log = s.log_path.read_text(errors="replace")
-        print(f"\nkilled at look {looks}; server exited with code {s.proc.returncode}")
-        assert not s.alive(), "tritonserver survived a stub killed inside a contended shared lock"
-        assert "boost::interprocess::lock_exception" in log, s.log_tail(40)
+        outcome = "aborted"
+        if s.alive():
+            try:
+                wait_serving(s, expected)
+                outcome = f"served on: answered exactly {time.monotonic() - killed_at:.1f} s after the kill"
+            except AssertionError:
+                if s.alive():
+                    raise
+                outcome = "aborted (while the stub was restarted)"
+        print(f"\nkilled at look {looks}: {outcome}; exit code {s.proc.returncode}")
+        if not s.alive():
+            assert "boost::interprocess::lock_exception" in s.log_path.read_text(errors="replace"), s.log_tail(40)
+        direct.drain()  # (a stream whose stub died is never ended by Triton 2.51)
         direct.close()
     finally:
         s.stop()
