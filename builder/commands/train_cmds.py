@@ -5,7 +5,8 @@
     trtspec train-draft RECIPE --no-resume                               # start over, ignoring a checkpoint
 
 Up to date (same run key) → nothing to do; an interrupted run (even kill -9) of the same key resumes from its last
-checkpoint; a second draft of the same target on the same data reads the first one's training rows (--cache-dir). The device is the GPU when there is one (`--device`), never pretended.
+checkpoint; a second draft of the same target on the same data reads the first one's training rows (--cache-dir).
+The device is the GPU when there is one (`--device`), never pretended.
 """
 
 from __future__ import annotations

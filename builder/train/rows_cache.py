@@ -1,4 +1,5 @@
-"""Training rows shared between drafts of one target: `<cache>/train-rows/<rows key>.safetensors`.
+"""Training rows shared between drafts of one target: `<cache>/train-rows/<rows key>.safetensors` (the key:
+`train_draft.key_of` of `rows_inputs`).
 
 Making the rows is the target's work (with `generate_responses`, a greedy continuation per prompt: on the regime
 fixture 546 s of a 2161 s run), and it does not depend on the draft. Two drafts of one target trained on one data
@@ -15,8 +16,6 @@ never trained on.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -38,10 +37,6 @@ def rows_inputs(run_inputs: dict, code: dict[str, str]) -> dict:
     )
     keep = ("target", "tokenizer", "source", "versions", "device", "dtype", "threads")
     return {"data": {f: settings[f] for f in fields}, **{k: run_inputs[k] for k in keep}, "code": code}
-
-
-def rows_key(inputs: dict) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def path_of(cache: Path, key: str) -> Path:

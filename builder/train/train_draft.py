@@ -236,7 +236,7 @@ def _train_locked(
     bos, eos, pad, stops = special_ids(dr.target_dir)
     data, rows_from = work.data(), "work folder"
     t_data = time.monotonic()
-    rkey = None if rows_cache is None else rows_cache_mod.rows_key(rows_inputs(inputs))
+    rkey = None if rows_cache is None else key_of(rows_inputs(inputs))
     if data is None and rkey is not None:
         data, why = rows_cache_mod.load(rows_cache, rkey)
         rows_from = str(rows_cache_mod.path_of(rows_cache, rkey))

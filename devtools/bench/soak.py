@@ -5,11 +5,12 @@
 Each of `streams` client threads keeps one gRPC stream and sends requests one after another until the
 time is up. A request is, at random: well formed (its text and token count must equal `trtspec generate`'s
 greedy output for that prompt, computed once per prompt in-process: `oracle`), cancelled by its client after
-a few responses (a gRPC stream cancel; off by default, see `p_cancel`), dropped by its client after a few responses (an HTTP `generate_stream`
-whose connection the client closes: Triton cancels the request when it sees the EOF), malformed (refused with
-an error naming the field), or given a short deadline (ends with a deadline error). Most go to the front
-model, some straight to spec_decoder (gRPC kinds only: HTTP generate needs the front's text interface). Anything else — another
-error, a wrong text, no answer within `answer_timeout_s` — is an unexpected error.
+a few responses (a gRPC stream cancel; off by default, see `p_cancel`), dropped by its client after a few
+responses (an HTTP `generate_stream` whose connection the client closes: Triton cancels the request when it sees
+the EOF), malformed (refused with an error naming the field), or given a short deadline (ends with a deadline
+error). Most go to the front model, some straight to spec_decoder (gRPC kinds only: HTTP generate needs the
+front's text interface). Anything else — another error, a wrong text, no answer within `answer_timeout_s` — is an
+unexpected error.
 
 Measured on the server (`triton_repo.metrics`, /proc): RSS of tritonserver and its stubs, sampled through the
 run (growth after warm-up = last sample / first sample after `warmup_s` − 1), and at the end, once idle,

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from builder.cli import cli
 from builder.train import rows_cache
+from builder.train.train_draft import key_of
 
 REPO = Path(__file__).resolve().parents[2]
 EAGLE3, MEDUSA = REPO / "recipes" / "tiny-llama3-eagle3.yaml", REPO / "recipes" / "tiny-llama3-medusa.yaml"
@@ -92,7 +93,7 @@ def test_generation_fields_count_only_where_the_target_generates() -> None:
     }
 
     def key(**settings) -> str:
-        return rows_cache.rows_key(rows_cache.rows_inputs({**base, "settings": {**base["settings"], **settings}}, {}))
+        return key_of(rows_cache.rows_inputs({**base, "settings": {**base["settings"], **settings}}, {}))
 
     assert key(generation_batch=8) == key() == key(response_tokens=8) == key(lr=1.0)
     assert key(generate_responses=True) != key(generate_responses=True, generation_batch=8)
